@@ -1,0 +1,42 @@
+# Parley's tasks. `make test` is everything CI runs (.ci/run calls exactly it).
+GO ?= go
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
+export TEST_DATABASE_URL
+
+.PHONY: test check generate generate-check lint fmt-check vet run bench services
+
+## test: start or install what the tests need, check generated code, format and vet, then run every test with -race
+test: services check
+	$(GO) test -race -count=1 -timeout 25m ./...
+
+## services: PostgreSQL for the store tests, Chromium for the browser tests
+services:
+	@scripts/ensure-postgres.sh
+	@scripts/ensure-chromium.sh
+
+## check: generated files fresh, gofmt clean, go vet clean
+check: generate-check fmt-check vet
+
+generate:
+	$(GO) tool templ generate -include-version=false
+
+generate-check: generate
+	@git diff --exit-code -- '*_templ.go' || (echo "generated templ files are stale: run 'make generate' and commit" >&2; exit 1)
+	@test -z "$$(git status --porcelain -- '*_templ.go')" || (echo "generated templ files are not committed" >&2; git status --porcelain -- '*_templ.go'; exit 1)
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go') 2>&1); test -z "$$out" || (echo "gofmt would change:" >&2; echo "$$out" >&2; exit 1)
+
+vet:
+	$(GO) vet ./...
+
+lint: check
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@2025.1.1 ./...
+
+## run: the app on the embedded store and the demo model
+run:
+	$(GO) run ./cmd/web
+
+## bench: every benchmark (PostgreSQL must answer); figures go in docs/benchmarks.md
+bench: services
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 -timeout 30m ./...

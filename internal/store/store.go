@@ -1,0 +1,273 @@
+// Package store is Parley's persistence: users, sessions and tokens, conversations and their
+// append-only logs, the tool_calls index, durable expiry timers, retry steps, the outbox and the
+// audit trail. Two implementations satisfy Store: PostgreSQL (package pgstore) and the embedded
+// single-file store (package sqlitestore); package storetest holds the conformance suite both pass.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Sentinel errors. Implementations wrap them (fmt.Errorf("…: %w", ErrNotFound)) so callers can
+// branch with errors.Is.
+var (
+	ErrNotFound = errors.New("not found")
+	// ErrConflict is an optimistic-concurrency loss (the expected sequence was taken) or a unique
+	// key already in use (a user name, a token hash).
+	ErrConflict = errors.New("conflict")
+	// ErrSchemaTooNew means the database was migrated by a newer binary.
+	ErrSchemaTooNew = errors.New("database schema is newer than this binary")
+)
+
+// Role of a user.
+type Role string
+
+// Roles.
+const (
+	RoleMember   Role = "member"
+	RoleReviewer Role = "reviewer"
+	RoleAdmin    Role = "admin"
+)
+
+// User is an account. PasswordHash is a bcrypt hash; the store never sees a password.
+type User struct {
+	ID           string
+	Name         string
+	Role         Role
+	PasswordHash []byte
+	CreatedAt    time.Time
+}
+
+// Session is a signed-in browser. Only a hash of the cookie's token is stored.
+type Session struct {
+	TokenHash []byte
+	UserID    string
+	CSRF      string
+	ExpiresAt time.Time
+	CreatedAt time.Time
+}
+
+// APIToken is a bearer token. Only its hash is stored; the token is shown once.
+type APIToken struct {
+	ID         string
+	UserID     string
+	Name       string
+	Hash       []byte
+	CreatedAt  time.Time
+	LastUsedAt *time.Time
+	RevokedAt  *time.Time
+}
+
+// Conversation status, visible to the API.
+const (
+	StatusIdle        = "idle"
+	StatusGenerating  = "generating"
+	StatusDispatching = "dispatching"
+	StatusAwaiting    = "awaiting"
+)
+
+// Conversation is a chat owned by one user.
+type Conversation struct {
+	ID        string
+	OwnerID   string
+	Title     string
+	Status    string
+	LastSeq   int64 // the sequence of the newest log entry, 0 when empty
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// EntryType names what a log entry records.
+type EntryType string
+
+// Entry types. Data holds the type's JSON payload; its shape belongs to package agent.
+const (
+	EntryUserMessage      EntryType = "user_message"
+	EntryAssistantMessage EntryType = "assistant_message" // text and the tool calls of one LLM response
+	EntryToolCall         EntryType = "tool_call"         // one call: name, executor, approval, args
+	EntryDecision         EntryType = "decision"          // an approval decision: who, when, reason, edited args
+	EntryToolResult       EntryType = "tool_result"
+	EntryToolError        EntryType = "tool_error"
+	EntryExpiry           EntryType = "expiry"
+	EntryAttemptStarted   EntryType = "attempt_started"
+	EntryAttemptFailed    EntryType = "attempt_failed"
+	EntryTurnError        EntryType = "turn_error" // a turn ended by an error (iteration cap, model failure)
+)
+
+// Entry is one record of a conversation's log. Seq is gap-free per conversation, from 1.
+type Entry struct {
+	Seq        int64
+	Type       EntryType
+	ToolCallID string // empty when the entry is not about one call
+	Actor      string // who caused it: a user id, "model", "system", "webhook:<token id>" …
+	Data       json.RawMessage
+	CreatedAt  time.Time
+}
+
+// Tool-call statuses.
+const (
+	CallRunning  = "running"
+	CallAwaiting = "awaiting"
+	CallResolved = "resolved"
+	CallErrored  = "errored"
+	CallDenied   = "denied"
+	CallExpired  = "expired"
+)
+
+// ToolCall is the index row of one call, kept in step with the log by Append.
+type ToolCall struct {
+	ConversationID string
+	ToolCallID     string
+	Name           string
+	Executor       string
+	Approval       string
+	Approvers      string
+	Status         string // running, awaiting, resolved, errored, denied, expired
+	PendingKind    string // approval, elicitation, client_exec when awaiting; else empty
+	Args           json.RawMessage
+	Result         json.RawMessage // the model-facing envelope once finished
+	Prompt         json.RawMessage // what the page shows while awaiting (a plan, a form)
+	ExpiresAt      *time.Time
+	Seq            int64 // the log sequence of the tool_call entry
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
+// Expiry is a durable timer for one suspended call.
+type Expiry struct {
+	ConversationID string
+	ToolCallID     string
+	At             time.Time
+}
+
+// Step is the retry state of one LLM call or tool call: attempts so far and when the next may run.
+type Step struct {
+	ConversationID string
+	Key            string // "llm:<n>" or "tool:<tool_call_id>"
+	Attempts       int
+	NextAttemptAt  *time.Time
+	LastError      string
+	UpdatedAt      time.Time
+}
+
+// OutboxMessage is an email that send_email wrote. ToolCallID is unique: a call re-dispatched
+// after a crash writes nothing twice.
+type OutboxMessage struct {
+	ID             int64
+	ConversationID string
+	ToolCallID     string
+	To             string
+	Subject        string
+	Body           string
+	CreatedAt      time.Time
+}
+
+// AuditRecord is one decision: who decided what, when, with a hash of the arguments that ran.
+type AuditRecord struct {
+	ID             int64
+	ConversationID string
+	ToolCallID     string
+	Tool           string
+	ActorID        string
+	Action         string // approve, deny, accept, decline, cancel, client_result, client_error, expire
+	Reason         string
+	ArgsHash       string // hex SHA-256 of the canonical arguments that ran (or were refused)
+	At             time.Time
+}
+
+// AuditFilter selects audit records; zero fields match everything.
+type AuditFilter struct {
+	ConversationID string
+	ActorID        string
+	Limit          int
+}
+
+// PendingFilter selects awaiting calls across conversations.
+type PendingFilter struct {
+	Kind      string // approval, elicitation, client_exec; empty for all
+	Approvers string // owner or reviewer; empty for both
+	OwnerID   string // only conversations of this owner; empty for all
+	Limit     int
+}
+
+// PendingCall is an awaiting call with its conversation's owner and title, newest first.
+type PendingCall struct {
+	ToolCall
+	OwnerID string
+	Title   string
+}
+
+// Batch is everything one log append writes, atomically: all of it or nothing.
+type Batch struct {
+	Entries []Entry // Seq and CreatedAt are assigned by Append
+	Calls   []ToolCall
+	// Status, when not empty, sets the conversation's status.
+	Status    string
+	Schedule  []Expiry
+	Cancel    []string // tool_call_ids whose expiry is removed
+	Steps     []Step   // upserted by (conversation, key)
+	DoneSteps []string // step keys removed
+	Audit     []AuditRecord
+}
+
+// Store is what the rest of Parley persists through. Every method is safe for concurrent use.
+type Store interface {
+	// Users, sessions and tokens.
+	CreateUser(ctx context.Context, u User) (User, error) // ErrConflict on a taken name
+	UserByID(ctx context.Context, id string) (User, error)
+	UserByName(ctx context.Context, name string) (User, error)
+	ListUsers(ctx context.Context) ([]User, error)
+	CountUsers(ctx context.Context) (int, error)
+	SetUserRole(ctx context.Context, id string, role Role) error
+	CreateSession(ctx context.Context, s Session) error
+	SessionByHash(ctx context.Context, hash []byte) (Session, error) // ErrNotFound when missing or expired
+	DeleteSession(ctx context.Context, hash []byte) error
+	CreateAPIToken(ctx context.Context, t APIToken) (APIToken, error)
+	APITokenByHash(ctx context.Context, hash []byte) (APIToken, error) // ErrNotFound when missing or revoked
+	ListAPITokens(ctx context.Context, userID string) ([]APIToken, error)
+	RevokeAPIToken(ctx context.Context, userID, id string) error
+	GetSetting(ctx context.Context, key string) (string, error) // ErrNotFound when unset
+	SetSetting(ctx context.Context, key, value string) error
+
+	// Conversations and their logs.
+	CreateConversation(ctx context.Context, c Conversation) (Conversation, error)
+	GetConversation(ctx context.Context, id string) (Conversation, error)
+	ListConversations(ctx context.Context, ownerID string) ([]Conversation, error) // newest first
+	// ListActive returns conversations whose status is not idle, for revival at start-up.
+	ListActive(ctx context.Context) ([]Conversation, error)
+	// Append writes b after the entry numbered afterSeq and returns the new last sequence. If the
+	// conversation's last sequence is not afterSeq it writes nothing and returns ErrConflict.
+	Append(ctx context.Context, conversationID string, afterSeq int64, b Batch) (int64, error)
+	// Log returns the entries with Seq > afterSeq in order.
+	Log(ctx context.Context, conversationID string, afterSeq int64) ([]Entry, error)
+	ToolCalls(ctx context.Context, conversationID string) ([]ToolCall, error) // in log order
+	GetToolCall(ctx context.Context, conversationID, toolCallID string) (ToolCall, error)
+	ListPending(ctx context.Context, f PendingFilter) ([]PendingCall, error)
+
+	// Durable timers. Schedule replaces an existing timer of the same call.
+	ScheduleExpiry(ctx context.Context, e Expiry) error
+	CancelExpiry(ctx context.Context, conversationID, toolCallID string) error
+	// ClaimDueExpiries claims up to limit timers due at or before now, each for lease: a claimed
+	// timer is not returned again until the lease runs out, so with several processes on one
+	// database each due timer is handed to one claimer at a time. Firing is idempotent (the
+	// call is already resolved → stale), and a fired timer is removed by Append's Cancel.
+	ClaimDueExpiries(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]Expiry, error)
+
+	// Retry steps.
+	Steps(ctx context.Context, conversationID string) ([]Step, error)
+
+	// Outbox. AddOutbox is idempotent on ToolCallID: a second write for a call changes nothing
+	// and returns the first message.
+	AddOutbox(ctx context.Context, m OutboxMessage) (OutboxMessage, error)
+	ListOutbox(ctx context.Context, conversationID string) ([]OutboxMessage, error) // all when empty
+
+	// Audit.
+	ListAudit(ctx context.Context, f AuditFilter) ([]AuditRecord, error) // newest first
+
+	// Ping answers when the store is reachable.
+	Ping(ctx context.Context) error
+	Close() error
+}

@@ -1,0 +1,595 @@
+// Package tools is Parley's tool model: a tool's declaration (executor, approval gate, schema,
+// retention, timeout), the registry, argument validation, the result envelope and its error-kind
+// vocabulary, output bounds, dry runs and the built-in tools.
+package tools
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v5"
+)
+
+// Executor says who produces a call's result.
+type Executor string
+
+// Executors.
+const (
+	Server   Executor = "server"   // Go code (a callback or an adapter) runs it
+	Human    Executor = "human"    // a person's answer to a form is the result
+	Client   Executor = "client"   // the owner's browser runs it through a hook
+	Provider Executor = "provider" // the model provider runs it in-stream (hosted web search)
+)
+
+// Approval says whether a call waits at a human gate before it runs.
+type Approval string
+
+// Approval policies.
+const (
+	Auto             Approval = "auto"
+	RequiresApproval Approval = "requires_approval"
+)
+
+// Approvers says who may decide a gated call.
+type Approvers string
+
+// Approver policies.
+const (
+	ByOwner    Approvers = "owner"    // the conversation's owner (reviewers and admins too)
+	ByReviewer Approvers = "reviewer" // a reviewer or admin; the owner alone cannot approve it
+)
+
+// PendingKind is what the page switches on for a suspended call.
+type PendingKind string
+
+// Pending kinds.
+const (
+	PendingApproval    PendingKind = "approval"
+	PendingElicitation PendingKind = "elicitation"
+	PendingClientExec  PendingKind = "client_exec"
+)
+
+// Retention controls how long a tool's results stay in the model's context. The log always keeps
+// them; compaction only replaces old ones in what is sent to the model.
+type Retention struct {
+	// MaxAgeTurns evicts a result once this many user turns have passed since it; 0 means no limit.
+	MaxAgeTurns int `json:"max_age_turns,omitempty"`
+	// MaxCount keeps only the newest N results of this tool; 0 means no limit.
+	MaxCount int `json:"max_count,omitempty"`
+	// NeverEvict keeps every result whatever the other settings say.
+	NeverEvict bool `json:"never_evict,omitempty"`
+}
+
+// DefaultMaxOutputBytes bounds the model-facing result of a call.
+const DefaultMaxOutputBytes = 16000
+
+// Call is what a callback knows about the call it runs.
+type Call struct {
+	ConversationID string
+	// ToolCallID is the call's id and its idempotency key: a call re-dispatched after a crash
+	// carries the same id, so side effects keyed on it happen once.
+	ToolCallID string
+	UserID     string
+	Attempt    int
+	DryRun     bool
+	Logger     *slog.Logger
+	// Progress reports intermediate output of a streaming tool; never nil when run by Execute.
+	Progress func(message string)
+}
+
+// Func runs a server tool. It returns the result (any JSON-encodable value) or an error: a
+// *Error is a tool error the model reads; anything else is an internal error it never sees.
+type Func func(ctx context.Context, call Call, args map[string]any) (any, error)
+
+// Plan is a dry run's description of what a call would do.
+type Plan struct {
+	Summary string         `json:"summary"`
+	Details map[string]any `json:"details,omitempty"`
+}
+
+// DryRunFunc describes what a call would do without doing it.
+type DryRunFunc func(ctx context.Context, call Call, args map[string]any) (Plan, error)
+
+// Spec declares a tool. New checks it and compiles its schemas.
+type Spec struct {
+	Name        string
+	Description string
+	// Parameters is the JSON Schema of the arguments, exported to providers verbatim.
+	Parameters json.RawMessage
+	Executor   Executor
+	Approval   Approval
+	Approvers  Approvers
+	Streaming  bool
+	Retention  Retention
+	// Timeout bounds each suspension of a call (and the run of a server call); 0 uses the app's default.
+	Timeout time.Duration
+	// MaxAttempts bounds tries of a retryable failure; 0 means 1 (no retry).
+	MaxAttempts int
+	// ResponseSchema is a human tool's form schema. When empty, the form comes from the call's
+	// arguments (`message` and `schema`, as ask_user does).
+	ResponseSchema json.RawMessage
+	// ResultSchema validates a client tool's result, which is user-controllable.
+	ResultSchema json.RawMessage
+	// Native is a provider tool's own definition (e.g. {"type":"web_search_20250305",…}),
+	// sent to the provider in place of a function definition.
+	Native json.RawMessage
+	// Func runs a server tool (and a gated server tool after approval).
+	Func Func
+	// DryRun describes a call; nil uses the default plan.
+	DryRun DryRunFunc
+	// MaxOutputBytes bounds the model-facing envelope; 0 uses DefaultMaxOutputBytes.
+	MaxOutputBytes int
+}
+
+// Tool is a checked, compiled tool declaration. It is immutable and safe for concurrent use.
+type Tool struct {
+	spec     Spec
+	params   *jsonschema.Schema
+	result   *jsonschema.Schema
+	response *jsonschema.Schema
+}
+
+// DefinitionError reports a declaration that New refuses, naming the tool and the rule.
+type DefinitionError struct {
+	Tool string
+	Rule string
+	Err  error
+}
+
+func (e *DefinitionError) Error() string {
+	msg := fmt.Sprintf("tool %q: %s", e.Tool, e.Rule)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+func (e *DefinitionError) Unwrap() error { return e.Err }
+
+var nameRE = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+
+// New checks a declaration and compiles its schemas. It refuses an invalid name, executor,
+// approval or approvers, a gated human or provider tool, a server tool without a callback, and a
+// schema that does not compile.
+func New(s Spec) (*Tool, error) {
+	bad := func(rule string, err error) (*Tool, error) {
+		return nil, &DefinitionError{Tool: s.Name, Rule: rule, Err: err}
+	}
+	if !nameRE.MatchString(s.Name) {
+		return bad("name must be 1-64 letters, digits, '_' or '-'", nil)
+	}
+	if s.Approval == "" {
+		s.Approval = Auto
+	}
+	if s.Approvers == "" {
+		s.Approvers = ByOwner
+	}
+	switch s.Executor {
+	case Server, Human, Client, Provider:
+	default:
+		return bad(fmt.Sprintf("executor %q is not one of server, human, client, provider", s.Executor), nil)
+	}
+	switch s.Approval {
+	case Auto, RequiresApproval:
+	default:
+		return bad(fmt.Sprintf("approval %q is not one of auto, requires_approval", s.Approval), nil)
+	}
+	switch s.Approvers {
+	case ByOwner, ByReviewer:
+	default:
+		return bad(fmt.Sprintf("approvers %q is not one of owner, reviewer", s.Approvers), nil)
+	}
+	if s.Approval == RequiresApproval && (s.Executor == Human || s.Executor == Provider) {
+		return bad(fmt.Sprintf("a %s tool cannot require approval (only server and client tools can be gated)", s.Executor), nil)
+	}
+	if s.Executor == Server && s.Func == nil {
+		return bad("a server tool needs a callback", nil)
+	}
+	if s.Executor != Server && s.Func != nil {
+		return bad(fmt.Sprintf("a %s tool must not have a callback", s.Executor), nil)
+	}
+	if s.Timeout < 0 || s.MaxAttempts < 0 || s.MaxOutputBytes < 0 {
+		return bad("timeout, max attempts and max output bytes must not be negative", nil)
+	}
+	if r := s.Retention; r.MaxAgeTurns < 0 || r.MaxCount < 0 {
+		return bad("retention limits must not be negative", nil)
+	}
+	if len(bytes.TrimSpace(s.Parameters)) == 0 {
+		s.Parameters = json.RawMessage(`{"type":"object","properties":{}}`)
+	}
+	t := &Tool{spec: s}
+	var err error
+	if t.params, err = compileSchema(s.Name, "parameters", s.Parameters); err != nil {
+		return bad("parameter schema does not compile", err)
+	}
+	if len(s.ResultSchema) > 0 {
+		if s.Executor != Client {
+			return bad("only a client tool has a result schema", nil)
+		}
+		if t.result, err = compileSchema(s.Name, "result", s.ResultSchema); err != nil {
+			return bad("result schema does not compile", err)
+		}
+	}
+	if len(s.ResponseSchema) > 0 {
+		if s.Executor != Human {
+			return bad("only a human tool has a response schema", nil)
+		}
+		if t.response, err = compileSchema(s.Name, "response", s.ResponseSchema); err != nil {
+			return bad("response schema does not compile", err)
+		}
+	}
+	if len(s.Native) > 0 {
+		if s.Executor != Provider {
+			return bad("only a provider tool has a native definition", nil)
+		}
+		if !json.Valid(s.Native) {
+			return bad("native definition is not valid JSON", nil)
+		}
+	}
+	return t, nil
+}
+
+// compileSchema compiles a JSON Schema (draft 2020-12 unless it says otherwise) from memory.
+func compileSchema(tool, part string, raw json.RawMessage) (*jsonschema.Schema, error) {
+	var probe any
+	if err := json.Unmarshal(raw, &probe); err != nil {
+		return nil, fmt.Errorf("schema is not valid JSON: %w", err)
+	}
+	if _, ok := probe.(map[string]any); !ok {
+		return nil, errors.New("schema must be a JSON object")
+	}
+	c := jsonschema.NewCompiler()
+	c.Draft = jsonschema.Draft2020
+	c.AssertFormat = true
+	url := "mem://tools/" + tool + "/" + part + ".json"
+	if err := c.AddResource(url, bytes.NewReader(raw)); err != nil {
+		return nil, err
+	}
+	return c.Compile(url)
+}
+
+// CompileSchema compiles a schema that is not part of a declaration (an elicitation form
+// supplied in a call's arguments). name only labels errors.
+func CompileSchema(name string, raw json.RawMessage) (*jsonschema.Schema, error) {
+	return compileSchema(name, "schema", raw)
+}
+
+// Name, Description and the other accessors expose the declaration.
+func (t *Tool) Name() string                { return t.spec.Name }
+func (t *Tool) Description() string         { return t.spec.Description }
+func (t *Tool) Parameters() json.RawMessage { return t.spec.Parameters }
+func (t *Tool) Executor() Executor          { return t.spec.Executor }
+func (t *Tool) Approval() Approval          { return t.spec.Approval }
+func (t *Tool) Approvers() Approvers        { return t.spec.Approvers }
+func (t *Tool) Streaming() bool             { return t.spec.Streaming }
+func (t *Tool) Retention() Retention        { return t.spec.Retention }
+func (t *Tool) Timeout() time.Duration      { return t.spec.Timeout }
+func (t *Tool) Native() json.RawMessage     { return t.spec.Native }
+
+// Gated reports whether calls wait for approval before they run.
+func (t *Tool) Gated() bool { return t.spec.Approval == RequiresApproval }
+
+// MaxAttempts is how many times a retryable failure is tried in all (at least 1).
+func (t *Tool) MaxAttempts() int {
+	if t.spec.MaxAttempts < 1 {
+		return 1
+	}
+	return t.spec.MaxAttempts
+}
+
+// ResultSchema is a client tool's result schema, nil when it has none.
+func (t *Tool) ResultSchema() json.RawMessage { return t.spec.ResultSchema }
+
+// PendingKind is the kind of the call's current suspension: approval while gated and not yet
+// approved, else elicitation for human tools and client_exec for client tools. It is empty for
+// a phase that does not suspend (an approved or ungated server call, a provider call).
+func (t *Tool) PendingKind(approved bool) PendingKind {
+	if t.Gated() && !approved {
+		return PendingApproval
+	}
+	switch t.spec.Executor {
+	case Human:
+		return PendingElicitation
+	case Client:
+		return PendingClientExec
+	}
+	return ""
+}
+
+// ValidateArgs decodes the model's arguments and validates them against the parameter schema.
+// A failure is an invalid_args tool error listing every problem with its JSON path.
+func (t *Tool) ValidateArgs(raw json.RawMessage) (map[string]any, *Error) {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		raw = json.RawMessage(`{}`)
+	}
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		return nil, NewError(KindInvalidArgs, "arguments are not valid JSON", map[string]any{"problems": []map[string]any{{"path": "", "message": err.Error()}}})
+	}
+	if dec.More() {
+		return nil, NewError(KindInvalidArgs, "arguments are not a single JSON value", nil)
+	}
+	v = normalizeNumbers(v)
+	args, ok := v.(map[string]any)
+	if !ok {
+		return nil, NewError(KindInvalidArgs, "arguments must be a JSON object", map[string]any{"problems": []map[string]any{{"path": "", "message": "expected an object"}}})
+	}
+	if e := ValidateValue(t.params, args, "arguments"); e != nil {
+		return nil, e
+	}
+	return args, nil
+}
+
+// ValidateValue validates v (decoded from JSON) against s and turns a failure into an
+// invalid_args error whose details list every problem with its instance path.
+func ValidateValue(s *jsonschema.Schema, v any, what string) *Error {
+	err := s.Validate(v)
+	if err == nil {
+		return nil
+	}
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		return NewError(KindInvalidArgs, what+" could not be validated: "+err.Error(), nil)
+	}
+	problems := Problems(ve)
+	msgs := make([]string, 0, len(problems))
+	for _, p := range problems {
+		path := p["path"].(string)
+		if path == "" {
+			path = "/"
+		}
+		msgs = append(msgs, path+": "+p["message"].(string))
+	}
+	return NewError(KindInvalidArgs, what+" do not match the schema: "+strings.Join(msgs, "; "), map[string]any{"problems": problems})
+}
+
+// Problems flattens a validation error into its leaves: [{"path": JSON pointer, "message": …}].
+func Problems(ve *jsonschema.ValidationError) []map[string]any {
+	var out []map[string]any
+	seen := map[string]bool{}
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) == 0 {
+			key := e.InstanceLocation + "\x00" + e.Message
+			if !seen[key] {
+				seen[key] = true
+				out = append(out, map[string]any{"path": e.InstanceLocation, "message": e.Message})
+			}
+			return
+		}
+		for _, c := range e.Causes {
+			walk(c)
+		}
+	}
+	walk(ve)
+	sort.SliceStable(out, func(i, j int) bool { return out[i]["path"].(string) < out[j]["path"].(string) })
+	return out
+}
+
+// normalizeNumbers turns json.Number into int64 when integral, else float64, so callbacks see
+// plain Go numbers and jsonschema sees exact integers.
+func normalizeNumbers(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return i
+		}
+		f, _ := x.Float64()
+		return f
+	case map[string]any:
+		for k, e := range x {
+			x[k] = normalizeNumbers(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = normalizeNumbers(e)
+		}
+	}
+	return v
+}
+
+// DecodeJSON decodes raw into plain Go values (objects, arrays, strings, float64/int64, bools).
+func DecodeJSON(raw []byte) (any, error) {
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	return normalizeNumbers(v), nil
+}
+
+// ValidateResult validates a client tool's result, which the browser controls and is never
+// trusted for a privileged decision.
+func (t *Tool) ValidateResult(v any) *Error {
+	if t.result == nil {
+		return nil
+	}
+	return ValidateValue(t.result, v, "result")
+}
+
+// OutcomeStatus is one of the three outcomes of running a tool (seed 004).
+type OutcomeStatus string
+
+// Outcome statuses.
+const (
+	OK        OutcomeStatus = "ok"         // a result the model reads
+	ToolError OutcomeStatus = "tool_error" // an error the model reads
+	Internal  OutcomeStatus = "internal"   // logged with a reference; the model sees only the reference
+)
+
+// Outcome is the result of running a tool once.
+type Outcome struct {
+	Status OutcomeStatus
+	Result any    // set when Status is OK
+	Err    *Error // set otherwise; for Internal it carries only kind internal and the reference
+	// Ref is the reference id of an internal error, logged beside the real cause.
+	Ref string
+	// Cause is the internal error itself, for the log only; never shown to the model or the page.
+	Cause error
+}
+
+// Retryable reports whether the loop may try the call again.
+func (o Outcome) Retryable() bool { return o.Err != nil && o.Err.Retryable }
+
+// Envelope renders the model-facing JSON, bounded to max bytes (0: the default).
+func (o Outcome) Envelope(max int) json.RawMessage {
+	var b json.RawMessage
+	if o.Status == OK {
+		b = OKEnvelope(o.Result)
+	} else {
+		b = ErrorEnvelope(o.Err)
+	}
+	return BoundEnvelope(b, max)
+}
+
+// InternalOutcome wraps an internal error: the reference is logged with the cause, and the
+// model and the page get only kind internal and the reference.
+func InternalOutcome(logger *slog.Logger, tool string, cause error) Outcome {
+	ref := NewRef()
+	if logger == nil {
+		logger = slog.Default()
+	}
+	logger.Error("tool internal error", "tool", tool, "ref", ref, "err", cause)
+	return Outcome{
+		Status: Internal,
+		Err:    NewError(KindInternal, "internal error (reference "+ref+")", map[string]any{"ref": ref}),
+		Ref:    ref,
+		Cause:  cause,
+	}
+}
+
+// NewRef returns a short random reference id for an internal error.
+func NewRef() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "ref_" + hex.EncodeToString(b[:])
+}
+
+// Execute runs a server tool's callback with validated args. A panic is an internal error, not
+// a crash; a *Error is a tool error; any other error is internal. The context's deadline (the
+// tool's timeout, set by the caller) turns into a retryable timeout tool error.
+func (t *Tool) Execute(ctx context.Context, call Call, args map[string]any) (out Outcome) {
+	if t.spec.Func == nil {
+		return Outcome{Status: ToolError, Err: Errorf(KindUnknownTool, "tool %q is not run by the server", t.spec.Name)}
+	}
+	if call.Progress == nil {
+		call.Progress = func(string) {}
+	}
+	if call.Logger == nil {
+		call.Logger = slog.Default()
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			out = InternalOutcome(call.Logger, t.spec.Name, fmt.Errorf("panic in tool %s: %v\n%s", t.spec.Name, r, debug.Stack()))
+		}
+	}()
+	res, err := t.spec.Func(ctx, call, args)
+	return t.outcome(ctx, call, res, err)
+}
+
+func (t *Tool) outcome(ctx context.Context, call Call, res any, err error) Outcome {
+	if err == nil {
+		return Outcome{Status: OK, Result: res}
+	}
+	var te *Error
+	if errors.As(err, &te) {
+		return Outcome{Status: ToolError, Err: te}
+	}
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		if errors.Is(err, context.DeadlineExceeded) {
+			e := Errorf(KindTimeout, "tool %s did not finish in time", t.spec.Name)
+			e.Retryable = true
+			return Outcome{Status: ToolError, Err: e}
+		}
+	}
+	return InternalOutcome(call.Logger, t.spec.Name, err)
+}
+
+// DryRun describes what the call would do, without side effects. Tools without a DryRun get the
+// default plan: the tool's name, executor and arguments.
+func (t *Tool) DryRun(ctx context.Context, call Call, args map[string]any) (plan Plan, err error) {
+	call.DryRun = true
+	if call.Progress == nil {
+		call.Progress = func(string) {}
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic in dry run of %s: %v", t.spec.Name, r)
+		}
+	}()
+	if t.spec.DryRun != nil {
+		return t.spec.DryRun(ctx, call, args)
+	}
+	return DefaultPlan(t, args), nil
+}
+
+// DefaultPlan is the plan of a tool with no DryRun of its own.
+func DefaultPlan(t *Tool, args map[string]any) Plan {
+	verb := map[Executor]string{
+		Server:   "run %s on the server",
+		Human:    "ask you a question (%s)",
+		Client:   "run %s in your browser",
+		Provider: "let the model provider run %s",
+	}[t.spec.Executor]
+	return Plan{Summary: "Would " + fmt.Sprintf(verb, t.spec.Name), Details: map[string]any{"tool": t.spec.Name, "executor": string(t.spec.Executor), "arguments": args}}
+}
+
+// Prompt is what a human call asks: a message and the form's JSON Schema.
+type Prompt struct {
+	Message string          `json:"message"`
+	Schema  json.RawMessage `json:"schema"`
+}
+
+// Elicitation returns the question a human call asks. A tool with a response schema asks for
+// it, with the arguments' "message" (or the description) as the question; otherwise the call's
+// arguments carry "message" and "schema" (ask_user), and the schema must stay within the
+// restricted elicitation subset.
+func (t *Tool) Elicitation(args map[string]any) (Prompt, *Error) {
+	if t.spec.Executor != Human {
+		return Prompt{}, Errorf(KindInvalidArgs, "tool %s does not ask questions", t.spec.Name)
+	}
+	msg, _ := args["message"].(string)
+	if msg == "" {
+		msg, _ = args["question"].(string)
+	}
+	if len(t.spec.ResponseSchema) > 0 {
+		if msg == "" {
+			msg = t.spec.Description
+		}
+		return Prompt{Message: msg, Schema: t.spec.ResponseSchema}, nil
+	}
+	raw, err := json.Marshal(args["schema"])
+	if err != nil || args["schema"] == nil {
+		return Prompt{}, NewError(KindInvalidArgs, "a question needs a form schema in \"schema\"", nil)
+	}
+	if e := CheckElicitationSchema(raw); e != nil {
+		return Prompt{}, e
+	}
+	return Prompt{Message: msg, Schema: raw}, nil
+}
+
+// ValidateAnswer validates an elicitation answer against the prompt's schema.
+func (t *Tool) ValidateAnswer(p Prompt, content any) *Error {
+	s := t.response
+	if s == nil || !bytes.Equal(p.Schema, t.spec.ResponseSchema) {
+		var err error
+		if s, err = CompileSchema(t.spec.Name, p.Schema); err != nil {
+			return Errorf(KindInvalidArgs, "the form's schema does not compile: %v", err)
+		}
+	}
+	return ValidateValue(s, content, "answers")
+}
