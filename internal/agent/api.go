@@ -127,3 +127,22 @@ type PendingView struct {
 	Schema    json.RawMessage   `json:"schema,omitempty"`
 	ExpiresAt *time.Time        `json:"expires_at,omitempty"`
 }
+
+// Subscription receives a conversation's events (or every conversation's, for the inbox). C is
+// closed after an EventResync (the subscriber lagged) or after Close.
+type Subscription struct {
+	C     <-chan Event
+	close func()
+}
+
+// NewSubscription wraps a channel and its cancel function; package agent's hub creates them.
+func NewSubscription(c <-chan Event, cancel func()) *Subscription {
+	return &Subscription{C: c, close: cancel}
+}
+
+// Close stops the subscription; it is safe to call more than once.
+func (s *Subscription) Close() {
+	if s.close != nil {
+		s.close()
+	}
+}
