@@ -7,6 +7,6 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 echo "ensure-chromium: installing Debian's chromium with apt-get (about a minute)…"
-apt-get update -qq
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+apt-get -o DPkg::Lock::Timeout=600 update -qq
+DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq chromium >/dev/null
 command -v chromium >/dev/null

@@ -21,8 +21,8 @@ if ! ls /etc/postgresql/*/main >/dev/null 2>&1; then
     exit 1
   fi
   echo "ensure-postgres: installing PostgreSQL with apt-get…"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  apt-get -o DPkg::Lock::Timeout=600 update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq postgresql >/dev/null
 fi
 
 ver=$(ls /etc/postgresql | sort -n | tail -n1)
