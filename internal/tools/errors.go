@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -122,7 +123,7 @@ func OKEnvelope(result any) json.RawMessage {
 	if result == nil {
 		result = map[string]any{}
 	}
-	b, err := json.Marshal(envelope{OK: true, Result: result})
+	b, err := marshalText(envelope{OK: true, Result: result})
 	if err != nil {
 		return ErrorEnvelope(NewError(KindInternal, "the tool's result could not be encoded", nil))
 	}
@@ -131,9 +132,24 @@ func OKEnvelope(result any) json.RawMessage {
 
 // ErrorEnvelope renders an error envelope.
 func ErrorEnvelope(e *Error) json.RawMessage {
-	b, err := json.Marshal(envelope{OK: false, Error: e.Map()})
+	if e == nil {
+		e = NewError(KindInternal, "internal error", nil)
+	}
+	b, err := marshalText(envelope{OK: false, Error: e.Map()})
 	if err != nil {
-		b, _ = json.Marshal(envelope{OK: false, Error: NewError(e.Kind, e.Message, nil).Map()})
+		b, _ = marshalText(envelope{OK: false, Error: NewError(e.Kind, e.Message, nil).Map()})
 	}
 	return b
+}
+
+// marshalText encodes v without HTML escaping: the envelope is text for the model, where
+// "\u003c" for "<" only costs bytes of the output bound. The page escapes it when it renders.
+func marshalText(v any) (json.RawMessage, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }

@@ -1,8 +1,15 @@
 package tools
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+)
+
+// Export formats, as named by llm.Provider.ToolFormat.
+const (
+	FormatOpenAI    = "openai"    // OpenAI Chat Completions "tools"
+	FormatAnthropic = "anthropic" // Anthropic Messages "tools"
 )
 
 // Registry holds the tools a conversation may call, by unique name, in declaration order.
@@ -29,6 +36,9 @@ func (r *Registry) Add(t *Tool) error {
 	if t == nil {
 		return fmt.Errorf("register tool: nil tool")
 	}
+	if r.byName == nil {
+		r.byName = map[string]*Tool{}
+	}
 	if _, dup := r.byName[t.Name()]; dup {
 		return &DefinitionError{Tool: t.Name(), Rule: "duplicate name in registry"}
 	}
@@ -46,48 +56,69 @@ func (r *Registry) Get(name string) (*Tool, bool) {
 // All returns the tools in declaration order.
 func (r *Registry) All() []*Tool { return append([]*Tool(nil), r.order...) }
 
+// Export returns the tool definitions in a provider's format: FormatAnthropic gets
+// AnthropicTools, any other format (openai, the demo model) OpenAITools.
+func (r *Registry) Export(format string) []json.RawMessage {
+	if format == FormatAnthropic {
+		return r.AnthropicTools()
+	}
+	return r.OpenAITools()
+}
+
 // OpenAITools exports the tools in the OpenAI Chat Completions format, the parameter schema
-// verbatim. Provider tools are exported with their native definition.
+// byte for byte as declared. A provider tool is exported with its native definition only when
+// that definition is in the OpenAI format: Anthropic's hosted tools (web_search_20250305) mean
+// nothing to an OpenAI-compatible endpoint, which would reject the whole request.
 func (r *Registry) OpenAITools() []json.RawMessage {
 	out := make([]json.RawMessage, 0, len(r.order))
 	for _, t := range r.order {
 		if t.Executor() == Provider {
-			if len(t.Native()) > 0 {
+			if t.NativeFormat() == FormatOpenAI {
 				out = append(out, t.Native())
 			}
 			continue
 		}
-		b, _ := json.Marshal(map[string]any{
-			"type": "function",
-			"function": map[string]any{
-				"name":        t.Name(),
-				"description": t.Description(),
-				"parameters":  t.Parameters(),
-			},
-		})
-		out = append(out, b)
+		var b bytes.Buffer
+		b.WriteString(`{"type":"function","function":{"name":`)
+		writeString(&b, t.Name())
+		b.WriteString(`,"description":`)
+		writeString(&b, t.Description())
+		b.WriteString(`,"parameters":`)
+		b.Write(t.Parameters())
+		b.WriteString(`}}`)
+		out = append(out, b.Bytes())
 	}
 	return out
 }
 
-// AnthropicTools exports the tools in the Anthropic Messages format, the parameter schema
-// verbatim as input_schema. Provider tools (server tools such as web search) are exported with
-// their native definition.
+// AnthropicTools exports the tools in the Anthropic Messages format, the parameter schema byte
+// for byte as input_schema. A provider tool (hosted web search) is exported with its native
+// definition when that definition is in the Anthropic format.
 func (r *Registry) AnthropicTools() []json.RawMessage {
 	out := make([]json.RawMessage, 0, len(r.order))
 	for _, t := range r.order {
 		if t.Executor() == Provider {
-			if len(t.Native()) > 0 {
+			if t.NativeFormat() == FormatAnthropic {
 				out = append(out, t.Native())
 			}
 			continue
 		}
-		b, _ := json.Marshal(map[string]any{
-			"name":         t.Name(),
-			"description":  t.Description(),
-			"input_schema": t.Parameters(),
-		})
-		out = append(out, b)
+		var b bytes.Buffer
+		b.WriteString(`{"name":`)
+		writeString(&b, t.Name())
+		b.WriteString(`,"description":`)
+		writeString(&b, t.Description())
+		b.WriteString(`,"input_schema":`)
+		b.Write(t.Parameters())
+		b.WriteString(`}`)
+		out = append(out, b.Bytes())
 	}
 	return out
+}
+
+// writeString writes s as a JSON string. json.Marshal of a map would compact and HTML-escape an
+// embedded json.RawMessage, so the definition is assembled by hand around the verbatim schema.
+func writeString(b *bytes.Buffer, s string) {
+	enc, _ := json.Marshal(s) // a string always encodes
+	b.Write(enc)
 }

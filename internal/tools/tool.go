@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"regexp"
 	"runtime/debug"
@@ -124,6 +125,10 @@ type Spec struct {
 	// Native is a provider tool's own definition (e.g. {"type":"web_search_20250305",…}),
 	// sent to the provider in place of a function definition.
 	Native json.RawMessage
+	// NativeFormat is the export format Native belongs to: "anthropic" (the default when Native
+	// is set) or "openai". A provider tool is exported only in its own format, because a hosted
+	// tool of one provider means nothing to another (see Registry.OpenAITools).
+	NativeFormat string
 	// Func runs a server tool (and a gated server tool after approval).
 	Func Func
 	// DryRun describes a call; nil uses the default plan.
@@ -202,9 +207,15 @@ func New(s Spec) (*Tool, error) {
 	if s.Timeout < 0 || s.MaxAttempts < 0 || s.MaxOutputBytes < 0 {
 		return bad("timeout, max attempts and max output bytes must not be negative", nil)
 	}
+	if s.MaxOutputBytes != 0 && s.MaxOutputBytes < MinOutputBytes {
+		return bad(fmt.Sprintf("max output bytes must be at least %d", MinOutputBytes), nil)
+	}
 	if r := s.Retention; r.MaxAgeTurns < 0 || r.MaxCount < 0 {
 		return bad("retention limits must not be negative", nil)
 	}
+	// Keep private copies: a Tool is immutable even if the caller reuses its buffers.
+	s.Parameters = clone(s.Parameters)
+	s.ResponseSchema, s.ResultSchema, s.Native = clone(s.ResponseSchema), clone(s.ResultSchema), clone(s.Native)
 	if len(bytes.TrimSpace(s.Parameters)) == 0 {
 		s.Parameters = json.RawMessage(`{"type":"object","properties":{}}`)
 	}
@@ -212,6 +223,13 @@ func New(s Spec) (*Tool, error) {
 	var err error
 	if t.params, err = compileSchema(s.Name, "parameters", s.Parameters); err != nil {
 		return bad("parameter schema does not compile", err)
+	}
+	// Arguments are always a JSON object (both providers require it), so a schema that
+	// declares another type could never accept a call.
+	var top map[string]any
+	_ = json.Unmarshal(s.Parameters, &top)
+	if typ, ok := top["type"]; ok && typ != "object" {
+		return bad(fmt.Sprintf(`parameter schema must have "type": "object", not %v`, typ), nil)
 	}
 	if len(s.ResultSchema) > 0 {
 		if s.Executor != Client {
@@ -233,11 +251,35 @@ func New(s Spec) (*Tool, error) {
 		if s.Executor != Provider {
 			return bad("only a provider tool has a native definition", nil)
 		}
-		if !json.Valid(s.Native) {
-			return bad("native definition is not valid JSON", nil)
+		var native map[string]any
+		if err := json.Unmarshal(s.Native, &native); err != nil || native == nil {
+			return bad("native definition must be a JSON object", err)
 		}
+		if typ, _ := native["type"].(string); typ == "" {
+			return bad(`native definition needs a "type"`, nil)
+		}
+		if n, ok := native["name"]; ok && n != s.Name {
+			return bad(fmt.Sprintf("native definition names %v, not the tool's name", n), nil)
+		}
+		if t.spec.NativeFormat == "" {
+			t.spec.NativeFormat = FormatAnthropic
+		}
+		if t.spec.NativeFormat != FormatAnthropic && t.spec.NativeFormat != FormatOpenAI {
+			return bad(fmt.Sprintf("native format %q is not one of anthropic, openai", t.spec.NativeFormat), nil)
+		}
+	} else if s.Executor == Provider {
+		return bad("a provider tool needs its native definition (it is exported to the provider as is)", nil)
+	} else if s.NativeFormat != "" {
+		return bad("only a provider tool has a native format", nil)
 	}
 	return t, nil
+}
+
+func clone(b json.RawMessage) json.RawMessage {
+	if b == nil {
+		return nil
+	}
+	return append(json.RawMessage{}, b...)
 }
 
 // compileSchema compiles a JSON Schema (draft 2020-12 unless it says otherwise) from memory.
@@ -252,6 +294,11 @@ func compileSchema(tool, part string, raw json.RawMessage) (*jsonschema.Schema, 
 	c := jsonschema.NewCompiler()
 	c.Draft = jsonschema.Draft2020
 	c.AssertFormat = true
+	// A schema is self-contained: no $ref or $schema may make the compiler read a file or the
+	// network (an elicitation schema comes from the model's arguments).
+	c.LoadURL = func(u string) (io.ReadCloser, error) {
+		return nil, fmt.Errorf("schema refers to %q: only self-contained schemas are allowed", u)
+	}
 	url := "mem://tools/" + tool + "/" + part + ".json"
 	if err := c.AddResource(url, bytes.NewReader(raw)); err != nil {
 		return nil, err
@@ -276,6 +323,26 @@ func (t *Tool) Streaming() bool             { return t.spec.Streaming }
 func (t *Tool) Retention() Retention        { return t.spec.Retention }
 func (t *Tool) Timeout() time.Duration      { return t.spec.Timeout }
 func (t *Tool) Native() json.RawMessage     { return t.spec.Native }
+
+// NativeFormat is the export format of a provider tool's native definition ("anthropic" or
+// "openai"), empty for other tools.
+func (t *Tool) NativeFormat() string { return t.spec.NativeFormat }
+
+// ResponseSchema is a human tool's declared form schema, nil when the form comes from the
+// call's arguments.
+func (t *Tool) ResponseSchema() json.RawMessage { return t.spec.ResponseSchema }
+
+// MaxOutputBytes bounds the tool's model-facing envelope (DefaultMaxOutputBytes unless set).
+func (t *Tool) MaxOutputBytes() int {
+	if t.spec.MaxOutputBytes <= 0 {
+		return DefaultMaxOutputBytes
+	}
+	return t.spec.MaxOutputBytes
+}
+
+// HasDryRun reports whether the tool describes its calls with a plan of its own (a
+// side-effecting tool) rather than the default plan.
+func (t *Tool) HasDryRun() bool { return t.spec.DryRun != nil }
 
 // Gated reports whether calls wait for approval before they run.
 func (t *Tool) Gated() bool { return t.spec.Approval == RequiresApproval }
@@ -313,19 +380,13 @@ func (t *Tool) ValidateArgs(raw json.RawMessage) (map[string]any, *Error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		raw = json.RawMessage(`{}`)
 	}
-	var v any
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	if err := dec.Decode(&v); err != nil {
-		return nil, NewError(KindInvalidArgs, "arguments are not valid JSON", map[string]any{"problems": []map[string]any{{"path": "", "message": err.Error()}}})
+	v, err := DecodeJSON(raw)
+	if err != nil {
+		return nil, NewError(KindInvalidArgs, "arguments are not valid JSON: "+err.Error(), problemsDetail("", err.Error()))
 	}
-	if dec.More() {
-		return nil, NewError(KindInvalidArgs, "arguments are not a single JSON value", nil)
-	}
-	v = normalizeNumbers(v)
 	args, ok := v.(map[string]any)
 	if !ok {
-		return nil, NewError(KindInvalidArgs, "arguments must be a JSON object", map[string]any{"problems": []map[string]any{{"path": "", "message": "expected an object"}}})
+		return nil, NewError(KindInvalidArgs, "arguments must be a JSON object", problemsDetail("", "expected an object"))
 	}
 	if e := ValidateValue(t.params, args, "arguments"); e != nil {
 		return nil, e
@@ -333,16 +394,27 @@ func (t *Tool) ValidateArgs(raw json.RawMessage) (map[string]any, *Error) {
 	return args, nil
 }
 
+func problemsDetail(path, msg string) map[string]any {
+	return map[string]any{"problems": []map[string]any{{"path": path, "message": msg}}}
+}
+
 // ValidateValue validates v (decoded from JSON) against s and turns a failure into an
 // invalid_args error whose details list every problem with its instance path.
-func ValidateValue(s *jsonschema.Schema, v any, what string) *Error {
+func ValidateValue(s *jsonschema.Schema, v any, what string) (e *Error) {
+	defer func() {
+		// The validator panics on values that are not JSON (a NaN, a Go struct): that is a
+		// bad value, not a crash.
+		if r := recover(); r != nil {
+			e = NewError(KindInvalidArgs, fmt.Sprintf("%s could not be validated: %v", what, r), problemsDetail("", fmt.Sprint(r)))
+		}
+	}()
 	err := s.Validate(v)
 	if err == nil {
 		return nil
 	}
 	var ve *jsonschema.ValidationError
 	if !errors.As(err, &ve) {
-		return NewError(KindInvalidArgs, what+" could not be validated: "+err.Error(), nil)
+		return NewError(KindInvalidArgs, what+" could not be validated: "+err.Error(), problemsDetail("", err.Error()))
 	}
 	problems := Problems(ve)
 	msgs := make([]string, 0, len(problems))
@@ -380,28 +452,41 @@ func Problems(ve *jsonschema.ValidationError) []map[string]any {
 }
 
 // normalizeNumbers turns json.Number into int64 when integral, else float64, so callbacks see
-// plain Go numbers and jsonschema sees exact integers.
-func normalizeNumbers(v any) any {
+// plain Go numbers and jsonschema sees exact integers. A number beyond float64's range is an
+// error: it could not be encoded again, and the validator cannot compare it.
+func normalizeNumbers(v any) (any, error) {
 	switch x := v.(type) {
 	case json.Number:
 		if i, err := x.Int64(); err == nil {
-			return i
+			return i, nil
 		}
-		f, _ := x.Float64()
-		return f
+		f, err := x.Float64()
+		if err != nil {
+			return nil, fmt.Errorf("number %.40s is out of range", x.String())
+		}
+		return f, nil
 	case map[string]any:
 		for k, e := range x {
-			x[k] = normalizeNumbers(e)
+			n, err := normalizeNumbers(e)
+			if err != nil {
+				return nil, err
+			}
+			x[k] = n
 		}
 	case []any:
 		for i, e := range x {
-			x[i] = normalizeNumbers(e)
+			n, err := normalizeNumbers(e)
+			if err != nil {
+				return nil, err
+			}
+			x[i] = n
 		}
 	}
-	return v
+	return v, nil
 }
 
-// DecodeJSON decodes raw into plain Go values (objects, arrays, strings, float64/int64, bools).
+// DecodeJSON decodes raw, which must hold exactly one JSON value, into plain Go values
+// (objects, arrays, strings, float64/int64, bools).
 func DecodeJSON(raw []byte) (any, error) {
 	var v any
 	dec := json.NewDecoder(bytes.NewReader(raw))
@@ -409,7 +494,11 @@ func DecodeJSON(raw []byte) (any, error) {
 	if err := dec.Decode(&v); err != nil {
 		return nil, err
 	}
-	return normalizeNumbers(v), nil
+	// Decoder.More misses a stray '}' or ']', so look at what is left directly.
+	if rest := bytes.TrimSpace(raw[dec.InputOffset():]); len(rest) > 0 {
+		return nil, errors.New("unexpected data after the JSON value")
+	}
+	return normalizeNumbers(v)
 }
 
 // ValidateResult validates a client tool's result, which the browser controls and is never
@@ -448,9 +537,12 @@ func (o Outcome) Retryable() bool { return o.Err != nil && o.Err.Retryable }
 // Envelope renders the model-facing JSON, bounded to max bytes (0: the default).
 func (o Outcome) Envelope(max int) json.RawMessage {
 	var b json.RawMessage
-	if o.Status == OK {
+	switch {
+	case o.Status == OK:
 		b = OKEnvelope(o.Result)
-	} else {
+	case o.Err == nil:
+		b = ErrorEnvelope(NewError(KindInternal, "internal error", nil))
+	default:
 		b = ErrorEnvelope(o.Err)
 	}
 	return BoundEnvelope(b, max)
@@ -503,18 +595,28 @@ func (t *Tool) Execute(ctx context.Context, call Call, args map[string]any) (out
 
 func (t *Tool) outcome(ctx context.Context, call Call, res any, err error) Outcome {
 	if err == nil {
+		// A result that cannot be encoded would reach the model as an empty internal error
+		// with no reference; make it a proper internal outcome, logged with its cause.
+		if _, merr := json.Marshal(res); merr != nil {
+			return InternalOutcome(call.Logger, t.spec.Name, fmt.Errorf("encode result of %s: %w", t.spec.Name, merr))
+		}
 		return Outcome{Status: OK, Result: res}
 	}
 	var te *Error
-	if errors.As(err, &te) {
+	if errors.As(err, &te) && te != nil {
+		if te.Kind == KindInternal {
+			// A callback's "internal" tool error would show its message to the model;
+			// internal errors are only ever shown as a reference.
+			return InternalOutcome(call.Logger, t.spec.Name, te)
+		}
 		return Outcome{Status: ToolError, Err: te}
 	}
-	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		if errors.Is(err, context.DeadlineExceeded) {
-			e := Errorf(KindTimeout, "tool %s did not finish in time", t.spec.Name)
-			e.Retryable = true
-			return Outcome{Status: ToolError, Err: e}
-		}
+	// Once the deadline (the tool's timeout) has passed, any other error is a consequence of
+	// it: an I/O error need not wrap context.DeadlineExceeded.
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		e := Errorf(KindTimeout, "tool %s did not finish in time", t.spec.Name)
+		e.Retryable = true
+		return Outcome{Status: ToolError, Err: e}
 	}
 	return InternalOutcome(call.Logger, t.spec.Name, err)
 }
