@@ -1,0 +1,123 @@
+package httpadapter
+
+import (
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+)
+
+// Redacted replaces a sensitive value wherever one would be shown or stored.
+const Redacted = "[REDACTED]"
+
+// sensitiveHeaders are the common secret-bearing headers, lower-case.
+var sensitiveHeaders = map[string]bool{
+	"authorization": true, "proxy-authorization": true, "cookie": true, "set-cookie": true,
+	"x-api-key": true, "api-key": true, "apikey": true, "x-auth-token": true, "x-access-token": true,
+	"x-csrf-token": true, "x-xsrf-token": true, "x-amz-security-token": true, "x-goog-api-key": true,
+	"proxy-authenticate": true, "www-authenticate": false,
+}
+
+// sensitiveHeaderParts mark a header as secret-bearing anywhere in its name.
+var sensitiveHeaderParts = []string{"token", "secret", "password", "api-key", "apikey", "session", "credential", "signature", "cookie"}
+
+// IsSensitiveHeader reports whether a header name commonly carries a secret.
+func IsSensitiveHeader(name string) bool {
+	n := strings.ToLower(strings.TrimSpace(name))
+	if v, ok := sensitiveHeaders[n]; ok {
+		return v
+	}
+	for _, p := range sensitiveHeaderParts {
+		if strings.Contains(n, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// sensitiveKeys are payload keys that carry secrets, normalized (lower-case, no '_' or '-').
+var sensitiveKeys = map[string]bool{
+	"password": true, "passwd": true, "pass": true, "pwd": true, "secret": true, "token": true,
+	"apikey": true, "accesstoken": true, "refreshtoken": true, "idtoken": true, "authtoken": true,
+	"bearertoken": true, "sessiontoken": true, "clientsecret": true, "privatekey": true,
+	"authorization": true, "cookie": true, "sessionid": true, "credential": true, "credentials": true,
+	"apisecret": true, "secretkey": true, "accesskey": true, "secretaccesskey": true,
+}
+
+var sensitiveKeySuffixes = []string{"password", "secret", "apikey", "accesstoken", "privatekey", "secretkey"}
+
+// IsSensitiveKey reports whether a payload or query key commonly carries a secret. "max_tokens"
+// is not one: the match is on whole normalized keys and a few telling suffixes.
+func IsSensitiveKey(key string) bool {
+	n := strings.NewReplacer("_", "", "-", "", ".", "", " ", "").Replace(strings.ToLower(key))
+	if sensitiveKeys[n] {
+		return true
+	}
+	for _, s := range sensitiveKeySuffixes {
+		if strings.HasSuffix(n, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// sensitivePaths lists the JSON paths (relative to v, "/"-joined) of sensitive keys in v.
+func sensitivePaths(v any, path string) []string {
+	var out []string
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			p := path + "/" + escapePointer(k)
+			if IsSensitiveKey(k) {
+				out = append(out, p)
+			}
+			out = append(out, sensitivePaths(e, p)...)
+		}
+	case []any:
+		for i, e := range x {
+			out = append(out, sensitivePaths(e, path+"/"+strconv.Itoa(i))...)
+		}
+	}
+	return out
+}
+
+// escapePointer escapes a key for a JSON pointer (RFC 6901).
+func escapePointer(k string) string {
+	return strings.NewReplacer("~", "~0", "/", "~1").Replace(k)
+}
+
+// scalarString formats a string, number or boolean for a URL.
+func scalarString(v any) (string, error) {
+	switch x := v.(type) {
+	case string:
+		return x, nil
+	case bool:
+		return strconv.FormatBool(x), nil
+	case int:
+		return strconv.Itoa(x), nil
+	case int64:
+		return strconv.FormatInt(x, 10), nil
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64), nil
+	case json.Number:
+		return x.String(), nil
+	case nil:
+		return "", errors.New("value is null")
+	}
+	return "", errors.New("value must be a string, number or boolean")
+}
+
+func toFloat(v any) (float64, bool) {
+	switch x := v.(type) {
+	case float64:
+		return x, true
+	case int64:
+		return float64(x), true
+	case int:
+		return float64(x), true
+	case json.Number:
+		f, err := x.Float64()
+		return f, err == nil
+	}
+	return 0, false
+}
