@@ -1,0 +1,324 @@
+// Package openai is the llm.Provider for OpenAI Chat Completions and every server that speaks
+// it (Ollama, vLLM, llama.cpp's server, LM Studio …), built on the official SDK
+// github.com/openai/openai-go/v3. The SDK brings the request encoding, authentication and the
+// SSE decoder; this package adds what the agent needs on top: tool-call argument fragments
+// reassembled by index, text deltas emitted as they arrive, failures mapped to *llm.Error, a
+// stream cut mid-way reported as retryable, and tool-call ids made unique.
+//
+// The SDK's own retries are disabled: the agent's loop is the one retry scheduler, so a failed
+// call comes back at once with its Retry-After.
+package openai
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/param"
+	"github.com/openai/openai-go/v3/packages/ssestream"
+
+	"parley/internal/clock"
+	"parley/internal/llm"
+	"parley/internal/tools"
+)
+
+// Config configures a Provider.
+type Config struct {
+	// APIKey is sent as a bearer token. Local servers (Ollama, llama.cpp) ignore it; when empty,
+	// the SDK falls back to OPENAI_API_KEY from the environment. It is never logged.
+	APIKey string
+	// BaseURL is the API root, e.g. "http://127.0.0.1:11434/v1" for Ollama; empty is OpenAI's.
+	BaseURL string
+	// Model is the model name sent with every request (required).
+	Model string
+	// HTTPClient carries the requests; nil uses http.DefaultClient.
+	HTTPClient *http.Client
+	// Clock reads HTTP-date Retry-After values; nil is the wall clock.
+	Clock clock.Clock
+}
+
+// Provider streams Chat Completions. It is safe for concurrent use.
+type Provider struct {
+	client openai.Client
+	model  string
+}
+
+var _ llm.Provider = (*Provider)(nil)
+
+// New builds a Provider. It refuses an empty model name.
+func New(cfg Config) (*Provider, error) {
+	if strings.TrimSpace(cfg.Model) == "" {
+		return nil, errors.New("openai provider: a model name is required")
+	}
+	clk := cfg.Clock
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	opts := []option.RequestOption{
+		option.WithMaxRetries(0),
+		option.WithMiddleware(llm.StatusMiddleware(clk.Now)),
+	}
+	if cfg.APIKey != "" {
+		opts = append(opts, option.WithAPIKey(cfg.APIKey))
+	}
+	if cfg.BaseURL != "" {
+		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
+	}
+	if cfg.HTTPClient != nil {
+		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
+	}
+	return &Provider{client: openai.NewClient(opts...), model: cfg.Model}, nil
+}
+
+// Name returns "openai:<model>".
+func (p *Provider) Name() string { return "openai:" + p.model }
+
+// ToolFormat returns "openai": Request.Tools are Chat Completions tool definitions.
+func (p *Provider) ToolFormat() string { return "openai" }
+
+// Stream sends req and streams the answer. Text deltas are emitted as they arrive; tool calls
+// are emitted once the answer is complete (their argument fragments may interleave by index
+// until then), in index order. A call whose id is empty, repeats an id of this answer, or
+// repeats an id already used in req.Messages gets a fresh "call_<random>" id: Chat Completions
+// is stateless and only needs the ids of one request to match each other, so the fresh id is
+// the one stored and sent back later, and no mapping to the provider's id is needed.
+func (p *Provider) Stream(ctx context.Context, req llm.Request, emit func(llm.Event) error) (llm.Response, error) {
+	params, err := p.params(req)
+	if err != nil {
+		return llm.Response{}, err
+	}
+	stream := p.client.Chat.Completions.NewStreaming(ctx, params)
+	defer stream.Close()
+
+	var (
+		resp     llm.Response
+		text     strings.Builder
+		calls    = map[int64]*partialCall{}
+		finished bool
+	)
+	for stream.Next() {
+		chunk := stream.Current()
+		if chunk.Usage.PromptTokens != 0 || chunk.Usage.CompletionTokens != 0 {
+			resp.Usage = llm.Usage{InputTokens: int(chunk.Usage.PromptTokens), OutputTokens: int(chunk.Usage.CompletionTokens)}
+		}
+		for _, ch := range chunk.Choices {
+			if ch.Index != 0 {
+				continue // n > 1 is never requested; ignore any extra choice
+			}
+			if d := ch.Delta.Content; d != "" {
+				text.WriteString(d)
+				if err := emit(llm.Event{Type: llm.EventTextDelta, Text: d}); err != nil {
+					return llm.Response{}, err
+				}
+			}
+			for _, tc := range ch.Delta.ToolCalls {
+				pc := calls[tc.Index]
+				if pc == nil {
+					pc = &partialCall{index: tc.Index}
+					calls[tc.Index] = pc
+				}
+				if tc.ID != "" && pc.id == "" {
+					pc.id = tc.ID
+				}
+				if tc.Function.Name != "" && pc.name == "" {
+					pc.name = tc.Function.Name
+				}
+				pc.args.WriteString(tc.Function.Arguments)
+			}
+			if ch.FinishReason != "" {
+				finished = true
+				resp.StopReason = ch.FinishReason
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return llm.Response{}, mapStreamError(ctx, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return llm.Response{}, err
+	}
+	if !finished {
+		return llm.Response{}, llm.StreamCutError(nil)
+	}
+	resp.Text = text.String()
+	resp.ToolCalls = assembleCalls(calls, usedIDs(req.Messages))
+	for i := range resp.ToolCalls {
+		if err := emit(llm.Event{Type: llm.EventToolCall, ToolCall: &resp.ToolCalls[i]}); err != nil {
+			return llm.Response{}, err
+		}
+	}
+	return resp, nil
+}
+
+// partialCall gathers one tool call's fragments.
+type partialCall struct {
+	index int64
+	id    string
+	name  string
+	args  strings.Builder
+}
+
+// assembleCalls orders the calls by index and makes their ids unique.
+func assembleCalls(calls map[int64]*partialCall, used map[string]bool) []llm.ToolCall {
+	if len(calls) == 0 {
+		return nil
+	}
+	idx := make([]int64, 0, len(calls))
+	for i := range calls {
+		idx = append(idx, i)
+	}
+	sort.Slice(idx, func(a, b int) bool { return idx[a] < idx[b] })
+	out := make([]llm.ToolCall, 0, len(idx))
+	for _, i := range idx {
+		pc := calls[i]
+		id := pc.id
+		if id == "" || used[id] {
+			id = freshID(used)
+		}
+		used[id] = true
+		out = append(out, llm.ToolCall{ID: id, Name: pc.name, Args: normalizeArgs(pc.args.String())})
+	}
+	return out
+}
+
+// normalizeArgs turns the reassembled argument text into JSON: empty is {}, and text that is
+// not JSON (a model's malformed output) is kept as a JSON string, so the agent's schema check
+// reports invalid_args to the model instead of the raw bytes breaking the log.
+func normalizeArgs(s string) json.RawMessage {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return json.RawMessage(`{}`)
+	}
+	if json.Valid([]byte(s)) {
+		return json.RawMessage(s)
+	}
+	b, _ := json.Marshal(s)
+	return b
+}
+
+// usedIDs collects the tool-call ids the conversation already holds.
+func usedIDs(msgs []llm.Message) map[string]bool {
+	used := map[string]bool{}
+	for _, m := range msgs {
+		for _, tc := range m.ToolCalls {
+			used[tc.ID] = true
+		}
+		if m.ToolCallID != "" {
+			used[m.ToolCallID] = true
+		}
+	}
+	return used
+}
+
+func freshID(used map[string]bool) string {
+	for {
+		var b [12]byte
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+		id := "call_" + hex.EncodeToString(b[:])
+		if !used[id] {
+			return id
+		}
+	}
+}
+
+// mapStreamError maps what the SDK's stream reports. Errors from the status middleware are
+// already *llm.Error; an error event inside the stream is a provider failure worth retrying;
+// a read failure is a stream cut mid-way.
+func mapStreamError(ctx context.Context, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return ctxErr
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var le *llm.Error
+	if errors.As(err, &le) {
+		return le
+	}
+	var se *ssestream.StreamError
+	if errors.As(err, &se) {
+		return &llm.Error{Kind: string(tools.KindProviderHTTPError), Message: streamErrorMessage(se), Retryable: true, Err: err}
+	}
+	var syntax *json.SyntaxError
+	if errors.As(err, &syntax) {
+		return &llm.Error{Kind: string(tools.KindInvalidResponse), Message: "the provider sent a chunk that is not JSON", Retryable: true, Err: err}
+	}
+	return llm.StreamCutError(err)
+}
+
+func streamErrorMessage(se *ssestream.StreamError) string {
+	var body struct {
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(se.Event.Data, &body) == nil && body.Error.Message != "" {
+		return body.Error.Message
+	}
+	return "the provider reported an error in the stream"
+}
+
+// params builds the SDK's request. Tool definitions are sent verbatim (param.Override), as the
+// registry exported them.
+func (p *Provider) params(req llm.Request) (openai.ChatCompletionNewParams, error) {
+	msgs := make([]openai.ChatCompletionMessageParamUnion, 0, len(req.Messages)+1)
+	if req.System != "" {
+		msgs = append(msgs, openai.SystemMessage(req.System))
+	}
+	for i, m := range req.Messages {
+		switch m.Role {
+		case llm.RoleUser:
+			msgs = append(msgs, openai.UserMessage(m.Content))
+		case llm.RoleAssistant:
+			a := openai.ChatCompletionAssistantMessageParam{}
+			if m.Content != "" || len(m.ToolCalls) == 0 {
+				a.Content.OfString = openai.String(m.Content)
+			}
+			for _, tc := range m.ToolCalls {
+				if tc.Provider {
+					continue // provider-hosted calls do not exist in Chat Completions
+				}
+				args := string(tc.Args)
+				if args == "" {
+					args = "{}"
+				}
+				a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
+					OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+						ID:       tc.ID,
+						Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Name, Arguments: args},
+					},
+				})
+			}
+			msgs = append(msgs, openai.ChatCompletionMessageParamUnion{OfAssistant: &a})
+		case llm.RoleTool:
+			msgs = append(msgs, openai.ToolMessage(m.Content, m.ToolCallID))
+		default:
+			return openai.ChatCompletionNewParams{}, fmt.Errorf("openai provider: message %d has unknown role %q", i, m.Role)
+		}
+	}
+	params := openai.ChatCompletionNewParams{
+		Model:         p.model,
+		Messages:      msgs,
+		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
+	}
+	for i, t := range req.Tools {
+		if !json.Valid(t) {
+			return openai.ChatCompletionNewParams{}, fmt.Errorf("openai provider: tool %d is not valid JSON", i)
+		}
+		ft := param.Override[openai.ChatCompletionFunctionToolParam](json.RawMessage(t))
+		params.Tools = append(params.Tools, openai.ChatCompletionToolUnionParam{OfFunction: &ft})
+	}
+	if req.MaxTokens > 0 {
+		// max_tokens rather than max_completion_tokens: every compatible server reads it.
+		params.MaxTokens = openai.Int(int64(req.MaxTokens))
+	}
+	return params, nil
+}
