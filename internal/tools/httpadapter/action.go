@@ -207,7 +207,9 @@ func policyProblems(r *ActionRequest, opts ActionOptions) []Problem {
 // problem found.
 func parseRequest(m map[string]any) (*ActionRequest, []Problem) {
 	var ps []Problem
-	add := func(path, format string, args ...any) { ps = append(ps, Problem{Path: path, Message: fmt.Sprintf(format, args...)}) }
+	add := func(path, format string, args ...any) {
+		ps = append(ps, Problem{Path: path, Message: fmt.Sprintf(format, args...)})
+	}
 	r := &ActionRequest{}
 	if m == nil {
 		return nil, []Problem{{Path: "", Message: "the request must be an object"}}
