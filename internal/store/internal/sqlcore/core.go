@@ -1,0 +1,765 @@
+package sqlcore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"parley/internal/clock"
+	"parley/internal/store"
+)
+
+// Core implements store.Store over an adapted DB.
+type Core struct {
+	DB      DB
+	Dialect Dialect
+	Clock   clock.Clock
+}
+
+func (c *Core) now() time.Time { return ts(c.Clock.Now()) }
+
+// queryRow scans the first row into dest; no row → store.ErrNotFound.
+func queryRow(ctx context.Context, q Querier, sql string, args []any, dest ...any) error {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return store.ErrNotFound
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return err
+	}
+	rows.Close()
+	return rows.Err()
+}
+
+// queryAll scans every row with scan.
+func queryAll[T any](ctx context.Context, q Querier, sql string, args []any, scan func(Rows) (T, error)) ([]T, error) {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// inTx runs f in a write transaction, committing when it returns nil and rolling back otherwise.
+func (c *Core) inTx(ctx context.Context, f func(Tx) error) (err error) {
+	tx, err := c.DB.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx)) // the error that made us roll back is the one to report
+		}
+	}()
+	if err := f(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// values builds "($1,$2),($3,$4)…" for n rows of width columns, numbering from first.
+func values(rows, width, first int) string {
+	var b strings.Builder
+	p := first
+	for r := range rows {
+		if r > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('(')
+		for col := range width {
+			if col > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(p))
+			p++
+		}
+		b.WriteByte(')')
+	}
+	return b.String()
+}
+
+// maxParams keeps one statement under both drivers' bound-parameter limits.
+const maxParams = 30000
+
+// insertMany runs head + VALUES … + tail for rows, in chunks under maxParams.
+func insertMany(ctx context.Context, q Querier, head, tail string, rows [][]any) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	width := len(rows[0])
+	per := max(1, maxParams/width)
+	for chunk := range slices.Chunk(rows, per) {
+		args := make([]any, 0, len(chunk)*width)
+		for _, r := range chunk {
+			args = append(args, r...)
+		}
+		if _, err := q.Exec(ctx, head+" VALUES "+values(len(chunk), width, 1)+" "+tail, args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// placeholders returns "$first,…" for n values.
+func placeholders(n, first int) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = "$" + strconv.Itoa(first+i)
+	}
+	return strings.Join(parts, ",")
+}
+
+// lastByKey keeps the last element for each key, in first-seen order: several upserts of one
+// key in one batch mean its last value.
+func lastByKey[T any](xs []T, key func(T) string) []T {
+	idx := make(map[string]int, len(xs))
+	var out []T
+	for _, x := range xs {
+		k := key(x)
+		if i, ok := idx[k]; ok {
+			out[i] = x
+			continue
+		}
+		idx[k] = len(out)
+		out = append(out, x)
+	}
+	return out
+}
+
+func limitOrAll(n int) int {
+	if n <= 0 {
+		return math.MaxInt32
+	}
+	return n
+}
+
+// ---- users, sessions, tokens, settings ----
+
+const userCols = `id, name, role, password_hash, created_at`
+
+func scanUser(r Rows) (store.User, error) {
+	var u store.User
+	var role string
+	err := r.Scan(&u.ID, &u.Name, &role, &u.PasswordHash, &u.CreatedAt)
+	u.Role = store.Role(role)
+	return u, err
+}
+
+// CreateUser implements store.Store.
+func (c *Core) CreateUser(ctx context.Context, u store.User) (store.User, error) {
+	if u.ID == "" {
+		u.ID = NewID()
+	}
+	if u.Role == "" {
+		u.Role = store.RoleMember
+	}
+	if u.CreatedAt.IsZero() {
+		u.CreatedAt = c.now()
+	}
+	u.CreatedAt = ts(u.CreatedAt)
+	if _, err := c.DB.Exec(ctx, `INSERT INTO users (`+userCols+`) VALUES ($1,$2,$3,$4,$5)`,
+		u.ID, u.Name, string(u.Role), u.PasswordHash, u.CreatedAt); err != nil {
+		return store.User{}, fmt.Errorf("create user %q: %w", u.Name, err)
+	}
+	return u, nil
+}
+
+// UserByID implements store.Store.
+func (c *Core) UserByID(ctx context.Context, id string) (store.User, error) {
+	return c.oneUser(ctx, `WHERE id = $1`, id)
+}
+
+// UserByName implements store.Store.
+func (c *Core) UserByName(ctx context.Context, name string) (store.User, error) {
+	return c.oneUser(ctx, `WHERE name = $1`, name)
+}
+
+func (c *Core) oneUser(ctx context.Context, where, arg string) (store.User, error) {
+	us, err := queryAll(ctx, c.DB, `SELECT `+userCols+` FROM users `+where, []any{arg}, scanUser)
+	if err != nil {
+		return store.User{}, fmt.Errorf("user %q: %w", arg, err)
+	}
+	if len(us) == 0 {
+		return store.User{}, fmt.Errorf("user %q: %w", arg, store.ErrNotFound)
+	}
+	return us[0], nil
+}
+
+// ListUsers implements store.Store: oldest first.
+func (c *Core) ListUsers(ctx context.Context) ([]store.User, error) {
+	us, err := queryAll(ctx, c.DB, `SELECT `+userCols+` FROM users ORDER BY created_at, name`, nil, scanUser)
+	if err != nil {
+		return nil, fmt.Errorf("list users: %w", err)
+	}
+	return us, nil
+}
+
+// CountUsers implements store.Store.
+func (c *Core) CountUsers(ctx context.Context) (int, error) {
+	var n int64
+	if err := queryRow(ctx, c.DB, `SELECT count(*) FROM users`, nil, &n); err != nil {
+		return 0, fmt.Errorf("count users: %w", err)
+	}
+	return int(n), nil
+}
+
+// SetUserRole implements store.Store.
+func (c *Core) SetUserRole(ctx context.Context, id string, role store.Role) error {
+	n, err := c.DB.Exec(ctx, `UPDATE users SET role = $1 WHERE id = $2`, string(role), id)
+	if err != nil {
+		return fmt.Errorf("set role of user %q: %w", id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("set role of user %q: %w", id, store.ErrNotFound)
+	}
+	return nil
+}
+
+// CreateSession implements store.Store.
+func (c *Core) CreateSession(ctx context.Context, s store.Session) error {
+	if s.CreatedAt.IsZero() {
+		s.CreatedAt = c.now()
+	}
+	if _, err := c.DB.Exec(ctx, `INSERT INTO sessions (token_hash, user_id, csrf, expires_at, created_at) VALUES ($1,$2,$3,$4,$5)`,
+		s.TokenHash, s.UserID, s.CSRF, ts(s.ExpiresAt), ts(s.CreatedAt)); err != nil {
+		return fmt.Errorf("create session for user %q: %w", s.UserID, err)
+	}
+	return nil
+}
+
+// SessionByHash implements store.Store: an expired session is not found.
+func (c *Core) SessionByHash(ctx context.Context, hash []byte) (store.Session, error) {
+	var s store.Session
+	err := queryRow(ctx, c.DB, `SELECT token_hash, user_id, csrf, expires_at, created_at FROM sessions WHERE token_hash = $1 AND expires_at > $2`,
+		[]any{hash, c.now()}, &s.TokenHash, &s.UserID, &s.CSRF, &s.ExpiresAt, &s.CreatedAt)
+	if err != nil {
+		return store.Session{}, fmt.Errorf("session: %w", err)
+	}
+	return s, nil
+}
+
+// DeleteSession implements store.Store; deleting a missing session is not an error.
+func (c *Core) DeleteSession(ctx context.Context, hash []byte) error {
+	if _, err := c.DB.Exec(ctx, `DELETE FROM sessions WHERE token_hash = $1`, hash); err != nil {
+		return fmt.Errorf("delete session: %w", err)
+	}
+	return nil
+}
+
+const tokenCols = `id, user_id, name, hash, created_at, last_used_at, revoked_at`
+
+func scanToken(r Rows) (store.APIToken, error) {
+	var t store.APIToken
+	err := r.Scan(&t.ID, &t.UserID, &t.Name, &t.Hash, &t.CreatedAt, &t.LastUsedAt, &t.RevokedAt)
+	return t, err
+}
+
+// CreateAPIToken implements store.Store.
+func (c *Core) CreateAPIToken(ctx context.Context, t store.APIToken) (store.APIToken, error) {
+	if t.ID == "" {
+		t.ID = NewID()
+	}
+	if t.CreatedAt.IsZero() {
+		t.CreatedAt = c.now()
+	}
+	t.CreatedAt = ts(t.CreatedAt)
+	if _, err := c.DB.Exec(ctx, `INSERT INTO api_tokens (`+tokenCols+`) VALUES ($1,$2,$3,$4,$5,$6,$7)`,
+		t.ID, t.UserID, t.Name, t.Hash, t.CreatedAt, tsPtr(t.LastUsedAt), tsPtr(t.RevokedAt)); err != nil {
+		return store.APIToken{}, fmt.Errorf("create API token %q: %w", t.Name, err)
+	}
+	return c.tokenBy(ctx, `id = $1`, t.ID)
+}
+
+func (c *Core) tokenBy(ctx context.Context, where string, arg any) (store.APIToken, error) {
+	ts, err := queryAll(ctx, c.DB, `SELECT `+tokenCols+` FROM api_tokens WHERE `+where, []any{arg}, scanToken)
+	if err != nil {
+		return store.APIToken{}, fmt.Errorf("API token: %w", err)
+	}
+	if len(ts) == 0 {
+		return store.APIToken{}, fmt.Errorf("API token: %w", store.ErrNotFound)
+	}
+	return ts[0], nil
+}
+
+// APITokenByHash implements store.Store: a revoked token is not found.
+func (c *Core) APITokenByHash(ctx context.Context, hash []byte) (store.APIToken, error) {
+	return c.tokenBy(ctx, `hash = $1 AND revoked_at IS NULL`, hash)
+}
+
+// ListAPITokens implements store.Store: the user's tokens, revoked ones included, newest first.
+func (c *Core) ListAPITokens(ctx context.Context, userID string) ([]store.APIToken, error) {
+	ts, err := queryAll(ctx, c.DB, `SELECT `+tokenCols+` FROM api_tokens WHERE user_id = $1 ORDER BY created_at DESC, id`, []any{userID}, scanToken)
+	if err != nil {
+		return nil, fmt.Errorf("list API tokens of user %q: %w", userID, err)
+	}
+	return ts, nil
+}
+
+// RevokeAPIToken implements store.Store. Revoking twice keeps the first revocation time;
+// another user's token or a missing one is store.ErrNotFound.
+func (c *Core) RevokeAPIToken(ctx context.Context, userID, id string) error {
+	n, err := c.DB.Exec(ctx, `UPDATE api_tokens SET revoked_at = COALESCE(revoked_at, $1) WHERE user_id = $2 AND id = $3`, c.now(), userID, id)
+	if err != nil {
+		return fmt.Errorf("revoke API token %q: %w", id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("revoke API token %q: %w", id, store.ErrNotFound)
+	}
+	return nil
+}
+
+// GetSetting implements store.Store.
+func (c *Core) GetSetting(ctx context.Context, key string) (string, error) {
+	var v string
+	if err := queryRow(ctx, c.DB, `SELECT value FROM settings WHERE key = $1`, []any{key}, &v); err != nil {
+		return "", fmt.Errorf("setting %q: %w", key, err)
+	}
+	return v, nil
+}
+
+// SetSetting implements store.Store.
+func (c *Core) SetSetting(ctx context.Context, key, value string) error {
+	if _, err := c.DB.Exec(ctx, `INSERT INTO settings (key, value) VALUES ($1,$2) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, value); err != nil {
+		return fmt.Errorf("set setting %q: %w", key, err)
+	}
+	return nil
+}
+
+// ---- conversations and logs ----
+
+const convCols = `id, owner_id, title, status, last_seq, created_at, updated_at`
+
+func scanConv(r Rows) (store.Conversation, error) {
+	var c store.Conversation
+	err := r.Scan(&c.ID, &c.OwnerID, &c.Title, &c.Status, &c.LastSeq, &c.CreatedAt, &c.UpdatedAt)
+	return c, err
+}
+
+// CreateConversation implements store.Store. LastSeq starts at 0 whatever the caller set.
+func (c *Core) CreateConversation(ctx context.Context, cv store.Conversation) (store.Conversation, error) {
+	if cv.ID == "" {
+		cv.ID = NewID()
+	}
+	if cv.Status == "" {
+		cv.Status = store.StatusIdle
+	}
+	now := c.now()
+	cv.LastSeq, cv.CreatedAt, cv.UpdatedAt = 0, now, now
+	if _, err := c.DB.Exec(ctx, `INSERT INTO conversations (`+convCols+`) VALUES ($1,$2,$3,$4,$5,$6,$7)`,
+		cv.ID, cv.OwnerID, cv.Title, cv.Status, cv.LastSeq, cv.CreatedAt, cv.UpdatedAt); err != nil {
+		return store.Conversation{}, fmt.Errorf("create conversation: %w", err)
+	}
+	return cv, nil
+}
+
+// GetConversation implements store.Store.
+func (c *Core) GetConversation(ctx context.Context, id string) (store.Conversation, error) {
+	cs, err := queryAll(ctx, c.DB, `SELECT `+convCols+` FROM conversations WHERE id = $1`, []any{id}, scanConv)
+	if err != nil {
+		return store.Conversation{}, fmt.Errorf("conversation %q: %w", id, err)
+	}
+	if len(cs) == 0 {
+		return store.Conversation{}, fmt.Errorf("conversation %q: %w", id, store.ErrNotFound)
+	}
+	return cs[0], nil
+}
+
+// ListConversations implements store.Store: the owner's conversations (every one when ownerID
+// is empty), most recently updated first.
+func (c *Core) ListConversations(ctx context.Context, ownerID string) ([]store.Conversation, error) {
+	q := `SELECT ` + convCols + ` FROM conversations`
+	var args []any
+	if ownerID != "" {
+		q += ` WHERE owner_id = $1`
+		args = append(args, ownerID)
+	}
+	cs, err := queryAll(ctx, c.DB, q+` ORDER BY updated_at DESC, created_at DESC, id`, args, scanConv)
+	if err != nil {
+		return nil, fmt.Errorf("list conversations: %w", err)
+	}
+	return cs, nil
+}
+
+// ListActive implements store.Store.
+func (c *Core) ListActive(ctx context.Context) ([]store.Conversation, error) {
+	cs, err := queryAll(ctx, c.DB, `SELECT `+convCols+` FROM conversations WHERE status <> $1 ORDER BY updated_at, id`, []any{store.StatusIdle}, scanConv)
+	if err != nil {
+		return nil, fmt.Errorf("list active conversations: %w", err)
+	}
+	return cs, nil
+}
+
+// Append implements store.Store. Everything in b belongs to conversationID whatever its rows
+// say. Within one batch, removals (Cancel, DoneSteps) apply before Schedule and Steps, and
+// a call, timer or step listed twice takes its last value. A ToolCall is upserted whole: every
+// field is replaced except CreatedAt, and Seq when zero; a zero Seq of a call whose tool_call
+// entry is in the same batch takes that entry's sequence.
+func (c *Core) Append(ctx context.Context, conversationID string, afterSeq int64, b store.Batch) (int64, error) {
+	now := c.now()
+	last := afterSeq + int64(len(b.Entries))
+	err := c.inTx(ctx, func(tx Tx) error {
+		n, err := tx.Exec(ctx, `UPDATE conversations SET last_seq = $1, updated_at = $2, status = COALESCE(NULLIF($3, ''), status) WHERE id = $4 AND last_seq = $5`,
+			last, now, b.Status, conversationID, afterSeq)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			var at int64
+			if err := queryRow(ctx, tx, `SELECT last_seq FROM conversations WHERE id = $1`, []any{conversationID}, &at); err != nil {
+				return err
+			}
+			return fmt.Errorf("log is at %d, not %d: %w", at, afterSeq, store.ErrConflict)
+		}
+		return writeBatch(ctx, tx, conversationID, afterSeq, now, b)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("append to conversation %q: %w", conversationID, err)
+	}
+	return last, nil
+}
+
+func writeBatch(ctx context.Context, tx Tx, conv string, afterSeq int64, now time.Time, b store.Batch) error {
+	callSeq := map[string]int64{}
+	rows := make([][]any, len(b.Entries))
+	for i, e := range b.Entries {
+		seq := afterSeq + int64(i) + 1
+		if e.Type == store.EntryToolCall && e.ToolCallID != "" {
+			callSeq[e.ToolCallID] = seq
+		}
+		rows[i] = []any{conv, seq, string(e.Type), e.ToolCallID, e.Actor, jsonArg(e.Data), now}
+	}
+	if err := insertMany(ctx, tx, `INSERT INTO entries (conversation_id, seq, type, tool_call_id, actor, data, created_at)`, "", rows); err != nil {
+		return fmt.Errorf("entries: %w", err)
+	}
+
+	calls := lastByKey(b.Calls, func(tc store.ToolCall) string { return tc.ToolCallID })
+	rows = rows[:0]
+	for _, tc := range calls {
+		seq := tc.Seq
+		if seq == 0 {
+			seq = callSeq[tc.ToolCallID]
+		}
+		created := now
+		if !tc.CreatedAt.IsZero() {
+			created = ts(tc.CreatedAt)
+		}
+		rows = append(rows, []any{conv, tc.ToolCallID, tc.Name, tc.Executor, tc.Approval, tc.Approvers, tc.Status, tc.PendingKind,
+			jsonArg(tc.Args), jsonArg(tc.Result), jsonArg(tc.Prompt), tsPtr(tc.ExpiresAt), seq, created, now})
+	}
+	if err := insertMany(ctx, tx, `INSERT INTO tool_calls (conversation_id, tool_call_id, name, executor, approval, approvers, status, pending_kind, args, result, prompt, expires_at, seq, created_at, updated_at)`,
+		`ON CONFLICT (conversation_id, tool_call_id) DO UPDATE SET name = excluded.name, executor = excluded.executor, approval = excluded.approval,
+		approvers = excluded.approvers, status = excluded.status, pending_kind = excluded.pending_kind, args = excluded.args, result = excluded.result,
+		prompt = excluded.prompt, expires_at = excluded.expires_at, seq = CASE WHEN excluded.seq = 0 THEN tool_calls.seq ELSE excluded.seq END,
+		updated_at = excluded.updated_at`, rows); err != nil {
+		return fmt.Errorf("tool calls: %w", err)
+	}
+
+	if len(b.Cancel) > 0 {
+		if _, err := tx.Exec(ctx, `DELETE FROM expiries WHERE conversation_id = $1 AND tool_call_id IN (`+placeholders(len(b.Cancel), 2)+`)`,
+			append([]any{conv}, anySlice(b.Cancel)...)...); err != nil {
+			return fmt.Errorf("cancel expiries: %w", err)
+		}
+	}
+	rows = rows[:0]
+	for _, e := range lastByKey(b.Schedule, func(e store.Expiry) string { return e.ToolCallID }) {
+		rows = append(rows, []any{conv, e.ToolCallID, ts(e.At)})
+	}
+	if err := insertMany(ctx, tx, `INSERT INTO expiries (conversation_id, tool_call_id, at)`,
+		`ON CONFLICT (conversation_id, tool_call_id) DO UPDATE SET at = excluded.at, claimed_until = NULL`, rows); err != nil {
+		return fmt.Errorf("schedule expiries: %w", err)
+	}
+
+	if len(b.DoneSteps) > 0 {
+		if _, err := tx.Exec(ctx, `DELETE FROM steps WHERE conversation_id = $1 AND key IN (`+placeholders(len(b.DoneSteps), 2)+`)`,
+			append([]any{conv}, anySlice(b.DoneSteps)...)...); err != nil {
+			return fmt.Errorf("done steps: %w", err)
+		}
+	}
+	rows = rows[:0]
+	for _, s := range lastByKey(b.Steps, func(s store.Step) string { return s.Key }) {
+		rows = append(rows, []any{conv, s.Key, int64(s.Attempts), tsPtr(s.NextAttemptAt), s.LastError, now})
+	}
+	if err := insertMany(ctx, tx, `INSERT INTO steps (conversation_id, key, attempts, next_attempt_at, last_error, updated_at)`,
+		`ON CONFLICT (conversation_id, key) DO UPDATE SET attempts = excluded.attempts, next_attempt_at = excluded.next_attempt_at,
+		last_error = excluded.last_error, updated_at = excluded.updated_at`, rows); err != nil {
+		return fmt.Errorf("steps: %w", err)
+	}
+
+	rows = rows[:0]
+	for _, a := range b.Audit {
+		at := now
+		if !a.At.IsZero() {
+			at = ts(a.At)
+		}
+		rows = append(rows, []any{conv, a.ToolCallID, a.Tool, a.ActorID, a.Action, a.Reason, a.ArgsHash, at})
+	}
+	if err := insertMany(ctx, tx, `INSERT INTO audit (conversation_id, tool_call_id, tool, actor_id, action, reason, args_hash, at)`, "", rows); err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	return nil
+}
+
+func anySlice(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+// Log implements store.Store. A conversation that does not exist is store.ErrNotFound.
+func (c *Core) Log(ctx context.Context, conversationID string, afterSeq int64) ([]store.Entry, error) {
+	es, err := queryAll(ctx, c.DB, `SELECT seq, type, tool_call_id, actor, data, created_at FROM entries WHERE conversation_id = $1 AND seq > $2 ORDER BY seq`,
+		[]any{conversationID, afterSeq}, func(r Rows) (store.Entry, error) {
+			var e store.Entry
+			var typ string
+			err := r.Scan(&e.Seq, &typ, &e.ToolCallID, &e.Actor, &e.Data, &e.CreatedAt)
+			e.Type = store.EntryType(typ)
+			return e, err
+		})
+	if err != nil {
+		return nil, fmt.Errorf("log of conversation %q: %w", conversationID, err)
+	}
+	if len(es) == 0 {
+		if _, err := c.GetConversation(ctx, conversationID); err != nil {
+			return nil, fmt.Errorf("log: %w", err)
+		}
+	}
+	return es, nil
+}
+
+const callCols = `tc.conversation_id, tc.tool_call_id, tc.name, tc.executor, tc.approval, tc.approvers, tc.status, tc.pending_kind,
+	tc.args, tc.result, tc.prompt, tc.expires_at, tc.seq, tc.created_at, tc.updated_at`
+
+func callDest(tc *store.ToolCall) []any {
+	return []any{&tc.ConversationID, &tc.ToolCallID, &tc.Name, &tc.Executor, &tc.Approval, &tc.Approvers, &tc.Status, &tc.PendingKind,
+		&tc.Args, &tc.Result, &tc.Prompt, &tc.ExpiresAt, &tc.Seq, &tc.CreatedAt, &tc.UpdatedAt}
+}
+
+func scanCall(r Rows) (store.ToolCall, error) {
+	var tc store.ToolCall
+	err := r.Scan(callDest(&tc)...)
+	return tc, err
+}
+
+// ToolCalls implements store.Store.
+func (c *Core) ToolCalls(ctx context.Context, conversationID string) ([]store.ToolCall, error) {
+	cs, err := queryAll(ctx, c.DB, `SELECT `+callCols+` FROM tool_calls tc WHERE tc.conversation_id = $1 ORDER BY tc.seq, tc.created_at, tc.tool_call_id`,
+		[]any{conversationID}, scanCall)
+	if err != nil {
+		return nil, fmt.Errorf("tool calls of conversation %q: %w", conversationID, err)
+	}
+	return cs, nil
+}
+
+// GetToolCall implements store.Store.
+func (c *Core) GetToolCall(ctx context.Context, conversationID, toolCallID string) (store.ToolCall, error) {
+	cs, err := queryAll(ctx, c.DB, `SELECT `+callCols+` FROM tool_calls tc WHERE tc.conversation_id = $1 AND tc.tool_call_id = $2`,
+		[]any{conversationID, toolCallID}, scanCall)
+	if err != nil {
+		return store.ToolCall{}, fmt.Errorf("tool call %q: %w", toolCallID, err)
+	}
+	if len(cs) == 0 {
+		return store.ToolCall{}, fmt.Errorf("tool call %q of conversation %q: %w", toolCallID, conversationID, store.ErrNotFound)
+	}
+	return cs[0], nil
+}
+
+// ListPending implements store.Store: awaiting calls, newest first (by creation, then log order).
+func (c *Core) ListPending(ctx context.Context, f store.PendingFilter) ([]store.PendingCall, error) {
+	args := []any{store.CallAwaiting}
+	q := `SELECT ` + callCols + `, c.owner_id, c.title FROM tool_calls tc JOIN conversations c ON c.id = tc.conversation_id WHERE tc.status = $1`
+	add := func(cond, v string) {
+		if v != "" {
+			args = append(args, v)
+			q += ` AND ` + cond + ` = $` + strconv.Itoa(len(args))
+		}
+	}
+	add("tc.pending_kind", f.Kind)
+	add("tc.approvers", f.Approvers)
+	add("c.owner_id", f.OwnerID)
+	args = append(args, int64(limitOrAll(f.Limit)))
+	q += ` ORDER BY tc.created_at DESC, tc.seq DESC, tc.conversation_id, tc.tool_call_id LIMIT $` + strconv.Itoa(len(args))
+	ps, err := queryAll(ctx, c.DB, q, args, func(r Rows) (store.PendingCall, error) {
+		var p store.PendingCall
+		err := r.Scan(append(callDest(&p.ToolCall), &p.OwnerID, &p.Title)...)
+		return p, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list pending calls: %w", err)
+	}
+	return ps, nil
+}
+
+// ---- timers, steps, outbox, audit ----
+
+// ScheduleExpiry implements store.Store: it replaces the call's timer and drops any claim on it.
+func (c *Core) ScheduleExpiry(ctx context.Context, e store.Expiry) error {
+	if _, err := c.DB.Exec(ctx, `INSERT INTO expiries (conversation_id, tool_call_id, at) VALUES ($1,$2,$3)
+		ON CONFLICT (conversation_id, tool_call_id) DO UPDATE SET at = excluded.at, claimed_until = NULL`,
+		e.ConversationID, e.ToolCallID, ts(e.At)); err != nil {
+		return fmt.Errorf("schedule expiry of call %q: %w", e.ToolCallID, err)
+	}
+	return nil
+}
+
+// CancelExpiry implements store.Store; cancelling a missing timer is not an error.
+func (c *Core) CancelExpiry(ctx context.Context, conversationID, toolCallID string) error {
+	if _, err := c.DB.Exec(ctx, `DELETE FROM expiries WHERE conversation_id = $1 AND tool_call_id = $2`, conversationID, toolCallID); err != nil {
+		return fmt.Errorf("cancel expiry of call %q: %w", toolCallID, err)
+	}
+	return nil
+}
+
+// ClaimDueExpiries implements store.Store, earliest first.
+func (c *Core) ClaimDueExpiries(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]store.Expiry, error) {
+	if lease <= 0 {
+		return nil, errors.New("claim expiries: lease must be positive")
+	}
+	now = ts(now)
+	var out []store.Expiry
+	err := c.inTx(ctx, func(tx Tx) error {
+		var err error
+		out, err = queryAll(ctx, tx, `UPDATE expiries AS e SET claimed_until = $1
+			FROM (SELECT conversation_id, tool_call_id FROM expiries
+			      WHERE at <= $2 AND (claimed_until IS NULL OR claimed_until <= $2)
+			      ORDER BY at, conversation_id, tool_call_id LIMIT $3 `+c.Dialect.SkipLocked+`) AS d
+			WHERE e.conversation_id = d.conversation_id AND e.tool_call_id = d.tool_call_id
+			RETURNING e.conversation_id, e.tool_call_id, e.at`,
+			[]any{ts(now.Add(lease)), now, int64(limitOrAll(limit))}, func(r Rows) (store.Expiry, error) {
+				var e store.Expiry
+				err := r.Scan(&e.ConversationID, &e.ToolCallID, &e.At)
+				return e, err
+			})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim expiries: %w", err)
+	}
+	slices.SortFunc(out, func(a, b store.Expiry) int {
+		if d := a.At.Compare(b.At); d != 0 {
+			return d
+		}
+		return strings.Compare(a.ConversationID+"\x00"+a.ToolCallID, b.ConversationID+"\x00"+b.ToolCallID)
+	})
+	return out, nil
+}
+
+// Steps implements store.Store, ordered by key.
+func (c *Core) Steps(ctx context.Context, conversationID string) ([]store.Step, error) {
+	ss, err := queryAll(ctx, c.DB, `SELECT conversation_id, key, attempts, next_attempt_at, last_error, updated_at FROM steps WHERE conversation_id = $1 ORDER BY key`,
+		[]any{conversationID}, func(r Rows) (store.Step, error) {
+			var s store.Step
+			err := r.Scan(&s.ConversationID, &s.Key, &s.Attempts, &s.NextAttemptAt, &s.LastError, &s.UpdatedAt)
+			return s, err
+		})
+	if err != nil {
+		return nil, fmt.Errorf("steps of conversation %q: %w", conversationID, err)
+	}
+	return ss, nil
+}
+
+const outboxCols = `id, conversation_id, tool_call_id, to_addr, subject, body, created_at`
+
+func scanOutbox(r Rows) (store.OutboxMessage, error) {
+	var m store.OutboxMessage
+	err := r.Scan(&m.ID, &m.ConversationID, &m.ToolCallID, &m.To, &m.Subject, &m.Body, &m.CreatedAt)
+	return m, err
+}
+
+// AddOutbox implements store.Store. ToolCallID is required.
+func (c *Core) AddOutbox(ctx context.Context, m store.OutboxMessage) (store.OutboxMessage, error) {
+	if m.ToolCallID == "" {
+		return store.OutboxMessage{}, errors.New("add outbox message: tool call id is required")
+	}
+	var out store.OutboxMessage
+	err := c.inTx(ctx, func(tx Tx) error {
+		ms, err := queryAll(ctx, tx, `INSERT INTO outbox (conversation_id, tool_call_id, to_addr, subject, body, created_at) VALUES ($1,$2,$3,$4,$5,$6)
+			ON CONFLICT (tool_call_id) DO NOTHING RETURNING `+outboxCols,
+			[]any{m.ConversationID, m.ToolCallID, m.To, m.Subject, m.Body, c.now()}, scanOutbox)
+		if err != nil {
+			return err
+		}
+		if len(ms) == 0 {
+			return queryRow(ctx, tx, `SELECT `+outboxCols+` FROM outbox WHERE tool_call_id = $1`, []any{m.ToolCallID},
+				&out.ID, &out.ConversationID, &out.ToolCallID, &out.To, &out.Subject, &out.Body, &out.CreatedAt)
+		}
+		out = ms[0]
+		return nil
+	})
+	if err != nil {
+		return store.OutboxMessage{}, fmt.Errorf("add outbox message for call %q: %w", m.ToolCallID, err)
+	}
+	return out, nil
+}
+
+// ListOutbox implements store.Store, oldest first.
+func (c *Core) ListOutbox(ctx context.Context, conversationID string) ([]store.OutboxMessage, error) {
+	q, args := `SELECT `+outboxCols+` FROM outbox`, []any(nil)
+	if conversationID != "" {
+		q, args = q+` WHERE conversation_id = $1`, []any{conversationID}
+	}
+	ms, err := queryAll(ctx, c.DB, q+` ORDER BY id`, args, scanOutbox)
+	if err != nil {
+		return nil, fmt.Errorf("list outbox: %w", err)
+	}
+	return ms, nil
+}
+
+// ListAudit implements store.Store.
+func (c *Core) ListAudit(ctx context.Context, f store.AuditFilter) ([]store.AuditRecord, error) {
+	q := `SELECT id, conversation_id, tool_call_id, tool, actor_id, action, reason, args_hash, at FROM audit WHERE 1 = 1`
+	var args []any
+	if f.ConversationID != "" {
+		args = append(args, f.ConversationID)
+		q += ` AND conversation_id = $` + strconv.Itoa(len(args))
+	}
+	if f.ActorID != "" {
+		args = append(args, f.ActorID)
+		q += ` AND actor_id = $` + strconv.Itoa(len(args))
+	}
+	args = append(args, int64(limitOrAll(f.Limit)))
+	q += ` ORDER BY at DESC, id DESC LIMIT $` + strconv.Itoa(len(args))
+	as, err := queryAll(ctx, c.DB, q, args, func(r Rows) (store.AuditRecord, error) {
+		var a store.AuditRecord
+		err := r.Scan(&a.ID, &a.ConversationID, &a.ToolCallID, &a.Tool, &a.ActorID, &a.Action, &a.Reason, &a.ArgsHash, &a.At)
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list audit: %w", err)
+	}
+	return as, nil
+}
+
+// Ping implements store.Store.
+func (c *Core) Ping(ctx context.Context) error {
+	if err := c.DB.Ping(ctx); err != nil {
+		return fmt.Errorf("ping store: %w", err)
+	}
+	return nil
+}

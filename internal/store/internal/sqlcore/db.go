@@ -1,0 +1,80 @@
+// Package sqlcore is the SQL that both stores share. pgstore and sqlitestore each adapt their
+// driver to DB and Tx (placeholders, time encoding, error mapping) and embed Core, which
+// implements every store.Store method on top.
+package sqlcore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"time"
+)
+
+// Querier runs statements. Queries are written with PostgreSQL placeholders ($1, $2 …); an
+// adapter rewrites them for its driver. Arguments are strings, integers, []byte, time.Time (UTC,
+// microseconds) or nil; Scan destinations are *string, *int64, *int, *[]byte, *json.RawMessage,
+// *time.Time and **time.Time (NULL → nil). Errors are mapped: a missing row is not reported here
+// (see QueryRow), a unique violation wraps store.ErrConflict and a foreign-key violation wraps
+// store.ErrNotFound.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (rowsAffected int64, err error)
+	Query(ctx context.Context, sql string, args ...any) (Rows, error)
+}
+
+// Rows is a result set.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close()
+}
+
+// Tx is a write transaction.
+type Tx interface {
+	Querier
+	Commit(ctx context.Context) error
+	Rollback(ctx context.Context) error
+}
+
+// DB is an adapted driver: reads go through Querier, writes through Begin.
+type DB interface {
+	Querier
+	// Begin starts a write transaction. For SQLite it takes the write lock at once (IMMEDIATE).
+	Begin(ctx context.Context) (Tx, error)
+	Ping(ctx context.Context) error
+	Close() error
+}
+
+// Dialect is what differs in the shared SQL.
+type Dialect struct {
+	// SkipLocked is appended to the SELECT that picks due expiries: "FOR UPDATE SKIP LOCKED" on
+	// PostgreSQL, empty on SQLite where the single writer already serializes claims.
+	SkipLocked string
+}
+
+// NewID returns 16 random bytes, hex-encoded: the id of a row whose caller gave none.
+func NewID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // crypto/rand.Read never returns an error
+	return hex.EncodeToString(b)
+}
+
+// ts normalizes a time for storage: UTC, microsecond precision, so both stores round-trip alike.
+func ts(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+// tsPtr is ts for an optional time; nil stays NULL.
+func tsPtr(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return ts(*t)
+}
+
+// jsonArg stores an empty payload as NULL.
+func jsonArg(b json.RawMessage) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return []byte(b)
+}

@@ -1,0 +1,297 @@
+// Package sqlitestore is the embedded store: one SQLite file, no server, no cgo
+// (modernc.org/sqlite, a pure-Go translation of SQLite, so `go run ./cmd/web` works on a fresh
+// machine and cross-compiles).
+//
+// It is for ONE process. Writes go through a single connection (appends serialize, and every
+// write transaction takes the write lock at BEGIN), reads through a small pool of read-only
+// connections that WAL lets run beside the writer. Several handles in one process on one file
+// are safe (the tests open two); several processes are not supported — use PostgreSQL
+// (package pgstore) for that.
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"parley/internal/clock"
+	"parley/internal/store"
+	"parley/internal/store/internal/sqlcore"
+)
+
+// schema is the whole embedded schema; schemaVersion is what PRAGMA user_version says once it
+// is applied. Change both together, and add an upgrade step in migrate.
+//
+//go:embed schema.sql
+var schema string
+
+const schemaVersion = 1
+
+// busyTimeout is how long a statement waits for another handle's write lock.
+const busyTimeout = 10 * time.Second
+
+// readers is the size of the read-only pool.
+const readers = 4
+
+// Store is the embedded store.Store.
+type Store struct {
+	sqlcore.Core
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Option configures Open.
+type Option func(*Store)
+
+// WithClock sets the clock that stamps rows and decides session expiry (default: the wall clock).
+func WithClock(c clock.Clock) Option { return func(s *Store) { s.Clock = c } }
+
+// Open opens or creates the database file at path (creating its directory), applies the schema
+// and returns the store. Only one process may use the file at a time.
+func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("open embedded store: %w", err)
+		}
+	}
+	common := "_pragma=busy_timeout(" + fmt.Sprint(busyTimeout.Milliseconds()) + ")&_pragma=foreign_keys(1)"
+	// synchronous(FULL): a commit is on disk before Append returns — the log is the truth.
+	w, err := sql.Open("sqlite", path+"?"+common+"&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate")
+	if err != nil {
+		return nil, fmt.Errorf("open embedded store %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+	if err := migrate(ctx, w); err != nil {
+		_ = w.Close()
+		return nil, fmt.Errorf("open embedded store %s: %w", path, err)
+	}
+	r, err := sql.Open("sqlite", path+"?"+common+"&_pragma=query_only(1)")
+	if err != nil {
+		_ = w.Close()
+		return nil, fmt.Errorf("open embedded store %s: %w", path, err)
+	}
+	r.SetMaxOpenConns(readers)
+	r.SetMaxIdleConns(readers)
+	s := &Store{Core: sqlcore.Core{DB: &db{w: w, r: r}, Clock: clock.Real{}}}
+	for _, o := range opts {
+		o(s)
+	}
+	return s, nil
+}
+
+// Close closes the file. Closing twice is harmless.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.DB.Close() })
+	return s.closeErr
+}
+
+// migrate applies the schema to a new file and refuses a file written by a newer binary.
+func migrate(ctx context.Context, w *sql.DB) (err error) {
+	tx, err := w.BeginTx(ctx, nil) // IMMEDIATE: two handles opening a new file do not both create it
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback() // the migration error is the one to report
+		}
+	}()
+	var v int
+	if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	switch {
+	case v > schemaVersion:
+		return fmt.Errorf("file is at schema version %d, this binary knows up to %d: %w", v, schemaVersion, store.ErrSchemaTooNew)
+	case v == schemaVersion:
+		return tx.Commit()
+	case v != 0:
+		return fmt.Errorf("file is at unknown schema version %d", v)
+	}
+	if _, err := tx.ExecContext(ctx, schema); err != nil {
+		return fmt.Errorf("create schema: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion)); err != nil {
+		return fmt.Errorf("set schema version: %w", err)
+	}
+	return tx.Commit()
+}
+
+// db adapts database/sql + modernc to sqlcore.DB.
+type db struct {
+	w, r *sql.DB
+	qs   sync.Map // PostgreSQL-style query → SQLite-style query
+}
+
+// rewrite turns $1 placeholders into ?1 (SQLite's numbered parameters).
+func (d *db) rewrite(q string) string {
+	if v, ok := d.qs.Load(q); ok {
+		return v.(string)
+	}
+	b := []byte(q)
+	for i := 0; i+1 < len(b); i++ {
+		if b[i] == '$' && b[i+1] >= '0' && b[i+1] <= '9' {
+			b[i] = '?'
+		}
+	}
+	out := string(b)
+	d.qs.Store(q, out)
+	return out
+}
+
+// args encodes times as microseconds since the epoch.
+func encodeArgs(args []any) []any {
+	out := make([]any, len(args))
+	for i, a := range args {
+		if t, ok := a.(time.Time); ok {
+			out[i] = t.UnixMicro()
+			continue
+		}
+		out[i] = a
+	}
+	return out
+}
+
+// mapErr turns constraint failures into the store's sentinels.
+func mapErr(err error) error {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() {
+		case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+			return fmt.Errorf("%w: %w", store.ErrConflict, err)
+		case sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY:
+			return fmt.Errorf("%w: %w", store.ErrNotFound, err)
+		}
+	}
+	return err
+}
+
+type execQuerier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+func (d *db) exec(ctx context.Context, on execQuerier, q string, args []any) (int64, error) {
+	res, err := on.ExecContext(ctx, d.rewrite(q), encodeArgs(args)...)
+	if err != nil {
+		return 0, mapErr(err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("rows affected: %w", err)
+	}
+	return n, nil
+}
+
+func (d *db) query(ctx context.Context, on execQuerier, q string, args []any) (sqlcore.Rows, error) {
+	rows, err := on.QueryContext(ctx, d.rewrite(q), encodeArgs(args)...)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	return &sqlRows{rows: rows}, nil
+}
+
+// Exec runs a single write statement on the writer connection.
+func (d *db) Exec(ctx context.Context, q string, args ...any) (int64, error) {
+	return d.exec(ctx, d.w, q, args)
+}
+
+// Query reads through the read-only pool.
+func (d *db) Query(ctx context.Context, q string, args ...any) (sqlcore.Rows, error) {
+	return d.query(ctx, d.r, q, args)
+}
+
+func (d *db) Begin(ctx context.Context) (sqlcore.Tx, error) {
+	tx, err := d.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	return &sqlTx{d: d, tx: tx}, nil
+}
+
+func (d *db) Ping(ctx context.Context) error {
+	if err := d.w.PingContext(ctx); err != nil {
+		return err
+	}
+	return d.r.PingContext(ctx)
+}
+
+func (d *db) Close() error {
+	return errors.Join(d.r.Close(), d.w.Close())
+}
+
+type sqlTx struct {
+	d  *db
+	tx *sql.Tx
+}
+
+func (t *sqlTx) Exec(ctx context.Context, q string, args ...any) (int64, error) {
+	return t.d.exec(ctx, t.tx, q, args)
+}
+
+func (t *sqlTx) Query(ctx context.Context, q string, args ...any) (sqlcore.Rows, error) {
+	return t.d.query(ctx, t.tx, q, args)
+}
+
+func (t *sqlTx) Commit(context.Context) error   { return mapErr(t.tx.Commit()) }
+func (t *sqlTx) Rollback(context.Context) error { return t.tx.Rollback() }
+
+// sqlRows decodes the stored forms: microsecond integers into times, NULL blobs into nil JSON.
+type sqlRows struct {
+	rows *sql.Rows
+}
+
+func (r *sqlRows) Next() bool { return r.rows.Next() }
+func (r *sqlRows) Err() error { return mapErr(r.rows.Err()) }
+func (r *sqlRows) Close()     { _ = r.rows.Close() } // Err reports what matters
+
+func (r *sqlRows) Scan(dest ...any) error {
+	scan := make([]any, len(dest))
+	var after []func()
+	for i, d := range dest {
+		switch p := d.(type) {
+		case *time.Time:
+			var v int64
+			scan[i] = &v
+			after = append(after, func() { *p = time.UnixMicro(v).UTC() })
+		case **time.Time:
+			var v sql.NullInt64
+			scan[i] = &v
+			after = append(after, func() {
+				*p = nil
+				if v.Valid {
+					t := time.UnixMicro(v.Int64).UTC()
+					*p = &t
+				}
+			})
+		case *json.RawMessage:
+			var v []byte
+			scan[i] = &v
+			after = append(after, func() { *p = v })
+		default:
+			scan[i] = d
+		}
+	}
+	if err := r.rows.Scan(scan...); err != nil {
+		return err
+	}
+	for _, f := range after {
+		f()
+	}
+	return nil
+}

@@ -1,0 +1,57 @@
+package sqlitestore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"parley/internal/store"
+)
+
+func TestOpenCreatesDirAndReopens(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "nested", "dir", "parley.db")
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.CreateConversation(ctx, store.Conversation{OwnerID: "u1", Title: "hi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq, err := s.Append(ctx, c.ID, 0, store.Batch{Entries: []store.Entry{{Type: store.EntryUserMessage, Actor: "u1", Data: json.RawMessage(`{"text":"hello"}`)}}})
+	if err != nil || seq != 1 {
+		t.Fatalf("append = %d, %v", seq, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(ctx, path)
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	defer s.Close()
+	es, err := s.Log(ctx, c.ID, 0)
+	if err != nil || len(es) != 1 || string(es[0].Data) != `{"text":"hello"}` {
+		t.Fatalf("log after reopen = %+v, %v", es, err)
+	}
+}
+
+func TestOpenRefusesNewerSchema(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "parley.db")
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DB.Exec(ctx, `PRAGMA user_version = 99`); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	_, err = Open(ctx, path)
+	if !errors.Is(err, store.ErrSchemaTooNew) {
+		t.Fatalf("open of a newer file: err = %v, want ErrSchemaTooNew", err)
+	}
+}
