@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"parley/internal/clock"
@@ -19,9 +20,23 @@ type Core struct {
 	DB      DB
 	Dialect Dialect
 	Clock   clock.Clock
+
+	mu   sync.Mutex
+	last time.Time // the newest stamp handed out
 }
 
-func (c *Core) now() time.Time { return ts(c.Clock.Now()) }
+// now stamps a write: the clock's time, UTC, in microseconds, and strictly after the previous
+// stamp of this handle so that "newest first" orders are total even within one microsecond.
+func (c *Core) now() time.Time {
+	t := ts(c.Clock.Now())
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !t.After(c.last) {
+		t = c.last.Add(time.Microsecond)
+	}
+	c.last = t
+	return t
+}
 
 // queryRow scans the first row into dest; no row → store.ErrNotFound.
 func queryRow(ctx context.Context, q Querier, sql string, args []any, dest ...any) error {
@@ -256,7 +271,7 @@ func (c *Core) CreateSession(ctx context.Context, s store.Session) error {
 func (c *Core) SessionByHash(ctx context.Context, hash []byte) (store.Session, error) {
 	var s store.Session
 	err := queryRow(ctx, c.DB, `SELECT token_hash, user_id, csrf, expires_at, created_at FROM sessions WHERE token_hash = $1 AND expires_at > $2`,
-		[]any{hash, c.now()}, &s.TokenHash, &s.UserID, &s.CSRF, &s.ExpiresAt, &s.CreatedAt)
+		[]any{hash, ts(c.Clock.Now())}, &s.TokenHash, &s.UserID, &s.CSRF, &s.ExpiresAt, &s.CreatedAt)
 	if err != nil {
 		return store.Session{}, fmt.Errorf("session: %w", err)
 	}
@@ -645,12 +660,12 @@ func (c *Core) ClaimDueExpiries(ctx context.Context, now time.Time, lease time.D
 	var out []store.Expiry
 	err := c.inTx(ctx, func(tx Tx) error {
 		var err error
-		out, err = queryAll(ctx, tx, `UPDATE expiries AS e SET claimed_until = $1
-			FROM (SELECT conversation_id, tool_call_id FROM expiries
+		out, err = queryAll(ctx, tx, `UPDATE expiries SET claimed_until = $1
+			FROM (SELECT conversation_id AS cid, tool_call_id AS tid FROM expiries
 			      WHERE at <= $2 AND (claimed_until IS NULL OR claimed_until <= $2)
-			      ORDER BY at, conversation_id, tool_call_id LIMIT $3 `+c.Dialect.SkipLocked+`) AS d
-			WHERE e.conversation_id = d.conversation_id AND e.tool_call_id = d.tool_call_id
-			RETURNING e.conversation_id, e.tool_call_id, e.at`,
+			      ORDER BY at, conversation_id, tool_call_id LIMIT $3 `+c.Dialect.SkipLocked+`) AS due
+			WHERE conversation_id = due.cid AND tool_call_id = due.tid
+			RETURNING conversation_id, tool_call_id, at`,
 			[]any{ts(now.Add(lease)), now, int64(limitOrAll(limit))}, func(r Rows) (store.Expiry, error) {
 				var e store.Expiry
 				err := r.Scan(&e.ConversationID, &e.ToolCallID, &e.At)
