@@ -1,0 +1,263 @@
+package web
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"parley/internal/agent"
+	"parley/internal/auth"
+	"parley/internal/store"
+	"parley/internal/tools"
+)
+
+// Cookie names. The session cookie carries a random token whose SHA-256 alone is stored; the
+// pre-session CSRF cookie protects the sign-in and sign-up forms (double submit) before there
+// is a session to hold the token.
+const (
+	sessionCookie = "parley_session"
+	csrfCookie    = "parley_csrf"
+	csrfHeader    = "X-CSRF-Token"
+	csrfField     = "_csrf" // views.CSRFInput writes it
+)
+
+// Context keys.
+const (
+	keyUser      = "parley.user"
+	keySession   = "parley.session"
+	keyVia       = "parley.via"
+	keyAnonCSRF  = "parley.anon_csrf"
+	viaSession   = "session"
+	viaToken     = "token"
+	signupKey    = "signup"
+	signupClosed = "closed"
+)
+
+// currentUser is the signed-in user of the request, or nil.
+func currentUser(c echo.Context) *store.User {
+	u, _ := c.Get(keyUser).(*store.User)
+	return u
+}
+
+// principal is the current user as the agent sees them.
+func principal(c echo.Context) agent.Principal {
+	u := currentUser(c)
+	if u == nil {
+		return agent.Principal{}
+	}
+	via, _ := c.Get(keyVia).(string)
+	return agent.Principal{UserID: u.ID, Role: u.Role, Via: via}
+}
+
+// isReviewer reports whether the user decides approvals of reviewer tools.
+func isReviewer(u *store.User) bool {
+	return u != nil && (u.Role == store.RoleReviewer || u.Role == store.RoleAdmin)
+}
+
+// bearerToken returns the request's Bearer token, or "".
+func bearerToken(r *http.Request) string {
+	h := r.Header.Get("Authorization")
+	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return ""
+}
+
+// authenticate identifies the caller from a Bearer token or the session cookie. A request with
+// an invalid token is refused outright (a script must learn its token is wrong); a stale
+// session cookie is cleared and the request continues anonymously.
+func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		ctx := r.Context()
+		if tok := bearerToken(r); tok != "" {
+			t, err := s.store.APITokenByHash(ctx, auth.Hash(tok))
+			if errors.Is(err, store.ErrNotFound) {
+				return tools.NewError(tools.KindNotAuthenticated, "the API token is invalid or revoked", nil)
+			}
+			if err != nil {
+				return fmt.Errorf("look up API token: %w", err)
+			}
+			u, err := s.store.UserByID(ctx, t.UserID)
+			if err != nil {
+				return fmt.Errorf("load user of token %s: %w", t.ID, err)
+			}
+			c.Set(keyUser, &u)
+			c.Set(keyVia, viaToken)
+			return next(c)
+		}
+		ck, err := r.Cookie(sessionCookie)
+		if err != nil || ck.Value == "" {
+			return next(c)
+		}
+		sess, err := s.store.SessionByHash(ctx, auth.Hash(ck.Value))
+		if errors.Is(err, store.ErrNotFound) || (err == nil && !s.now().Before(sess.ExpiresAt)) {
+			s.clearCookie(c, sessionCookie)
+			return next(c)
+		}
+		if err != nil {
+			return fmt.Errorf("look up session: %w", err)
+		}
+		u, err := s.store.UserByID(ctx, sess.UserID)
+		if errors.Is(err, store.ErrNotFound) {
+			s.clearCookie(c, sessionCookie)
+			return next(c)
+		}
+		if err != nil {
+			return fmt.Errorf("load user of session: %w", err)
+		}
+		c.Set(keyUser, &u)
+		c.Set(keySession, &sess)
+		c.Set(keyVia, viaSession)
+		return next(c)
+	}
+}
+
+// csrfToken is the token the current page's forms carry: the session's, or before sign-in the
+// pre-session cookie's (set here on first use).
+func (s *Server) csrfToken(c echo.Context) string {
+	if sess, ok := c.Get(keySession).(*store.Session); ok {
+		return sess.CSRF
+	}
+	if t, ok := c.Get(keyAnonCSRF).(string); ok {
+		return t
+	}
+	if ck, err := c.Request().Cookie(csrfCookie); err == nil && len(ck.Value) >= 32 {
+		c.Set(keyAnonCSRF, ck.Value)
+		return ck.Value
+	}
+	t := auth.NewSecret("")
+	s.setCookie(c, csrfCookie, t, 0)
+	c.Set(keyAnonCSRF, t)
+	return t
+}
+
+// expectedCSRF is the token an unsafe request must echo, or "" when there is none to match.
+func (s *Server) expectedCSRF(c echo.Context) string {
+	if sess, ok := c.Get(keySession).(*store.Session); ok {
+		return sess.CSRF
+	}
+	if ck, err := c.Request().Cookie(csrfCookie); err == nil {
+		return ck.Value
+	}
+	return ""
+}
+
+// checkCSRF guards every unsafe method. Bearer-token requests are exempt (a browser never
+// attaches one by itself); everything else must pass Go's cross-origin check (Sec-Fetch-Site /
+// Origin) and echo the CSRF token in the form field "_csrf" or the X-CSRF-Token header.
+func (s *Server) checkCSRF(next echo.HandlerFunc) echo.HandlerFunc {
+	cop := http.NewCrossOriginProtection()
+	return func(c echo.Context) error {
+		r := c.Request()
+		switch r.Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions:
+			return next(c)
+		}
+		if via, _ := c.Get(keyVia).(string); via == viaToken {
+			return next(c)
+		}
+		if err := cop.Check(r); err != nil {
+			return errBadCSRF
+		}
+		got := r.Header.Get(csrfHeader)
+		if got == "" && !strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
+			got = c.FormValue(csrfField)
+		}
+		if !auth.Equal(got, s.expectedCSRF(c)) {
+			return errBadCSRF
+		}
+		return next(c)
+	}
+}
+
+// requireUser refuses anonymous callers: pages redirect to the sign-in form, programs get 401.
+func (s *Server) requireUser(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if currentUser(c) != nil {
+			return next(c)
+		}
+		if wantsJSON(c) || c.Request().Method != http.MethodGet {
+			return errNotSignedIn
+		}
+		return c.Redirect(http.StatusSeeOther, "/login?next="+url.QueryEscape(c.Request().URL.RequestURI()))
+	}
+}
+
+// requireRole refuses users without one of roles (403).
+func (s *Server) requireRole(roles ...store.Role) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			u := currentUser(c)
+			if u == nil {
+				return errNotSignedIn
+			}
+			if !slices.Contains(roles, u.Role) {
+				return errForbidden
+			}
+			return next(c)
+		}
+	}
+}
+
+// setCookie sets an HttpOnly, SameSite=Lax cookie (Secure in production); maxAge 0 makes a
+// browser-session cookie.
+func (s *Server) setCookie(c echo.Context, name, value string, maxAge int) {
+	c.SetCookie(&http.Cookie{
+		Name: name, Value: value, Path: "/", MaxAge: maxAge,
+		HttpOnly: true, Secure: s.cfg.Production, SameSite: http.SameSiteLaxMode,
+	})
+}
+
+func (s *Server) clearCookie(c echo.Context, name string) {
+	c.SetCookie(&http.Cookie{
+		Name: name, Value: "", Path: "/", MaxAge: -1,
+		HttpOnly: true, Secure: s.cfg.Production, SameSite: http.SameSiteLaxMode,
+	})
+}
+
+// conversationFor loads conversation id if the current user owns it. Anyone else, and a
+// missing conversation alike, get errConversation (404), so existence does not leak.
+func (s *Server) conversationFor(c echo.Context, id string) (store.Conversation, error) {
+	u := currentUser(c)
+	if u == nil {
+		return store.Conversation{}, errNotSignedIn
+	}
+	conv, err := s.store.GetConversation(c.Request().Context(), id)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Conversation{}, errConversation
+	}
+	if err != nil {
+		return store.Conversation{}, fmt.Errorf("load conversation %s: %w", id, err)
+	}
+	if conv.OwnerID != u.ID {
+		return store.Conversation{}, errConversation
+	}
+	return conv, nil
+}
+
+// signupOpen reports whether new accounts may be created: always when there is none yet (the
+// first becomes the admin), otherwise unless an admin closed sign-up.
+func (s *Server) signupOpen(c echo.Context) (bool, error) {
+	ctx := c.Request().Context()
+	n, err := s.store.CountUsers(ctx)
+	if err != nil {
+		return false, fmt.Errorf("count users: %w", err)
+	}
+	if n == 0 {
+		return true, nil
+	}
+	v, err := s.store.GetSetting(ctx, signupKey)
+	if errors.Is(err, store.ErrNotFound) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read sign-up setting: %w", err)
+	}
+	return v != signupClosed, nil
+}

@@ -1,0 +1,73 @@
+package web
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"parley/internal/store"
+	"parley/internal/tools"
+	"parley/views"
+)
+
+// adminUsers lists accounts with their roles and the sign-up switch.
+func (s *Server) adminUsers(c echo.Context) error {
+	ctx := c.Request().Context()
+	users, err := s.store.ListUsers(ctx)
+	if err != nil {
+		return fmt.Errorf("list users: %w", err)
+	}
+	me := currentUser(c)
+	rows := make([]views.UserRow, len(users))
+	for i, u := range users {
+		rows[i] = views.UserRow{ID: u.ID, Name: u.Name, Role: string(u.Role), CreatedAt: u.CreatedAt.UTC().Format(dateFormat), Self: u.ID == me.ID}
+	}
+	open, err := s.signupOpen(c)
+	if err != nil {
+		return err
+	}
+	return s.render(c, http.StatusOK, views.AdminUsersPage(s.layoutData(c, "Users"), rows, open))
+}
+
+// setRole changes another user's role. An admin cannot change their own, so the app always
+// keeps at least the admin who is acting.
+func (s *Server) setRole(c echo.Context) error {
+	role := store.Role(c.FormValue("role"))
+	switch role {
+	case store.RoleMember, store.RoleReviewer, store.RoleAdmin:
+	default:
+		return tools.Errorf(tools.KindInvalidArgs, "role must be member, reviewer or admin")
+	}
+	id := c.Param("user")
+	if id == currentUser(c).ID {
+		return tools.NewError(tools.KindPermissionDenied, "you cannot change your own role", nil)
+	}
+	err := s.store.SetUserRole(c.Request().Context(), id, role)
+	if errors.Is(err, store.ErrNotFound) {
+		return errNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("set role: %w", err)
+	}
+	s.log.InfoContext(c.Request().Context(), "role changed", "by", currentUser(c).ID, "user_id", id, "role", string(role))
+	return c.Redirect(http.StatusSeeOther, "/admin/users")
+}
+
+// setSignup opens or closes sign-up.
+func (s *Server) setSignup(c echo.Context) error {
+	v := "open"
+	switch c.FormValue("open") {
+	case "true":
+	case "false":
+		v = signupClosed
+	default:
+		return tools.Errorf(tools.KindInvalidArgs, "open must be true or false")
+	}
+	if err := s.store.SetSetting(c.Request().Context(), signupKey, v); err != nil {
+		return fmt.Errorf("set sign-up: %w", err)
+	}
+	s.log.InfoContext(c.Request().Context(), "sign-up switched", "by", currentUser(c).ID, "state", v)
+	return c.Redirect(http.StatusSeeOther, "/admin/users")
+}

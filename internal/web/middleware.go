@@ -1,0 +1,166 @@
+package web
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"parley/internal/tools"
+	"parley/static"
+)
+
+// contentSecurityPolicy allows only the app's own scripts, styles and connections (the socket
+// included), no inline code, no framing, and images only from the app (and data: URLs for
+// small inline icons); model output can therefore never pull in a foreign resource.
+const contentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+	"connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+
+// securityHeaders sets the headers every response carries.
+func securityHeaders(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h := c.Response().Header()
+		h.Set("Content-Security-Policy", contentSecurityPolicy)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "same-origin")
+		h.Set("Cross-Origin-Opener-Policy", "same-origin")
+		h.Set("Permissions-Policy", "geolocation=(self), camera=(), microphone=()")
+		return next(c)
+	}
+}
+
+// recoverPanics turns a handler's panic into an internal error (logged with its stack and a
+// reference by errorHandler) instead of a dropped connection.
+func recoverPanics(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				if r == http.ErrAbortHandler {
+					panic(r)
+				}
+				err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
+			}
+		}()
+		return next(c)
+	}
+}
+
+// requestLog logs one line per request: method, path (never the query, which may carry a
+// secret), status, duration, the user and the conversation when the route names one. Errors are
+// rendered here (through errorHandler) so the logged status is the one sent.
+func (s *Server) requestLog(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := s.now()
+		reqID := tools.NewRef()
+		c.Response().Header().Set("X-Request-ID", reqID)
+		if err := next(c); err != nil {
+			c.Error(err)
+		}
+		r := c.Request()
+		attrs := []slog.Attr{
+			slog.String("method", r.Method),
+			slog.String("path", r.URL.Path),
+			slog.Int("status", c.Response().Status),
+			slog.Duration("duration", s.now().Sub(start)),
+			slog.String("request_id", reqID),
+		}
+		if strings.Contains(c.Path(), "/conversations/:id") {
+			attrs = append(attrs, slog.String("conversation_id", c.Param("id")))
+		}
+		if u := currentUser(c); u != nil {
+			attrs = append(attrs, slog.String("user_id", u.ID))
+		}
+		level := slog.LevelInfo
+		if c.Response().Status >= 500 {
+			level = slog.LevelError
+		}
+		s.log.LogAttrs(r.Context(), level, "request", attrs...)
+		return nil
+	}
+}
+
+// limitBody caps every request body at MaxBodyBytes: a declared length over the cap is refused
+// at once, and an undeclared one fails when reading passes the cap (→ 413).
+func (s *Server) limitBody(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		if r.ContentLength > s.cfg.MaxBodyBytes {
+			return tools.Errorf(tools.KindTooLarge, "the body is larger than %d bytes", s.cfg.MaxBodyBytes)
+		}
+		if r.Body != nil {
+			r.Body = http.MaxBytesReader(c.Response(), r.Body, s.cfg.MaxBodyBytes)
+		}
+		return next(c)
+	}
+}
+
+// limitAPI spends one token of the user's API budget per request.
+func (s *Server) limitAPI(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		u := currentUser(c)
+		if u == nil {
+			return next(c)
+		}
+		if ok, wait := s.limits.api.allow(u.ID); !ok {
+			return rateLimitedError("API requests", retryAfterSeconds(wait))
+		}
+		return next(c)
+	}
+}
+
+// allowMessage spends one token of the current user's message budget: nil, or a 429 error for
+// the handler to return. Both the page's composer and the API call it.
+func (s *Server) allowMessage(c echo.Context) error {
+	u := currentUser(c)
+	if u == nil {
+		return errNotSignedIn
+	}
+	if ok, wait := s.limits.messages.allow(u.ID); !ok {
+		return rateLimitedError("messages", retryAfterSeconds(wait))
+	}
+	return nil
+}
+
+// noStore marks a response as private and never cached (pages with tokens, API answers).
+func noStore(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		c.Response().Header().Set("Cache-Control", "no-store")
+		return next(c)
+	}
+}
+
+// serveStatic answers /static/<hash>/<path>: a year of caching when the hash is current, a
+// revalidated copy when it is an old hash of a known file, 404 otherwise.
+func serveStatic(c echo.Context) error {
+	data, current, ok := static.Lookup(c.Param("hash"), c.Param("*"))
+	if !ok {
+		return errNotFound
+	}
+	h := c.Response().Header()
+	if current {
+		h.Set("Cache-Control", "public, max-age=31536000, immutable")
+	} else {
+		h.Set("Cache-Control", "no-cache")
+	}
+	h.Set("Content-Length", strconv.Itoa(len(data)))
+	return c.Blob(http.StatusOK, contentType(c.Param("*")), data)
+}
+
+func contentType(name string) string {
+	switch {
+	case strings.HasSuffix(name, ".js"):
+		return "text/javascript; charset=utf-8"
+	case strings.HasSuffix(name, ".css"):
+		return "text/css; charset=utf-8"
+	case strings.HasSuffix(name, ".svg"):
+		return "image/svg+xml"
+	case strings.HasSuffix(name, ".png"):
+		return "image/png"
+	}
+	return "application/octet-stream"
+}

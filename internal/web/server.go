@@ -1,0 +1,148 @@
+// Package web is Parley's HTTP face: the route table, sign-in and authorization, the JSON API,
+// Server-Sent Events, the pages and the WebSocket.
+//
+// What page handlers (pages*.go, ws*.go, inbox*.go, render*.go) get from Server:
+//
+//   - s.conv           the agent (Conversations: Send, Resolve, View, Subscribe, AttachClient)
+//   - s.store          the store (store.Store)
+//   - s.clock, s.log   time and logging
+//   - s.stopping       closed at shutdown: sockets close going-away and return
+//   - s.cfg            Config: Production, DemoModel, limits
+//   - currentUser(c)   the signed-in *store.User or nil; principal(c) the agent.Principal
+//   - s.csrfToken(c)   the token every state-changing form carries as the hidden field views.CSRFField ("_csrf";
+//     views.CSRFInput renders it); cookie-authenticated fetches send it as X-CSRF-Token
+//   - s.render(c, status, component)   renders a templ component (buffered; errors → 500)
+//   - s.layoutData(c, title)           views.LayoutData for views.Layout
+//   - staticURL(name)  the content-hashed URL of an asset (static.URL)
+//   - s.requireUser    middleware: pages redirect to /login, the API answers 401
+//   - s.requireRole(roles...) middleware: 403 unless the user has one of the roles
+//   - s.allowMessage(c)  the per-user message budget: nil or a 429 error to return
+//   - s.conversationFor(c, id)  loads a conversation the current user owns, else errConversation (404)
+//   - errors: return a *tools.Error (or any error) from a handler; errorHandler maps its kind to the
+//     status in one place (errors.go) and renders JSON for the API, HTML for pages.
+//
+// Authentication runs globally (session cookie or Bearer token); CSRF is checked globally on every
+// unsafe method except Bearer-authenticated requests. pageRoutes (pages.go) is called last from the
+// route table, so a page route may replace the placeholder "/" redirect.
+package web
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/a-h/templ"
+	"github.com/labstack/echo/v4"
+
+	"parley/internal/agent"
+	"parley/internal/auth"
+	"parley/internal/clock"
+	"parley/internal/store"
+	"parley/internal/tools"
+	"parley/static"
+	"parley/views"
+)
+
+// Conversations is the part of the agent's Manager the web layer drives.
+type Conversations interface {
+	Send(ctx context.Context, convID string, by agent.Principal, text string) error
+	Resolve(ctx context.Context, convID, toolCallID string, r agent.Resolution, by agent.Principal) error
+	View(ctx context.Context, convID string) (agent.View, error)
+	Subscribe(convID string) *agent.Subscription
+	AttachClient(convID string) (detach func())
+}
+
+// Server holds what every handler needs. Its fields are set by New and read-only afterwards;
+// the mutable parts (limiters, throttle) guard themselves.
+type Server struct {
+	cfg      Config
+	store    store.Store
+	conv     Conversations
+	clock    clock.Clock
+	log      *slog.Logger
+	throttle *auth.Throttle
+	limits   *limiters
+	echo     *echo.Echo
+
+	// stopping is closed by Shutdown: long-lived handlers (event streams, sockets) return when
+	// it is, so the HTTP server's graceful shutdown does not wait on them.
+	stopping     chan struct{}
+	stoppingOnce sync.Once
+}
+
+// Deps are the collaborators New wires.
+type Deps struct {
+	Store         store.Store
+	Conversations Conversations
+	Clock         clock.Clock
+	Logger        *slog.Logger
+}
+
+// New builds the server and its route table.
+func New(cfg Config, d Deps) *Server {
+	cfg = cfg.withDefaults()
+	if d.Clock == nil {
+		d.Clock = clock.Real{}
+	}
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	s := &Server{
+		cfg:      cfg,
+		store:    d.Store,
+		conv:     d.Conversations,
+		clock:    d.Clock,
+		log:      d.Logger,
+		throttle: auth.NewThrottle(d.Clock, cfg.LoginFailures, cfg.LoginWindow),
+		limits:   newLimiters(d.Clock, cfg),
+		stopping: make(chan struct{}),
+	}
+	s.echo = s.routes()
+	return s
+}
+
+// Handler is the app's http.Handler.
+func (s *Server) Handler() http.Handler { return s.echo }
+
+// Shutdown tells long-lived handlers to finish (event streams end, sockets close going-away).
+// Call it before http.Server.Shutdown; calling it twice is harmless.
+func (s *Server) Shutdown() { s.stoppingOnce.Do(func() { close(s.stopping) }) }
+
+// render writes a templ component with status. It renders into a buffer first so a failing
+// component becomes a clean 500 instead of half a page.
+func (s *Server) render(c echo.Context, status int, comp templ.Component) error {
+	var buf bytes.Buffer
+	if err := comp.Render(c.Request().Context(), &buf); err != nil {
+		return err
+	}
+	return c.HTMLBlob(status, buf.Bytes())
+}
+
+// renderError shows an error to a person.
+func (s *Server) renderError(c echo.Context, status int, e *tools.Error) error {
+	return s.render(c, status, views.ErrorPage(s.layoutData(c, http.StatusText(status)), status, e.Message))
+}
+
+// layoutData is what views.Layout needs for the current request.
+func (s *Server) layoutData(c echo.Context, title string) views.LayoutData {
+	d := views.LayoutData{
+		Title:       title,
+		Script:      staticURL("js/hooks.js"),
+		Stylesheets: static.Stylesheets(),
+		Demo:        s.cfg.DemoModel,
+	}
+	if u := currentUser(c); u != nil {
+		d.User = &views.LayoutUser{Name: u.Name, Role: string(u.Role)}
+		d.CSRF = s.csrfToken(c)
+	}
+	return d
+}
+
+// staticURL is the content-hashed URL of an embedded asset.
+func staticURL(name string) string { return static.URL(name) }
+
+// now reads the injected clock.
+func (s *Server) now() time.Time { return s.clock.Now() }

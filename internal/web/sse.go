@@ -1,0 +1,181 @@
+package web
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"parley/internal/agent"
+	"parley/internal/store"
+	"parley/internal/tools"
+)
+
+// sseWriteTimeout bounds each write to an event stream: a client that stops reading is dropped
+// instead of holding a goroutine forever.
+const sseWriteTimeout = 10 * time.Second
+
+// entryJSON is a log entry as an event stream carries it.
+type entryJSON struct {
+	Seq        int64           `json:"seq"`
+	Type       store.EntryType `json:"type"`
+	ToolCallID string          `json:"tool_call_id,omitempty"`
+	Actor      string          `json:"actor,omitempty"`
+	Data       json.RawMessage `json:"data,omitempty"`
+	CreatedAt  time.Time       `json:"created_at"`
+}
+
+// apiEvents: GET /api/v1/conversations/{id}/events, Server-Sent Events.
+//
+// The stream is the conversation's log: each entry is an event named "entry" whose id is its
+// sequence, so Last-Event-ID (or ?after=N) resumes exactly after the last one seen, replayed
+// from the store. Between entries come live hints without an id, named after the agent's
+// event type (text_delta, progress, status, tool_call, client_exec); they are not replayed.
+// The subscription is taken before the replay, so nothing logged in between is missed: a live
+// event whose sequence is past the last entry sent triggers a read of the log from there. A
+// subscriber that lags gets a "resync" event and the stream ends; the client reconnects with
+// Last-Event-ID.
+func (s *Server) apiEvents(c echo.Context) error {
+	id := c.Param("id")
+	if _, err := s.conversationFor(c, id); err != nil {
+		return err
+	}
+	after, terr := lastEventID(c)
+	if terr != nil {
+		return terr
+	}
+	sub := s.conv.Subscribe(id)
+	defer sub.Close()
+
+	w := c.Response()
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	st := &sseStream{w: w, rc: http.NewResponseController(w), last: after}
+	if err := st.comment("stream of conversation " + id); err != nil {
+		return nil // the client is gone
+	}
+	ctx := c.Request().Context()
+	catchUp := func() error {
+		entries, err := s.store.Log(ctx, id, st.last)
+		if err != nil {
+			return fmt.Errorf("read log of %s: %w", id, err)
+		}
+		for _, e := range entries {
+			if err := st.entry(e); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := catchUp(); err != nil {
+		s.log.InfoContext(ctx, "event stream ended", "conversation_id", id, "err", err)
+		return nil
+	}
+	hb := s.clock.NewTimer(s.cfg.SSEHeartbeat)
+	defer hb.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.stopping:
+			_ = st.event("", "shutdown", []byte(`{}`))
+			return nil
+		case <-hb.C():
+			if err := st.comment("ping"); err != nil {
+				return nil
+			}
+			hb.Reset(s.cfg.SSEHeartbeat)
+		case ev, ok := <-sub.C:
+			if !ok || ev.Type == agent.EventResync {
+				if err := catchUp(); err == nil {
+					_ = st.event("", string(agent.EventResync), []byte(`{}`))
+				}
+				return nil
+			}
+			if ev.Seq > st.last {
+				if err := catchUp(); err != nil {
+					s.log.InfoContext(ctx, "event stream ended", "conversation_id", id, "err", err)
+					return nil
+				}
+			}
+			switch ev.Type {
+			case agent.EventMessage:
+				continue // the log entry carries it
+			}
+			data, err := json.Marshal(ev)
+			if err != nil {
+				return fmt.Errorf("encode event: %w", err)
+			}
+			if err := st.event("", string(ev.Type), data); err != nil {
+				return nil
+			}
+		}
+	}
+}
+
+// lastEventID is where a stream resumes: the Last-Event-ID header, or ?after=N for clients that
+// cannot set headers, or 0 (the whole log).
+func lastEventID(c echo.Context) (int64, *tools.Error) {
+	v := c.Request().Header.Get("Last-Event-ID")
+	if v == "" {
+		v = c.QueryParam("after")
+	}
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil || n < 0 {
+		return 0, tools.NewError(tools.KindBadRequest, "Last-Event-ID must be a log sequence (a number ≥ 0)", nil)
+	}
+	return n, nil
+}
+
+// sseStream writes events, each under a write deadline, and flushes after each.
+type sseStream struct {
+	w    io.Writer
+	rc   *http.ResponseController
+	last int64 // the sequence of the last entry sent
+}
+
+func (st *sseStream) entry(e store.Entry) error {
+	data, err := json.Marshal(entryJSON{Seq: e.Seq, Type: e.Type, ToolCallID: e.ToolCallID, Actor: e.Actor, Data: e.Data, CreatedAt: e.CreatedAt})
+	if err != nil {
+		return fmt.Errorf("encode entry %d: %w", e.Seq, err)
+	}
+	if err := st.event(strconv.FormatInt(e.Seq, 10), "entry", data); err != nil {
+		return err
+	}
+	st.last = e.Seq
+	return nil
+}
+
+// event writes one event; data is one line of JSON (json.Marshal never emits a newline).
+func (st *sseStream) event(id, name string, data []byte) error {
+	var b strings.Builder
+	if id != "" {
+		b.WriteString("id: " + id + "\n")
+	}
+	b.WriteString("event: " + name + "\ndata: ")
+	b.Write(data)
+	b.WriteString("\n\n")
+	return st.write(b.String())
+}
+
+func (st *sseStream) comment(text string) error { return st.write(": " + text + "\n\n") }
+
+func (st *sseStream) write(s string) error {
+	// Deadlines are best effort: a writer that cannot take one (a test recorder) still works.
+	_ = st.rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
+	if _, err := io.WriteString(st.w, s); err != nil {
+		return err
+	}
+	return st.rc.Flush()
+}
