@@ -1,0 +1,378 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"parley/internal/store"
+	"parley/internal/tools"
+)
+
+// Manager is the registry of conversation actors: at most one live actor per conversation,
+// started (rehydrated from the store) on demand and hibernated when idle. Its mutex guards only
+// the registry and the socket counts; no I/O happens under it.
+type Manager struct {
+	cfg Config
+	hub *hub
+
+	// base is the context of every store write and every piece of work the actors start. It is
+	// cancelled when Close's context runs out (a hard stop).
+	base       context.Context
+	baseCancel context.CancelFunc
+	quit       chan struct{} // closed by Close: actors stop taking requests
+	wg         sync.WaitGroup
+
+	mu      sync.Mutex
+	actors  map[string]*actor // guarded by mu
+	clients map[string]int    // live sockets per conversation, guarded by mu
+	closed  bool              // guarded by mu
+	started bool              // guarded by mu
+
+	// Counters for metrics and tests.
+	starts       atomic.Int64 // actors started
+	hibernations atomic.Int64 // actors that hibernated
+}
+
+// New builds a Manager. It panics when Store, Provider or Tools is missing: that is a wiring
+// mistake, not a runtime condition.
+func New(cfg Config) *Manager {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		panic(err)
+	}
+	base, cancel := context.WithCancel(context.Background())
+	return &Manager{
+		cfg:        cfg,
+		hub:        newHub(cfg.SubscriberBuffer),
+		base:       base,
+		baseCancel: cancel,
+		quit:       make(chan struct{}),
+		actors:     map[string]*actor{},
+		clients:    map[string]int{},
+	}
+}
+
+// Start revives every conversation the store lists as active (so interrupted turns continue and
+// client calls get their grace) and starts the expiry poller. Call it once.
+func (m *Manager) Start(ctx context.Context) error {
+	m.mu.Lock()
+	if m.closed || m.started {
+		m.mu.Unlock()
+		return errors.New("agent: Start called twice or after Close")
+	}
+	m.started = true
+	m.mu.Unlock()
+	active, err := m.cfg.Store.ListActive(ctx)
+	if err != nil {
+		return errors.Join(errors.New("agent: list active conversations"), err)
+	}
+	for _, c := range active {
+		if _, err := m.ensureStarted(c.ID); err != nil {
+			return err
+		}
+	}
+	timer := m.cfg.Clock.NewTimer(m.cfg.ExpiryPoll)
+	m.wg.Add(1)
+	go m.pollExpiries(timer)
+	return nil
+}
+
+// Close stops taking requests and drains every actor: LLM streams are cancelled (their step is
+// retried on revival), running server calls may finish and record their results until ctx is
+// done; then they are cancelled and parked (re-dispatched with the same tool_call_id on
+// revival). Close returns ctx.Err() when ctx ran out first.
+func (m *Manager) Close(ctx context.Context) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	m.mu.Unlock()
+	if ctx.Err() != nil {
+		m.baseCancel()
+	}
+	close(m.quit)
+	finished := make(chan struct{})
+	go func() {
+		m.wg.Wait()
+		close(finished)
+	}()
+	var err error
+	select {
+	case <-finished:
+	case <-ctx.Done():
+		m.baseCancel()
+		err = ctx.Err()
+		// Cancelled work reports back at once; wait for it so nothing outlives Close.
+		<-finished
+	}
+	m.baseCancel()
+	m.hub.closeAll()
+	return err
+}
+
+// ensureStarted returns the conversation's live actor, starting one when there is none. Under
+// concurrent calls for one id exactly one actor starts; it loads its state in its own goroutine.
+func (m *Manager) ensureStarted(id string) (*actor, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, errClosed()
+	}
+	if a := m.actors[id]; a != nil {
+		return a, nil
+	}
+	a := newActor(m, id)
+	m.actors[id] = a
+	m.starts.Add(1)
+	m.wg.Add(1)
+	go a.run()
+	return a, nil
+}
+
+func (m *Manager) live(id string) *actor {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.actors[id]
+}
+
+// call delivers req to the conversation's actor and waits for the answer. A full mailbox blocks
+// the caller until ctx is done. An actor that stops (hibernates) before answering did not
+// process the request, so the request goes to a fresh actor.
+func (m *Manager) call(ctx context.Context, id string, req *request) (response, error) {
+	req.reply = make(chan response, 1)
+	for try := 0; try < 8; try++ {
+		a, err := m.ensureStarted(id)
+		if err != nil {
+			return response{}, err
+		}
+		select {
+		case a.mailbox <- req:
+		case <-a.done:
+			if a.loadErr != nil {
+				return response{}, a.loadErr
+			}
+			continue
+		case <-ctx.Done():
+			return response{}, ctx.Err()
+		}
+		select {
+		case r := <-req.reply:
+			return r, r.err
+		case <-a.done:
+			select {
+			case r := <-req.reply:
+				return r, r.err
+			default:
+			}
+			if a.loadErr != nil {
+				return response{}, a.loadErr
+			}
+		case <-ctx.Done():
+			return response{}, ctx.Err()
+		}
+	}
+	return response{}, m.internalError("deliver request", errors.New("the conversation's actor kept stopping"))
+}
+
+// Send posts the owner's message and starts a turn. It returns once the message is in the log;
+// the turn runs in the conversation's actor. A turn already in progress is a conflict.
+func (m *Manager) Send(ctx context.Context, convID string, by Principal, text string) error {
+	_, err := m.call(ctx, convID, &request{kind: reqSend, by: by, text: text})
+	return err
+}
+
+// Resolve answers one suspended call: an approval decision, an elicitation answer or a client
+// result. It returns nil once the answer is durable, before the loop continues. Errors: not_found
+// (no such conversation, or not visible to by), stale (unknown, not pending or already
+// resolved), permission_denied, invalid_args (details.problems), internal.
+func (m *Manager) Resolve(ctx context.Context, convID, toolCallID string, r Resolution, by Principal) error {
+	_, err := m.call(ctx, convID, &request{kind: reqResolve, by: by, callID: toolCallID, res: r})
+	return err
+}
+
+// View returns the conversation as the page shows it: from the live actor, or from the store
+// when the conversation is hibernated (without reviving it).
+func (m *Manager) View(ctx context.Context, convID string) (View, error) {
+	if m.live(convID) != nil {
+		r, err := m.call(ctx, convID, &request{kind: reqView})
+		return r.view, err
+	}
+	st, err := loadState(ctx, m.cfg.Store, m.cfg.Tools, convID)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return View{}, errNotFound()
+		}
+		return View{}, m.internalError("load conversation", err)
+	}
+	return viewOf(st, "", nil), nil
+}
+
+// Subscribe returns a subscription to one conversation's events, or to every conversation's
+// when convID is empty (the reviewer inbox). The caller must Close it.
+func (m *Manager) Subscribe(convID string) *Subscription { return m.hub.subscribe(convID) }
+
+// AttachClient records a live socket of the conversation's owner: client calls can run. The
+// returned function detaches it (call it once, when the socket closes). Pending client calls are
+// not re-announced here: a connecting page reads them from View's Pending (kind client_exec).
+func (m *Manager) AttachClient(convID string) (detach func()) {
+	m.mu.Lock()
+	m.clients[convID]++
+	a := m.actors[convID]
+	m.mu.Unlock()
+	ring(a)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			m.mu.Lock()
+			if m.clients[convID]--; m.clients[convID] <= 0 {
+				delete(m.clients, convID)
+			}
+			a := m.actors[convID]
+			m.mu.Unlock()
+			ring(a)
+		})
+	}
+}
+
+// ring tells a live actor that its socket count changed; the doorbell coalesces.
+func ring(a *actor) {
+	if a == nil {
+		return
+	}
+	select {
+	case a.clientsChanged <- struct{}{}:
+	default:
+	}
+}
+
+func (m *Manager) clientCount(id string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.clients[id]
+}
+
+// pollExpiries claims due durable expiries every ExpiryPoll and resolves each through the same
+// path as a person's answer, as System. The first poll runs at once, so timers that came due
+// while the process was down fire on start.
+func (m *Manager) pollExpiries(timer interface {
+	C() <-chan time.Time
+	Stop() bool
+	Reset(time.Duration)
+}) {
+	defer m.wg.Done()
+	defer timer.Stop()
+	m.fireDueExpiries()
+	for {
+		select {
+		case <-m.quit:
+			return
+		case <-timer.C():
+			m.fireDueExpiries()
+			timer.Reset(m.cfg.ExpiryPoll)
+		}
+	}
+}
+
+func (m *Manager) fireDueExpiries() {
+	const batch = 100
+	for {
+		due, err := m.cfg.Store.ClaimDueExpiries(m.base, m.cfg.Clock.Now(), m.cfg.ExpiryLease, batch)
+		if err != nil {
+			if m.base.Err() == nil {
+				m.cfg.Logger.Error("claim due expiries", "err", err)
+			}
+			return
+		}
+		for _, e := range due {
+			select {
+			case <-m.quit:
+				return
+			default:
+			}
+			_, err := m.call(m.base, e.ConversationID, &request{kind: reqExpire, by: System, callID: e.ToolCallID})
+			var te *tools.Error
+			if errors.As(err, &te) && (te.Kind == tools.KindStale || te.Kind == tools.KindNotFound) {
+				// Already resolved (a race with a person) or gone: the timer has nothing to do.
+				if cerr := m.cfg.Store.CancelExpiry(m.base, e.ConversationID, e.ToolCallID); cerr != nil {
+					m.cfg.Logger.Warn("cancel stale expiry", "conversation", e.ConversationID, "tool_call_id", e.ToolCallID, "err", cerr)
+				}
+			} else if err != nil && m.base.Err() == nil {
+				m.cfg.Logger.Warn("fire expiry", "conversation", e.ConversationID, "tool_call_id", e.ToolCallID, "err", err)
+			}
+		}
+		if len(due) < batch {
+			return
+		}
+	}
+}
+
+// reviveLater restarts a conversation whose actor stopped after a failed write, once the store
+// had a moment to recover, so its turn continues from the log.
+func (m *Manager) reviveLater(id string) {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	m.wg.Add(1)
+	m.mu.Unlock()
+	timer := m.cfg.Clock.NewTimer(m.cfg.RetryBase)
+	go func() {
+		defer m.wg.Done()
+		defer timer.Stop()
+		select {
+		case <-m.quit:
+		case <-timer.C():
+			_, _ = m.ensureStarted(id)
+		}
+	}()
+}
+
+// backoff is the wait before attempt n+1 after n failures: exponential from RetryBase, capped
+// at RetryMax, with equal jitter (half fixed, half random) so retries of many calls spread out.
+// A Retry-After longer than that wins.
+func (m *Manager) backoff(failures int, retryAfter time.Duration) time.Duration {
+	d := m.cfg.RetryBase
+	for i := 1; i < failures && d < m.cfg.RetryMax; i++ {
+		d *= 2
+	}
+	if d > m.cfg.RetryMax {
+		d = m.cfg.RetryMax
+	}
+	d = d/2 + rand.N(d/2+1)
+	if retryAfter > d {
+		d = retryAfter
+	}
+	return d
+}
+
+// internalError logs err with a reference and returns the internal tool error that carries only
+// that reference.
+func (m *Manager) internalError(what string, err error) *tools.Error {
+	ref := tools.NewRef()
+	m.cfg.Logger.Error("agent: "+what, "ref", ref, "err", err)
+	return tools.NewError(tools.KindInternal, "internal error (reference "+ref+")", map[string]any{"ref": ref})
+}
+
+// errClosed is returned once Close has begun.
+func errClosed() *tools.Error {
+	return tools.NewError(tools.KindServiceUnavailable, "the agent is shutting down", nil)
+}
+
+func errNotFound() *tools.Error {
+	return tools.NewError(tools.KindNotFound, "no such conversation", nil)
+}
+
+func errStale(id string) *tools.Error {
+	return tools.NewError(tools.KindStale, "the call is not awaiting an answer (unknown, expired or already resolved)", map[string]any{"tool_call_id": id})
+}
+
+func invalidArgs(msg, path, problem string) *tools.Error {
+	return tools.NewError(tools.KindInvalidArgs, msg, map[string]any{"problems": []map[string]any{{"path": path, "message": problem}}})
+}

@@ -1,0 +1,61 @@
+package agent
+
+import (
+	"encoding/json"
+	"time"
+
+	"parley/internal/store"
+	"parley/internal/tools"
+)
+
+// view renders the live state.
+func (a *actor) view() View { return viewOf(a.st, a.stream.String(), a.graceAt) }
+
+// viewOf renders a conversation state as the page and the API show it. It copies everything,
+// so the caller may keep it while the actor moves on.
+func viewOf(st *convState, streaming string, _ map[string]time.Time) View {
+	v := View{
+		ID: st.conv.ID, OwnerID: st.conv.OwnerID, Title: st.conv.Title, Status: st.status, LastSeq: st.lastSeq,
+		Messages: append([]Message(nil), st.messages...), Streaming: streaming, LastError: st.lastError,
+		Pending: map[string]PendingView{},
+	}
+	for _, id := range st.order {
+		c := st.calls[id]
+		cv := CallView{
+			Seq: c.seq, ID: c.id, Name: c.name, Executor: c.executor, Approval: c.approval, Approvers: c.approvers,
+			Status: c.status, PendingKind: c.kind, Args: c.effectiveArgs(), Result: c.result, Plan: c.plan, Prompt: c.prompt,
+			Progress: append([]string(nil), c.progress...), Attempts: c.attempts, NextAttempt: c.nextAttempt,
+			Decision: c.decision, DecidedBy: c.decidedBy, Reason: c.reason, ExpiresAt: c.expiresAt,
+		}
+		v.Calls = append(v.Calls, cv)
+		if c.status == store.CallAwaiting && !c.finished() {
+			v.Pending[c.id] = pendingView(c)
+		}
+	}
+	return v
+}
+
+// pendingView is the API's pending entry: {"executor","kind","prompt","schema","expires_at"}.
+func pendingView(c *call) PendingView {
+	p := PendingView{Executor: c.executor, Kind: c.kind, Prompt: pendingPrompt(c), ExpiresAt: c.expiresAt}
+	if c.kind == tools.PendingElicitation && c.prompt != nil {
+		p.Schema = c.prompt.Schema
+	}
+	return p
+}
+
+// pendingPrompt is what the page shows for a suspension: the plan and arguments of an approval,
+// the question of an elicitation, the tool and arguments of a client run.
+func pendingPrompt(c *call) any {
+	switch c.kind {
+	case tools.PendingApproval:
+		return map[string]any{"tool": c.name, "args": json.RawMessage(c.args), "plan": c.plan}
+	case tools.PendingElicitation:
+		if c.prompt != nil {
+			return c.prompt.Message
+		}
+	case tools.PendingClientExec:
+		return map[string]any{"tool": c.name, "args": json.RawMessage(c.effectiveArgs())}
+	}
+	return nil
+}
