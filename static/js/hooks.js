@@ -1,0 +1,330 @@
+// Parley's page script: the live socket, the server's HTML updates, client-tool hooks and
+// progressively enhanced forms. Plain JavaScript, no build step; every page works without it.
+//
+// Server → page frames (JSON text):
+//   {"type":"html","op":"replace|upsert|append|prepend|remove","target":"<id>","parent":"<id>","rev":"…","html":"…"}
+//   {"type":"text","target":"<id>","text":"…"}          (coalesced streaming text, appended)
+//   {"type":"client_exec","tool_call_id":"…","tool":"…","args":{…}}
+//   {"type":"resolved","tool_call_id":"…","ok":true}   or  {…,"ok":false,"kind":"…","message":"…"}
+// Page → server:
+//   {"type":"resolve","tool_call_id":"…","result":{…}}  or  {…,"error":{"message":"…"}}
+(function () {
+  "use strict";
+
+  const parley = (window.parley = window.parley || {});
+  const hooks = new Map();
+
+  // The hook registry: a client tool named `name` runs `fn(args)`, which returns (or resolves
+  // to) the tool's result; a throw or a rejection becomes the call's error.
+  parley.hooks = {
+    register(name, fn) {
+      if (typeof name !== "string" || typeof fn !== "function") {
+        throw new TypeError("parley.hooks.register(name, fn) needs a name and a function");
+      }
+      hooks.set(name, fn);
+    },
+    get(name) {
+      return hooks.get(name);
+    },
+  };
+
+  // HOOK_TIMEOUT_MS bounds every hook, so a call never waits in silence.
+  const HOOK_TIMEOUT_MS = 30000;
+  const GEO_TIMEOUT_MS = 10000;
+
+  // geolocation is built in: the browser's position, or an error when permission is denied or
+  // no position arrives in time (a pending permission prompt never times out by itself, hence
+  // the outer timer).
+  parley.hooks.register("geolocation", function (args) {
+    return new Promise(function (resolve, reject) {
+      if (!navigator.geolocation) {
+        reject(new Error("geolocation is not available in this browser"));
+        return;
+      }
+      let settled = false;
+      const guard = setTimeout(function () {
+        if (!settled) {
+          settled = true;
+          reject(new Error("no position within " + GEO_TIMEOUT_MS / 1000 + " seconds"));
+        }
+      }, GEO_TIMEOUT_MS + 2000);
+      navigator.geolocation.getCurrentPosition(
+        function (pos) {
+          if (settled) return;
+          settled = true;
+          clearTimeout(guard);
+          resolve({
+            latitude: pos.coords.latitude,
+            longitude: pos.coords.longitude,
+            accuracy: pos.coords.accuracy,
+          });
+        },
+        function (err) {
+          if (settled) return;
+          settled = true;
+          clearTimeout(guard);
+          reject(new Error(err && err.message ? err.message : "position unavailable"));
+        },
+        {
+          enableHighAccuracy: Boolean(args && args.high_accuracy),
+          timeout: GEO_TIMEOUT_MS,
+          maximumAge: 60000,
+        }
+      );
+    });
+  });
+
+  function withTimeout(promise, ms, what) {
+    return new Promise(function (resolve, reject) {
+      const t = setTimeout(function () {
+        reject(new Error(what + " did not answer within " + ms / 1000 + " seconds"));
+      }, ms);
+      promise.then(
+        function (v) {
+          clearTimeout(t);
+          resolve(v);
+        },
+        function (e) {
+          clearTimeout(t);
+          reject(e);
+        }
+      );
+    });
+  }
+
+  // ---- HTML updates -------------------------------------------------------------------------
+
+  function fragment(html) {
+    const tpl = document.createElement("template");
+    tpl.innerHTML = html;
+    return tpl.content;
+  }
+
+  function applyHTML(f) {
+    const el = f.target ? document.getElementById(f.target) : null;
+    switch (f.op) {
+      case "replace":
+        if (el) el.replaceWith(fragment(f.html));
+        break;
+      case "upsert": {
+        if (el) {
+          if (!f.rev || el.dataset.rev !== f.rev) el.replaceWith(fragment(f.html));
+          break;
+        }
+        const parent = document.getElementById(f.parent);
+        if (parent) parent.appendChild(fragment(f.html));
+        break;
+      }
+      case "append":
+      case "prepend": {
+        const parent = document.getElementById(f.parent || f.target);
+        if (!parent) break;
+        if (f.op === "append") parent.appendChild(fragment(f.html));
+        else parent.prepend(fragment(f.html));
+        break;
+      }
+      case "remove":
+        if (el) el.remove();
+        break;
+    }
+  }
+
+  function appendText(f) {
+    const el = document.getElementById(f.target);
+    if (!el) return;
+    el.classList.remove("streaming-empty");
+    el.appendChild(document.createTextNode(f.text));
+  }
+
+  // ---- the socket ---------------------------------------------------------------------------
+
+  const clientRuns = new Map(); // tool_call_id → Promise of the resolve frame
+
+  function Live(root) {
+    this.url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + root.dataset.ws;
+    this.ws = null;
+    this.backoff = 500;
+    this.outbox = [];
+    this.connect();
+  }
+
+  Live.prototype.state = function (s) {
+    document.documentElement.dataset.parleySocket = s;
+    document.querySelectorAll('[data-parley="connection"]').forEach(function (el) {
+      el.textContent = s === "open" ? "" : s === "connecting" ? "connecting…" : "reconnecting…";
+    });
+  };
+
+  Live.prototype.connect = function () {
+    const self = this;
+    self.state("connecting");
+    const ws = new WebSocket(self.url);
+    self.ws = ws;
+    ws.addEventListener("open", function () {
+      self.backoff = 500;
+      self.state("open");
+      const pending = self.outbox;
+      self.outbox = [];
+      pending.forEach(function (m) {
+        self.send(m);
+      });
+    });
+    ws.addEventListener("message", function (ev) {
+      let f;
+      try {
+        f = JSON.parse(ev.data);
+      } catch {
+        return;
+      }
+      self.handle(f);
+    });
+    ws.addEventListener("close", function () {
+      self.ws = null;
+      self.state("closed");
+      // Reconnect with exponential backoff and jitter; the server resyncs the page on connect.
+      const wait = self.backoff * (0.75 + Math.random() / 2);
+      self.backoff = Math.min(self.backoff * 2, 15000);
+      setTimeout(function () {
+        self.connect();
+      }, wait);
+    });
+  };
+
+  Live.prototype.send = function (m) {
+    if (this.ws && this.ws.readyState === WebSocket.OPEN) {
+      this.ws.send(JSON.stringify(m));
+    } else {
+      this.outbox.push(m);
+    }
+  };
+
+  Live.prototype.handle = function (f) {
+    switch (f.type) {
+      case "html":
+        applyHTML(f);
+        break;
+      case "text":
+        appendText(f);
+        break;
+      case "client_exec":
+        this.clientExec(f);
+        break;
+      case "resolved":
+        document.dispatchEvent(new CustomEvent("parley:resolved", { detail: f }));
+        break;
+    }
+  };
+
+  // clientExec runs a client tool once per call in this page; when the server asks again (after
+  // a reconnect) the same answer is sent again rather than running the tool twice.
+  Live.prototype.clientExec = function (f) {
+    const self = this;
+    let run = clientRuns.get(f.tool_call_id);
+    if (!run) {
+      const fn = hooks.get(f.tool);
+      const started = fn
+        ? withTimeout(Promise.resolve().then(function () { return fn(f.args || {}); }), HOOK_TIMEOUT_MS, "the " + f.tool + " hook")
+        : Promise.reject(new Error("this page has no hook for the tool " + f.tool));
+      run = started.then(
+        function (result) {
+          return { type: "resolve", tool_call_id: f.tool_call_id, result: result === undefined ? null : result };
+        },
+        function (err) {
+          return { type: "resolve", tool_call_id: f.tool_call_id, error: { message: String((err && err.message) || err) } };
+        }
+      );
+      clientRuns.set(f.tool_call_id, run);
+    }
+    run.then(function (frame) {
+      self.send(frame);
+    });
+  };
+
+  // ---- forms --------------------------------------------------------------------------------
+
+  // Enhanced forms post over fetch with the same fields (the CSRF token is one of them) and apply
+  // the JSON answer; anything unexpected falls back to the plain POST the form was built for.
+  function enhanced(form) {
+    return form.dataset.parleyForm === "resolve" || form.dataset.parley === "composer";
+  }
+
+  function showNotice(form, text) {
+    let n = form.querySelector('[data-parley="form-notice"]');
+    if (!n) {
+      n = document.createElement("p");
+      n.className = "notice";
+      n.setAttribute("data-parley", "form-notice");
+      n.setAttribute("role", "status");
+      form.prepend(n);
+    }
+    n.textContent = text;
+  }
+
+  function nativeSubmit(form, submitter) {
+    form.dataset.parleyNative = "1";
+    if (submitter && submitter.form === form) form.requestSubmit(submitter);
+    else form.requestSubmit();
+  }
+
+  document.addEventListener("submit", function (ev) {
+    const form = ev.target;
+    if (!(form instanceof HTMLFormElement) || !enhanced(form) || form.dataset.parleyNative === "1") return;
+    ev.preventDefault();
+    const submitter = ev.submitter || null;
+    const body = new URLSearchParams(new FormData(form, submitter));
+    const csrf = body.get("_csrf") || "";
+    form.querySelectorAll("button").forEach(function (b) {
+      b.disabled = true;
+    });
+    fetch(form.action, {
+      method: "POST",
+      body: body,
+      credentials: "same-origin",
+      headers: { Accept: "application/json", "X-Parley-Fetch": "1", "X-CSRF-Token": csrf },
+    })
+      .then(function (resp) {
+        const type = resp.headers.get("Content-Type") || "";
+        if (type.indexOf("application/json") !== 0) throw new Error("unexpected answer");
+        return resp.json();
+      })
+      .then(function (ans) {
+        form.querySelectorAll("button").forEach(function (b) {
+          b.disabled = false;
+        });
+        if (ans.html !== undefined && ans.target) {
+          applyHTML({ op: ans.html === "" ? "remove" : "replace", target: ans.target, html: ans.html });
+        }
+        if (ans.ok && form.dataset.parley === "composer") {
+          form.reset();
+        }
+        if (ans.notice && document.body.contains(form)) {
+          showNotice(form, ans.notice);
+        }
+      })
+      .catch(function () {
+        nativeSubmit(form, submitter);
+      });
+  });
+
+  // A composer submits on Enter (Shift+Enter for a new line).
+  document.addEventListener("keydown", function (ev) {
+    const t = ev.target;
+    if (ev.key !== "Enter" || ev.shiftKey || ev.isComposing || !(t instanceof HTMLTextAreaElement)) return;
+    const form = t.form;
+    if (form && form.dataset.parley === "composer") {
+      ev.preventDefault();
+      form.requestSubmit();
+    }
+  });
+
+  function start() {
+    const root = document.querySelector("[data-ws]");
+    if (root) parley.live = new Live(root);
+  }
+
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", start);
+  } else {
+    start();
+  }
+})();

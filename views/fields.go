@@ -1,0 +1,271 @@
+package views
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Field is one input of a question form, read from a property of its JSON Schema.
+type Field struct {
+	Name        string
+	Label       string // the title, else the property name
+	Description string
+	Type        string // string, number, integer, boolean
+	Format      string // email, uri, date, date-time
+	Enum        []string
+	EnumNames   []string
+	Required    bool
+	Default     any
+	Min, Max    *float64
+	MinLength   *int
+	MaxLength   *int
+}
+
+// InputType is the HTML input type of the field.
+func (f Field) InputType() string {
+	switch f.Type {
+	case "number", "integer":
+		return "number"
+	case "boolean":
+		return "checkbox"
+	}
+	switch f.Format {
+	case "email":
+		return "email"
+	case "uri":
+		return "url"
+	case "date":
+		return "date"
+	case "date-time":
+		return "datetime-local"
+	}
+	return "text"
+}
+
+// Step is the number input's step.
+func (f Field) Step() string {
+	if f.Type == "integer" {
+		return "1"
+	}
+	return "any"
+}
+
+// OptionLabel is the label shown for the i-th enum value.
+func (f Field) OptionLabel(i int) string {
+	if i < len(f.EnumNames) && f.EnumNames[i] != "" {
+		return f.EnumNames[i]
+	}
+	return f.Enum[i]
+}
+
+// DefaultText is the default as the input's initial value.
+func (f Field) DefaultText() string {
+	switch d := f.Default.(type) {
+	case nil:
+		return ""
+	case string:
+		if f.Format == "date-time" {
+			if t, err := time.Parse(time.RFC3339, d); err == nil {
+				return t.UTC().Format("2006-01-02T15:04")
+			}
+		}
+		return d
+	case float64:
+		return strconv.FormatFloat(d, 'f', -1, 64)
+	case bool:
+		if d {
+			return "on"
+		}
+		return ""
+	}
+	return fmt.Sprint(f.Default)
+}
+
+// FormSchema is a parsed question form.
+type FormSchema struct {
+	Title       string
+	Description string
+	Fields      []Field
+}
+
+// ParseFormSchema reads the fields of a flat object schema (the elicitation subset), in the
+// order the properties appear in the schema.
+func ParseFormSchema(raw json.RawMessage) (FormSchema, error) {
+	var s struct {
+		Title       string                     `json:"title"`
+		Description string                     `json:"description"`
+		Properties  map[string]json.RawMessage `json:"properties"`
+		Required    []string                   `json:"required"`
+	}
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return FormSchema{}, fmt.Errorf("parse form schema: %w", err)
+	}
+	order, err := propertyOrder(raw)
+	if err != nil {
+		return FormSchema{}, err
+	}
+	req := map[string]bool{}
+	for _, r := range s.Required {
+		req[r] = true
+	}
+	out := FormSchema{Title: s.Title, Description: s.Description}
+	for _, name := range order {
+		var p struct {
+			Type        string   `json:"type"`
+			Title       string   `json:"title"`
+			Description string   `json:"description"`
+			Format      string   `json:"format"`
+			Enum        []string `json:"enum"`
+			EnumNames   []string `json:"enumNames"`
+			Default     any      `json:"default"`
+			Minimum     *float64 `json:"minimum"`
+			Maximum     *float64 `json:"maximum"`
+			MinLength   *int     `json:"minLength"`
+			MaxLength   *int     `json:"maxLength"`
+		}
+		if err := json.Unmarshal(s.Properties[name], &p); err != nil {
+			return FormSchema{}, fmt.Errorf("parse form property %q: %w", name, err)
+		}
+		label := p.Title
+		if label == "" {
+			label = name
+		}
+		out.Fields = append(out.Fields, Field{Name: name, Label: label, Description: p.Description, Type: p.Type,
+			Format: p.Format, Enum: p.Enum, EnumNames: p.EnumNames, Required: req[name], Default: p.Default,
+			Min: p.Minimum, Max: p.Maximum, MinLength: p.MinLength, MaxLength: p.MaxLength})
+	}
+	return out, nil
+}
+
+// propertyOrder returns the keys of the schema's "properties" in document order, so the form
+// asks its questions in the order the schema's author wrote them.
+func propertyOrder(raw json.RawMessage) ([]string, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &top); err != nil {
+		return nil, fmt.Errorf("parse form schema: %w", err)
+	}
+	props, ok := top["properties"]
+	if !ok {
+		return nil, nil
+	}
+	dec := json.NewDecoder(strings.NewReader(string(props)))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, fmt.Errorf("parse form properties: %w", err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, fmt.Errorf("form properties must be an object")
+	}
+	var names []string
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("parse form properties: %w", err)
+		}
+		name, _ := tok.(string)
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return nil, fmt.Errorf("parse form property %q: %w", name, err)
+		}
+		if !seen[name] {
+			seen[name] = true
+			names = append(names, name)
+		}
+	}
+	return names, nil
+}
+
+// FormContent turns submitted form values into the answer's JSON object, typed by the schema.
+// Empty optional fields are left out; an empty required field is left out too, so the schema's
+// "required" reports it. Values that cannot be converted (a word in a number field) are
+// reported per field.
+func (fs FormSchema) FormContent(values map[string]string) (map[string]any, map[string]string) {
+	content := map[string]any{}
+	errs := map[string]string{}
+	for _, f := range fs.Fields {
+		v := strings.TrimSpace(values[f.Name])
+		if f.Type == "boolean" {
+			content[f.Name] = v == "on" || v == "true" || v == "1"
+			continue
+		}
+		if v == "" {
+			continue
+		}
+		switch f.Type {
+		case "integer":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				errs[f.Name] = "Enter a whole number."
+				continue
+			}
+			content[f.Name] = n
+		case "number":
+			n, err := strconv.ParseFloat(v, 64)
+			if err != nil || math.IsInf(n, 0) || math.IsNaN(n) {
+				errs[f.Name] = "Enter a number."
+				continue
+			}
+			content[f.Name] = n
+		default:
+			if f.Format == "date-time" {
+				// datetime-local gives "2006-01-02T15:04" without a zone; the form reads it as UTC.
+				for _, layout := range []string{"2006-01-02T15:04", "2006-01-02T15:04:05"} {
+					if t, err := time.Parse(layout, v); err == nil {
+						v = t.UTC().Format(time.RFC3339)
+						break
+					}
+				}
+			}
+			content[f.Name] = v
+		}
+	}
+	return content, errs
+}
+
+// FieldErrors maps a validation error's problems ({"path": JSON pointer, "message"}) onto form
+// fields. A problem at the root ("missing properties: 'email'") goes to each field it names, or
+// to the form as a whole ("") when it names none.
+func (fs FormSchema) FieldErrors(problems []map[string]any) map[string]string {
+	errs := map[string]string{}
+	add := func(k, msg string) {
+		if errs[k] == "" {
+			errs[k] = msg
+		} else if !strings.Contains(errs[k], msg) {
+			errs[k] += "; " + msg
+		}
+	}
+	names := make([]string, 0, len(fs.Fields))
+	for _, f := range fs.Fields {
+		names = append(names, f.Name)
+	}
+	sort.Slice(names, func(i, j int) bool { return len(names[i]) > len(names[j]) })
+	for _, p := range problems {
+		path, _ := p["path"].(string)
+		msg, _ := p["message"].(string)
+		field := strings.SplitN(strings.TrimPrefix(path, "/"), "/", 2)[0]
+		field = strings.ReplaceAll(strings.ReplaceAll(field, "~1", "/"), "~0", "~")
+		if field != "" {
+			add(field, msg)
+			continue
+		}
+		matched := false
+		if strings.HasPrefix(msg, "missing propert") {
+			for _, n := range names {
+				if strings.Contains(msg, "'"+n+"'") {
+					add(n, "This field is required.")
+					matched = true
+				}
+			}
+		}
+		if !matched {
+			add("", msg)
+		}
+	}
+	return errs
+}

@@ -1,0 +1,104 @@
+package views
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"hash/fnv"
+	"io"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"parley/internal/agent"
+
+	"github.com/a-h/templ"
+)
+
+func titleOr(t string) string {
+	if t == "" {
+		return "New conversation"
+	}
+	return t
+}
+
+func roleText(role string) string {
+	switch role {
+	case "user":
+		return "You"
+	case "assistant":
+		return "Assistant"
+	case "error":
+		return "Error"
+	}
+	return role
+}
+
+func urlPart(s string) string { return url.PathEscape(s) }
+
+// revItem renders inner, then writes it inside <div id=… class=… data-rev=…> where data-rev
+// is a hash of inner's HTML.
+func revItem(id, class string, inner templ.Component) templ.Component {
+	return templ.ComponentFunc(func(ctx context.Context, w io.Writer) error {
+		var buf bytes.Buffer
+		if err := inner.Render(ctx, &buf); err != nil {
+			return err
+		}
+		h := fnv.New64a()
+		_, _ = h.Write(buf.Bytes())
+		var out bytes.Buffer
+		out.Grow(buf.Len() + 96)
+		out.WriteString(`<div id="`)
+		out.WriteString(templ.EscapeString(id))
+		out.WriteString(`" class="`)
+		out.WriteString(templ.EscapeString(class))
+		out.WriteString(`" data-rev="`)
+		out.WriteString(hex.EncodeToString(h.Sum(nil)))
+		out.WriteString(`">`)
+		out.Write(buf.Bytes())
+		out.WriteString(`</div>`)
+		_, err := w.Write(out.Bytes())
+		return err
+	})
+}
+
+func fieldID(callID, name string) string { return "q-" + callID + "-" + name }
+
+func fmtNum(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+// fieldValue is the value a field shows: what was submitted, else the schema's default.
+func fieldValue(fl Field, f *FormState) string {
+	if v, ok := f.Value(fl.Name); ok {
+		return v
+	}
+	return fl.DefaultText()
+}
+
+func checkedValue(fl Field, f *FormState) bool {
+	if f != nil && f.Values != nil {
+		v := f.Values[fl.Name]
+		return v == "on" || v == "true"
+	}
+	b, _ := fl.Default.(bool)
+	return b
+}
+
+func formValue(f *FormState, name string) string {
+	v, _ := f.Value(name)
+	return v
+}
+
+// argsValue is the arguments field: what was submitted, else the call's arguments.
+func argsValue(c agent.CallView, f *FormState) string {
+	if v, ok := f.Value("args"); ok {
+		return v
+	}
+	return prettyJSON(c.Args)
+}
+
+func rowsFor(s string) int {
+	n := strings.Count(s, "\n") + 1
+	return min(max(n, 3), 16)
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,0 +1,145 @@
+package views
+
+import (
+	"bytes"
+	"context"
+	"html"
+	"io"
+	"net/url"
+	"regexp"
+	"strings"
+
+	"github.com/a-h/templ"
+	"github.com/microcosm-cc/bluemonday"
+	"github.com/yuin/goldmark"
+	"github.com/yuin/goldmark/ast"
+	"github.com/yuin/goldmark/extension"
+	"github.com/yuin/goldmark/parser"
+	"github.com/yuin/goldmark/renderer"
+	"github.com/yuin/goldmark/text"
+	"github.com/yuin/goldmark/util"
+)
+
+// The model's Markdown goes through two independent guards. goldmark renders it without its
+// unsafe mode, so raw HTML in the source is dropped and dangerous link schemes are blanked; a
+// transformer replaces images that do not come from the app itself with their alt text. Then
+// bluemonday sanitizes the HTML with an allow-list, so even a goldmark bug cannot smuggle a
+// script, an event handler, a javascript: URL or a foreign image onto the page.
+var (
+	md = goldmark.New(
+		goldmark.WithExtensions(extension.GFM),
+		goldmark.WithParserOptions(parser.WithASTTransformers(util.Prioritized(localImagesOnly{}, 100))),
+		goldmark.WithRendererOptions(renderer.WithNodeRenderers(util.Prioritized(literalHTML{}, 100))),
+	)
+	sanitizer = newSanitizer()
+)
+
+// localImage matches an image source the app serves itself: an absolute path, not a
+// protocol-relative URL ("//host/…") and not a backslash trick ("/\host").
+var localImage = regexp.MustCompile(`^/[^/\\]`)
+
+func newSanitizer() *bluemonday.Policy {
+	p := bluemonday.NewPolicy()
+	p.AllowElements("p", "br", "hr", "em", "strong", "del", "blockquote", "ul", "ol", "li",
+		"h1", "h2", "h3", "h4", "h5", "h6", "pre", "code", "table", "thead", "tbody", "tr", "th", "td", "sup", "sub")
+	p.AllowAttrs("class").Matching(regexp.MustCompile(`^language-[a-zA-Z0-9_+-]+$`)).OnElements("code")
+	p.AllowAttrs("align").Matching(regexp.MustCompile(`^(left|right|center)$`)).OnElements("th", "td")
+	p.AllowAttrs("start").Matching(bluemonday.Integer).OnElements("ol")
+	p.AllowAttrs("href").OnElements("a")
+	p.AllowAttrs("src").Matching(localImage).OnElements("img")
+	p.AllowAttrs("alt", "title").OnElements("img", "a")
+	// Task lists from GFM.
+	p.AllowAttrs("type").Matching(regexp.MustCompile(`^checkbox$`)).OnElements("input")
+	p.AllowAttrs("checked", "disabled").Matching(regexp.MustCompile(`^(|checked|disabled)$`)).OnElements("input")
+	p.AllowURLSchemes("http", "https", "mailto")
+	p.AllowRelativeURLs(true)
+	p.RequireParseableURLs(true)
+	p.RequireNoFollowOnLinks(true)
+	p.RequireNoReferrerOnLinks(true)
+	p.AddTargetBlankToFullyQualifiedLinks(true)
+	return p
+}
+
+// localImagesOnly replaces every image whose destination is not a path on this app by its alt
+// text, so the page never loads (or leaks the reader's address to) a foreign host.
+type localImagesOnly struct{}
+
+func (localImagesOnly) Transform(doc *ast.Document, reader text.Reader, _ parser.Context) {
+	var foreign []*ast.Image
+	_ = ast.Walk(doc, func(n ast.Node, entering bool) (ast.WalkStatus, error) {
+		if img, ok := n.(*ast.Image); ok && entering && !isLocalImage(string(img.Destination)) {
+			foreign = append(foreign, img)
+		}
+		return ast.WalkContinue, nil
+	})
+	for _, img := range foreign {
+		parent := img.Parent()
+		for c := img.FirstChild(); c != nil; {
+			next := c.NextSibling()
+			parent.InsertBefore(parent, img, c)
+			c = next
+		}
+		parent.RemoveChild(parent, img)
+	}
+}
+
+func isLocalImage(dest string) bool {
+	if !localImage.MatchString(dest) {
+		return false
+	}
+	u, err := url.Parse(dest)
+	return err == nil && u.Scheme == "" && u.Host == ""
+}
+
+// literalHTML shows raw HTML in the model's Markdown as the text it is, escaped, instead of
+// dropping it: a model that writes "<br>" or "<script>" gets it shown, never interpreted.
+type literalHTML struct{}
+
+func (literalHTML) RegisterFuncs(reg renderer.NodeRendererFuncRegisterer) {
+	reg.Register(ast.KindHTMLBlock, func(w util.BufWriter, source []byte, n ast.Node, entering bool) (ast.WalkStatus, error) {
+		if !entering {
+			return ast.WalkContinue, nil
+		}
+		b := n.(*ast.HTMLBlock)
+		_, _ = w.WriteString("<p>")
+		lines := b.Lines()
+		for i := 0; i < lines.Len(); i++ {
+			seg := lines.At(i)
+			_, _ = w.WriteString(html.EscapeString(string(seg.Value(source))))
+		}
+		if b.HasClosure() {
+			_, _ = w.WriteString(html.EscapeString(string(b.ClosureLine.Value(source))))
+		}
+		_, _ = w.WriteString("</p>\n")
+		return ast.WalkSkipChildren, nil
+	})
+	reg.Register(ast.KindRawHTML, func(w util.BufWriter, source []byte, n ast.Node, entering bool) (ast.WalkStatus, error) {
+		if !entering {
+			return ast.WalkSkipChildren, nil
+		}
+		segs := n.(*ast.RawHTML).Segments
+		for i := 0; i < segs.Len(); i++ {
+			seg := segs.At(i)
+			_, _ = w.WriteString(html.EscapeString(string(seg.Value(source))))
+		}
+		return ast.WalkSkipChildren, nil
+	})
+}
+
+// RenderMarkdown turns model Markdown into sanitized HTML.
+func RenderMarkdown(src string) string {
+	var buf bytes.Buffer
+	if err := md.Convert([]byte(src), &buf); err != nil {
+		// goldmark only fails on writer errors; fall back to the escaped source.
+		return "<p>" + templ.EscapeString(src) + "</p>"
+	}
+	return strings.TrimSpace(sanitizer.Sanitize(buf.String()))
+}
+
+// Markdown renders model Markdown, sanitized, as a component.
+func Markdown(src string) templ.Component {
+	return templ.ComponentFunc(func(_ context.Context, w io.Writer) error {
+		_, err := io.WriteString(w, RenderMarkdown(src))
+		return err
+	})
+}

@@ -1,0 +1,329 @@
+package views
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"parley/internal/agent"
+	"parley/internal/store"
+	"parley/internal/tools"
+)
+
+// CSRFField is the name of the hidden form field that carries the session's CSRF token.
+const CSRFField = "_csrf"
+
+// Viewer is who looks at a page; it decides which buttons a card offers. The server still
+// authorizes every decision: hiding a button is a courtesy, not a check.
+type Viewer struct {
+	UserID string
+	Name   string
+	Role   store.Role
+}
+
+// Reviewer reports whether the viewer may decide reviewer-gated calls.
+func (v Viewer) Reviewer() bool { return v.Role == store.RoleReviewer || v.Role == store.RoleAdmin }
+
+// FormState is what a re-rendered card remembers of a rejected submission: the values typed and
+// an error per field ("" keys the form as a whole).
+type FormState struct {
+	ToolCallID string
+	Values     map[string]string
+	Errors     map[string]string
+	// Notice is a message about the call itself, e.g. that it was already decided elsewhere.
+	Notice string
+}
+
+// Error returns the error for a field.
+func (f *FormState) Error(field string) string {
+	if f == nil {
+		return ""
+	}
+	return f.Errors[field]
+}
+
+// Value returns the submitted value of a field and whether there was one.
+func (f *FormState) Value(field string) (string, bool) {
+	if f == nil || f.Values == nil {
+		return "", false
+	}
+	v, ok := f.Values[field]
+	return v, ok
+}
+
+// Page is the context shared by a conversation page's components.
+type Page struct {
+	ConversationID string
+	CSRF           string
+	Viewer         Viewer
+	// OwnerID is the conversation's owner; only the owner answers questions and runs client tools.
+	OwnerID string
+	// Demo says the conversation runs on the built-in demo model.
+	Demo bool
+	// Return is where a decision redirects after a plain POST ("" = the conversation page).
+	Return string
+	// Form is the state of one card after a rejected submission.
+	Form *FormState
+	// Notice is a page-level message (e.g. the composer's error).
+	Notice string
+}
+
+// formFor returns the form state of one call, nil when the state is about another call.
+func (p Page) formFor(id string) *FormState {
+	if p.Form != nil && p.Form.ToolCallID == id {
+		return p.Form
+	}
+	return nil
+}
+
+// IsOwner reports whether the viewer owns the conversation.
+func (p Page) IsOwner() bool { return p.Viewer.UserID != "" && p.Viewer.UserID == p.OwnerID }
+
+// CanDecide reports whether the viewer may decide a call's approval.
+func (p Page) CanDecide(c agent.CallView) bool {
+	if c.Approvers == tools.ByReviewer {
+		return p.Viewer.Reviewer()
+	}
+	return p.IsOwner() || p.Viewer.Reviewer()
+}
+
+// ConversationPage is everything the conversation page shows.
+type ConversationPage struct {
+	Page
+	View agent.View
+}
+
+// ConversationsPage is the list of the viewer's conversations.
+type ConversationsPage struct {
+	CSRF          string
+	Conversations []store.Conversation
+	Demo          bool
+	Notice        string
+}
+
+// InboxEntry is one pending approval in a reviewer's inbox.
+type InboxEntry struct {
+	ConversationID    string
+	ConversationTitle string
+	Requester         string
+	OwnerID           string
+	Call              agent.CallView
+	At                time.Time
+}
+
+// InboxPage is the reviewer inbox.
+type InboxPage struct {
+	CSRF    string
+	Viewer  Viewer
+	Entries []InboxEntry
+	Form    *FormState
+}
+
+// Item is one entry of a conversation's timeline: a message or a tool call, in log order.
+type Item struct {
+	Seq     int64
+	Message *agent.Message
+	Call    *agent.CallView
+}
+
+// DOMID is the element id of the item; socket updates address items by it.
+func (it Item) DOMID() string {
+	if it.Call != nil {
+		return CallDOMID(it.Call.ID)
+	}
+	return fmt.Sprintf("msg-%d", it.Seq)
+}
+
+// CallDOMID is the element id of a tool call's timeline item.
+func CallDOMID(toolCallID string) string { return "call-" + toolCallID }
+
+// Items interleaves a view's messages and calls by log sequence.
+func Items(v agent.View) []Item {
+	items := make([]Item, 0, len(v.Messages)+len(v.Calls))
+	for i := range v.Messages {
+		items = append(items, Item{Seq: v.Messages[i].Seq, Message: &v.Messages[i]})
+	}
+	for i := range v.Calls {
+		items = append(items, Item{Seq: v.Calls[i].Seq, Call: &v.Calls[i]})
+	}
+	sort.SliceStable(items, func(i, j int) bool { return items[i].Seq < items[j].Seq })
+	return items
+}
+
+// prettyJSON indents JSON for display; invalid JSON is shown as it is (escaped by templ).
+func prettyJSON(raw json.RawMessage) string {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return "{}"
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, raw, "", "  "); err != nil {
+		return string(raw)
+	}
+	return out.String()
+}
+
+// PrettyJSON is prettyJSON for handlers that compare an edited-arguments field with the original.
+func PrettyJSON(raw json.RawMessage) string { return prettyJSON(raw) }
+
+// valueText shows a plan detail: strings as they are, anything else as compact JSON.
+func valueText(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}
+
+// planDetails lists a plan's details sorted by key.
+func planDetails(p *tools.Plan) []kv {
+	if p == nil {
+		return nil
+	}
+	out := make([]kv, 0, len(p.Details))
+	for k, v := range p.Details {
+		if k == "arguments" {
+			continue // shown in the editable arguments field
+		}
+		out = append(out, kv{k, valueText(v)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].K < out[j].K })
+	return out
+}
+
+type kv struct{ K, V string }
+
+// envelope is the result the model got.
+type envelope struct {
+	OK     bool            `json:"ok"`
+	Result json.RawMessage `json:"result"`
+	Error  *struct {
+		Kind    string         `json:"kind"`
+		Message string         `json:"message"`
+		Details map[string]any `json:"details"`
+	} `json:"error"`
+}
+
+func parseEnvelope(raw json.RawMessage) (envelope, bool) {
+	var e envelope
+	if len(raw) == 0 || json.Unmarshal(raw, &e) != nil {
+		return envelope{}, false
+	}
+	if !e.OK && e.Error == nil {
+		return envelope{}, false
+	}
+	return e, true
+}
+
+// statusText is a call status in words.
+func statusText(s string) string {
+	switch s {
+	case store.CallRunning:
+		return "running"
+	case store.CallAwaiting:
+		return "waiting"
+	case store.CallResolved:
+		return "done"
+	case store.CallErrored:
+		return "failed"
+	case store.CallDenied:
+		return "denied"
+	case store.CallExpired:
+		return "expired"
+	}
+	return s
+}
+
+// conversationStatusText is the status line's words.
+func conversationStatusText(s string) string {
+	switch s {
+	case store.StatusIdle, "":
+		return "Ready."
+	case store.StatusGenerating:
+		return "The assistant is writing…"
+	case store.StatusDispatching:
+		return "Running tools…"
+	case store.StatusAwaiting:
+		return "Waiting for an answer or a decision."
+	}
+	return s
+}
+
+// decisionText describes a finished call's decision.
+func decisionText(c agent.CallView) string {
+	if c.Decision == "" {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString(strings.ReplaceAll(c.Decision, "_", " "))
+	if c.DecidedBy != "" {
+		b.WriteString(" by ")
+		b.WriteString(c.DecidedBy)
+	}
+	return b.String()
+}
+
+// providerResults pulls titled links out of a provider's search result block, whatever its
+// exact shape: any object with a "url" (and maybe a "title") found while walking it.
+func providerResults(raw json.RawMessage) []kv {
+	var v any
+	if len(raw) == 0 || json.Unmarshal(raw, &v) != nil {
+		return nil
+	}
+	var out []kv
+	var walk func(any)
+	walk = func(x any) {
+		if len(out) >= 10 {
+			return
+		}
+		switch t := x.(type) {
+		case map[string]any:
+			if u, ok := t["url"].(string); ok && (strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://")) {
+				title, _ := t["title"].(string)
+				if title == "" {
+					title = u
+				}
+				out = append(out, kv{title, u})
+				return
+			}
+			keys := make([]string, 0, len(t))
+			for k := range t {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				walk(t[k])
+			}
+		case []any:
+			for _, e := range t {
+				walk(e)
+			}
+		}
+	}
+	walk(v)
+	return out
+}
+
+// searchQuery is the query of a provider search call, if its arguments name one.
+func searchQuery(args json.RawMessage) string {
+	var m map[string]any
+	if json.Unmarshal(args, &m) != nil {
+		return ""
+	}
+	for _, k := range []string{"query", "q", "search"} {
+		if s, ok := m[k].(string); ok {
+			return s
+		}
+	}
+	return ""
+}
+
+func resolveURL(conversationID, toolCallID string) string {
+	return "/conversations/" + url.PathEscape(conversationID) + "/calls/" + url.PathEscape(toolCallID) + "/resolve"
+}

@@ -1,0 +1,499 @@
+package views
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/a-h/templ"
+	"golang.org/x/net/html"
+
+	"parley/internal/agent"
+	"parley/internal/store"
+	"parley/internal/tools"
+	"parley/views/viewstest"
+)
+
+func render(t *testing.T, c templ.Component) (string, *viewstest.Doc) {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := c.Render(context.Background(), &buf); err != nil {
+		t.Fatalf("render: %v", err)
+	}
+	return buf.String(), viewstest.MustParse(buf.String())
+}
+
+// assertInert fails when the HTML could run script or load something from elsewhere: script,
+// iframe, object, embed, style or base elements, event-handler attributes, javascript: or data:
+// URLs, and images that are not the app's own.
+func assertInert(t *testing.T, doc *viewstest.Doc) {
+	t.Helper()
+	doc.Walk(func(n *html.Node) {
+		switch n.Data {
+		case "script", "iframe", "object", "embed", "style", "base", "link", "meta", "svg", "math", "form-action":
+			t.Errorf("dangerous element <%s> rendered", n.Data)
+		}
+		for _, a := range n.Attr {
+			k := strings.ToLower(a.Key)
+			v := strings.ToLower(strings.TrimSpace(a.Val))
+			if strings.HasPrefix(k, "on") {
+				t.Errorf("event handler attribute %s=%q on <%s>", a.Key, a.Val, n.Data)
+			}
+			if k == "style" || k == "srcdoc" || k == "formaction" {
+				t.Errorf("attribute %s on <%s>", a.Key, n.Data)
+			}
+			if (k == "href" || k == "src" || k == "action" || k == "xlink:href") &&
+				(strings.HasPrefix(v, "javascript:") || strings.HasPrefix(v, "data:") || strings.HasPrefix(v, "vbscript:")) {
+				t.Errorf("dangerous URL %s=%q on <%s>", a.Key, a.Val, n.Data)
+			}
+			if n.Data == "img" && k == "src" && !localImage.MatchString(a.Val) {
+				t.Errorf("foreign image %q", a.Val)
+			}
+		}
+	})
+}
+
+func owner() Viewer    { return Viewer{UserID: "u1", Name: "ann", Role: store.RoleMember} }
+func reviewer() Viewer { return Viewer{UserID: "r1", Name: "rev", Role: store.RoleReviewer} }
+
+func page(v Viewer) Page {
+	return Page{ConversationID: "c1", CSRF: "tok", Viewer: v, OwnerID: "u1"}
+}
+
+func TestMessagesEscapeUserTextAndSanitizeAssistantMarkdown(t *testing.T) {
+	v := agent.View{ID: "c1", Title: "t", Status: "idle", Messages: []agent.Message{
+		{Seq: 1, Role: "user", Content: `<script>alert("u")</script> <b onclick="x()">hi</b>`},
+		{Seq: 2, Role: "assistant", Content: "**bold** and `code`\n\n- a\n- b"},
+	}}
+	out, doc := render(t, ConversationBody(ConversationPage{Page: page(owner()), View: v}))
+	assertInert(t, doc)
+	msgs := doc.All(`[data-parley="message"]`)
+	if len(msgs) != 2 {
+		t.Fatalf("messages = %d, want 2", len(msgs))
+	}
+	if r, _ := viewstest.Attr(msgs[0], "data-role"); r != "user" {
+		t.Errorf("first message role = %q", r)
+	}
+	if got := viewstest.Text(msgs[0]); !strings.Contains(got, `<script>alert("u")</script>`) {
+		t.Errorf("user text not shown literally: %q", got)
+	}
+	if len(viewstest.In(msgs[1], "strong")) != 1 || len(viewstest.In(msgs[1], "li")) != 2 || len(viewstest.In(msgs[1], "code")) != 1 {
+		t.Errorf("assistant Markdown not rendered: %s", out)
+	}
+}
+
+func TestXSSCorpusThroughModelOutputRendersInert(t *testing.T) {
+	corpus := []struct {
+		name, md string
+		keep     string // text that must survive, shown inert
+	}{
+		{"script tag", `<script>alert(1)</script>hello`, "<script>alert(1)</script>hello"},
+		{"script in paragraph", "para <script>alert(1)</script> end", "end"},
+		{"img onerror", `<img src=x onerror=alert(1)>`, "<img src=x onerror=alert(1)>"},
+		{"event handler on div", `<div onmouseover="alert(1)">hover</div>`, ""},
+		{"javascript link", `[click](javascript:alert(1))`, "click"},
+		{"javascript link entity", `[click](jav&#x09;ascript:alert(1))`, "click"},
+		{"javascript autolink html", `<a href="javascript:alert(1)">x</a>`, ""},
+		{"data link", `[d](data:text/html;base64,PHNjcmlwdD5hbGVydCgxKTwvc2NyaXB0Pg==)`, "d"},
+		{"foreign image", `![tracker](https://evil.example/p.png)`, "tracker"},
+		{"protocol-relative image", `![x](//evil.example/p.png)`, "x"},
+		{"backslash image", `![x](/\evil.example/p.png)`, "x"},
+		{"reference image", "![r][1]\n\n[1]: http://evil.example/r.png", "r"},
+		{"iframe", `<iframe src="https://evil.example"></iframe>`, ""},
+		{"style tag", `<style>body{display:none}</style>ok`, "ok"},
+		{"svg onload", `<svg onload=alert(1)><circle/></svg>`, ""},
+		{"html in code span stays text", "`<script>alert(1)</script>`", "<script>alert(1)</script>"},
+		{"fenced code", "```html\n<script>alert(1)</script>\n```", "<script>alert(1)</script>"},
+		{"form injection", `<form action="https://evil.example"><input name=x></form>`, ""},
+		{"link with title quote", `[a](https://ok.example "t\" onmouseover=\"alert(1)")`, "a"},
+	}
+	for _, tc := range corpus {
+		t.Run(tc.name, func(t *testing.T) {
+			v := agent.View{ID: "c1", Messages: []agent.Message{{Seq: 1, Role: "assistant", Content: tc.md}}}
+			_, doc := render(t, ConversationBody(ConversationPage{Page: page(owner()), View: v}))
+			assertInert(t, doc)
+			msg, n := doc.One(`[data-parley="message"][data-role="assistant"]`)
+			if n != 1 {
+				t.Fatalf("assistant messages = %d", n)
+			}
+			if len(viewstest.In(msg, "form")) > 0 || len(viewstest.In(msg, "input[name]")) > 0 {
+				t.Errorf("form elements rendered from model output")
+			}
+			if tc.keep != "" && !strings.Contains(viewstest.Text(msg), tc.keep) {
+				t.Errorf("text %q lost: %q", tc.keep, viewstest.Text(msg))
+			}
+		})
+	}
+}
+
+func TestLocalImagesAreKept(t *testing.T) {
+	got := RenderMarkdown("![logo](/static/logo.png)")
+	if !strings.Contains(got, `<img src="/static/logo.png"`) {
+		t.Errorf("local image dropped: %s", got)
+	}
+}
+
+func TestXSSCorpusThroughToolOutputRendersInert(t *testing.T) {
+	evil := `<script>alert(1)</script><img src=x onerror=alert(2)>`
+	args, _ := json.Marshal(map[string]any{"to": evil, "html": `<a href="javascript:alert(3)">x</a>`})
+	result, _ := json.Marshal(map[string]any{"ok": true, "result": map[string]any{"body": evil}})
+	errEnv, _ := json.Marshal(map[string]any{"ok": false, "error": map[string]any{"kind": evil, "message": evil}})
+	search, _ := json.Marshal([]any{map[string]any{"url": "javascript:alert(1)", "title": evil}, map[string]any{"url": "https://ok.example/a", "title": evil}})
+	calls := []agent.CallView{
+		{Seq: 1, ID: `x"><script>alert(1)</script>`, Name: evil, Executor: tools.Server, Status: "resolved", Args: args, Result: result, Decision: evil, DecidedBy: evil, Reason: evil},
+		{Seq: 2, ID: "e1", Name: evil, Executor: tools.Server, Status: "errored", Args: args, Result: errEnv},
+		{Seq: 3, ID: "a1", Name: evil, Executor: tools.Server, Approval: tools.RequiresApproval, Status: "awaiting", PendingKind: tools.PendingApproval, Args: args,
+			Plan: &tools.Plan{Summary: evil, Details: map[string]any{evil: evil}}},
+		{Seq: 4, ID: "q1", Name: "ask_user", Executor: tools.Human, Status: "awaiting", PendingKind: tools.PendingElicitation,
+			Prompt: &tools.Prompt{Message: evil, Schema: json.RawMessage(`{"type":"object","title":"<script>t</script>","properties":{"n":{"type":"string","title":"<img src=x onerror=alert(1)>","description":"<script>d</script>","enum":["<script>e</script>"]}}}`)}},
+		{Seq: 5, ID: "p1", Name: "web_search", Executor: tools.Provider, Status: "resolved", Args: json.RawMessage(`{"query":"<script>q</script>"}`), Result: search},
+		{Seq: 6, ID: "r1", Name: evil, Executor: tools.Server, Status: "running", Progress: []string{evil}},
+	}
+	out, doc := render(t, ConversationBody(ConversationPage{Page: page(owner()), View: agent.View{ID: "c1", Calls: calls, LastError: evil, Streaming: evil}}))
+	assertInert(t, doc)
+	if n := len(doc.All(`[data-parley="tool-call"]`)); n != len(calls) {
+		t.Errorf("tool-call cards = %d, want %d", n, len(calls))
+	}
+	if !strings.Contains(out, "&lt;script&gt;") {
+		t.Errorf("tool output not shown escaped")
+	}
+	links := doc.All(`[data-parley="searched-web"] a`)
+	if len(links) != 1 {
+		t.Fatalf("search links = %d, want only the https one", len(links))
+	}
+	if h, _ := viewstest.Attr(links[0], "href"); h != "https://ok.example/a" {
+		t.Errorf("search link href = %q", h)
+	}
+}
+
+func TestToolCallCardStates(t *testing.T) {
+	next := time.Date(2026, 11, 22, 10, 0, 5, 0, time.UTC)
+	tests := []struct {
+		name  string
+		call  agent.CallView
+		viewr Viewer
+		want  []string // selectors that must match inside the card
+		none  []string // selectors that must not
+	}{
+		{"running with progress", agent.CallView{ID: "c", Name: "count_down", Executor: tools.Server, Status: "running", Progress: []string{"3", "2"}},
+			owner(), []string{`[data-parley="progress"] li`}, []string{`[data-parley="approval"]`, `[data-parley="result"]`}},
+		{"retrying", agent.CallView{ID: "c", Name: "flaky", Executor: tools.Server, Status: "running", Attempts: 2, NextAttempt: &next},
+			owner(), []string{`[data-parley="attempts"]`, `[data-parley="retry"]`}, nil},
+		{"result", agent.CallView{ID: "c", Name: "get_current_time", Executor: tools.Server, Status: "resolved", Result: json.RawMessage(`{"ok":true,"result":{"time":"now"}}`)},
+			owner(), []string{`[data-parley="result"]`}, []string{`[data-parley="error"]`}},
+		{"error", agent.CallView{ID: "c", Name: "failing", Executor: tools.Server, Status: "errored", Result: json.RawMessage(`{"ok":false,"error":{"kind":"command_failed","message":"boom"}}`)},
+			owner(), []string{`[data-parley="error"][data-kind="command_failed"]`}, []string{`[data-parley="result"]`}},
+		{"denied with reason", agent.CallView{ID: "c", Name: "send_email", Executor: tools.Server, Status: "denied", Decision: "deny", DecidedBy: "ann", Reason: "not now",
+			Result: json.RawMessage(`{"ok":false,"error":{"kind":"denied","message":"denied: not now"}}`)},
+			owner(), []string{`[data-parley="decision"]`, `[data-parley="reason"]`, `[data-parley="error"][data-kind="denied"]`}, []string{`[data-parley="approval"]`}},
+		{"approval for owner", agent.CallView{ID: "c", Name: "send_email", Executor: tools.Server, Approval: tools.RequiresApproval, Approvers: tools.ByOwner, Status: "awaiting",
+			PendingKind: tools.PendingApproval, Args: json.RawMessage(`{"to":"bob@example.com"}`), Plan: &tools.Plan{Summary: "Would send an email to bob@example.com", Details: map[string]any{"subject": "lunch"}}},
+			owner(), []string{`[data-parley="approval"] [data-parley="plan"]`, `[data-parley="approval"] button[name="decision"][value="approve"]`,
+				`[data-parley="approval"] button[name="decision"][value="deny"]`, `[data-parley="approval"] [name="reason"]`, `[data-parley="approval"] textarea[name="args"]`,
+				`[data-parley="approval"] form[method="post"][action="/conversations/c1/calls/c/resolve"] input[name="_csrf"][value="tok"]`}, nil},
+		{"reviewer-gated seen by its owner", agent.CallView{ID: "c", Name: "wire", Executor: tools.Server, Approval: tools.RequiresApproval, Approvers: tools.ByReviewer, Status: "awaiting",
+			PendingKind: tools.PendingApproval, Plan: &tools.Plan{Summary: "s"}},
+			owner(), []string{`[data-parley="approval"] [data-parley="waiting-for"]`}, []string{`button[name="decision"]`}},
+		{"reviewer-gated seen by a reviewer", agent.CallView{ID: "c", Name: "wire", Executor: tools.Server, Approval: tools.RequiresApproval, Approvers: tools.ByReviewer, Status: "awaiting",
+			PendingKind: tools.PendingApproval, Plan: &tools.Plan{Summary: "s"}},
+			reviewer(), []string{`button[name="decision"][value="approve"]`}, []string{`[data-parley="waiting-for"]`}},
+		{"client exec", agent.CallView{ID: "c", Name: "geolocation", Executor: tools.Client, Status: "awaiting", PendingKind: tools.PendingClientExec},
+			owner(), []string{`[data-parley="client-exec"]`}, []string{`form`}},
+		{"provider", agent.CallView{ID: "c", Name: "web_search", Executor: tools.Provider, Status: "resolved", Args: json.RawMessage(`{"query":"go 1.26"}`),
+			Result: json.RawMessage(`{"content":[{"type":"web_search_result","url":"https://go.dev/doc","title":"Go docs"}]}`)},
+			owner(), []string{`[data-parley="searched-web"] a[href="https://go.dev/doc"]`}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out, doc := render(t, ToolCallCard(page(tc.viewr), tc.call))
+			assertInert(t, doc)
+			card, n := doc.One(`[data-parley="tool-call"]`)
+			if n != 1 {
+				t.Fatalf("cards = %d", n)
+			}
+			if id, _ := viewstest.Attr(card, "data-tool-call-id"); id != tc.call.ID {
+				t.Errorf("data-tool-call-id = %q", id)
+			}
+			if st, _ := viewstest.Attr(card, "data-status"); st != tc.call.Status {
+				t.Errorf("data-status = %q, want %q", st, tc.call.Status)
+			}
+			for _, s := range tc.want {
+				if len(doc.All(s)) == 0 {
+					t.Errorf("missing %s in %s", s, out)
+				}
+			}
+			for _, s := range tc.none {
+				if len(doc.All(s)) != 0 {
+					t.Errorf("unexpected %s", s)
+				}
+			}
+		})
+	}
+}
+
+func TestApprovalCardShowsErrorsBesideFields(t *testing.T) {
+	c := agent.CallView{ID: "a", Name: "send_email", Executor: tools.Server, Approval: tools.RequiresApproval, Status: "awaiting", PendingKind: tools.PendingApproval,
+		Args: json.RawMessage(`{"to":"bob@example.com"}`), Plan: &tools.Plan{Summary: "s"}}
+	p := page(owner())
+	p.Form = &FormState{ToolCallID: "a", Values: map[string]string{"args": `{"to": 5}`, "reason": "r"}, Errors: map[string]string{"args": "/to: expected string"}}
+	_, doc := render(t, ToolCallCard(p, c))
+	e, n := doc.One(`[data-parley="field-error"][data-field="args"]`)
+	if n != 1 || !strings.Contains(viewstest.Text(e), "expected string") {
+		t.Fatalf("args error not shown beside the field")
+	}
+	ta, _ := doc.One(`textarea[name="args"]`)
+	if viewstest.Text(ta) != `{"to": 5}` {
+		t.Errorf("submitted args not kept: %q", viewstest.Text(ta))
+	}
+	if in, _ := doc.One(`input[name="reason"]`); in == nil {
+		t.Fatal("no reason input")
+	} else if v, _ := viewstest.Attr(in, "value"); v != "r" {
+		t.Errorf("reason not kept: %q", v)
+	}
+}
+
+const formSchema = `{"type":"object","title":"About you","description":"We need a few details.","properties":{
+ "name":{"type":"string","title":"Your name","description":"As on your passport"},
+ "email":{"type":"string","format":"email"},
+ "site":{"type":"string","format":"uri"},
+ "born":{"type":"string","format":"date"},
+ "meet":{"type":"string","format":"date-time"},
+ "size":{"type":"string","enum":["s","m","l"],"enumNames":["Small","Medium","Large"]},
+ "age":{"type":"integer","minimum":0,"maximum":150},
+ "score":{"type":"number"},
+ "subscribe":{"type":"boolean","title":"Subscribe","default":true}},
+ "required":["name","email"]}`
+
+func TestElicitationFormFromSchema(t *testing.T) {
+	c := agent.CallView{ID: "q", Name: "ask_user", Executor: tools.Human, Status: "awaiting", PendingKind: tools.PendingElicitation,
+		Prompt: &tools.Prompt{Message: "Tell me about you", Schema: json.RawMessage(formSchema)}}
+	out, doc := render(t, ToolCallCard(page(owner()), c))
+	assertInert(t, doc)
+	form, n := doc.One(`form[data-parley="elicitation"]`)
+	if n != 1 {
+		t.Fatalf("elicitation forms = %d", n)
+	}
+	if m, _ := viewstest.Attr(form, "method"); m != "post" {
+		t.Errorf("method = %q", m)
+	}
+	inputs := []struct{ sel string }{
+		{`input[name="name"][type="text"][required]`},
+		{`input[name="email"][type="email"][required]`},
+		{`input[name="site"][type="url"]`},
+		{`input[name="born"][type="date"]`},
+		{`input[name="meet"][type="datetime-local"]`},
+		{`select[name="size"] option[value="m"]`},
+		{`input[name="age"][type="number"][step="1"][min="0"][max="150"]`},
+		{`input[name="score"][type="number"][step="any"]`},
+		{`input[name="subscribe"][type="checkbox"][checked]`},
+		{`button[name="action"][value="accept"]`},
+		{`button[name="action"][value="decline"]`},
+		{`button[name="action"][value="cancel"]`},
+	}
+	for _, in := range inputs {
+		if len(viewstest.In(form, in.sel)) != 1 {
+			t.Errorf("missing %s", in.sel)
+		}
+	}
+	if len(viewstest.In(form, `input[name="site"][required]`)) != 0 {
+		t.Errorf("optional field marked required")
+	}
+	if got := len(viewstest.In(form, `[data-parley="required"]`)); got != 2 {
+		t.Errorf("required marks = %d, want 2", got)
+	}
+	text := viewstest.Text(form)
+	for _, s := range []string{"Your name", "As on your passport", "email", "Tell me about you", "Medium", "About you", "We need a few details."} {
+		if !strings.Contains(text, s) {
+			t.Errorf("form text lacks %q", s)
+		}
+	}
+	// Properties keep the schema's order.
+	var names []string
+	for _, f := range viewstest.In(form, `[data-field]`) {
+		if v, _ := viewstest.Attr(f, "data-field"); v != "" && f.Data == "div" {
+			names = append(names, v)
+		}
+	}
+	if strings.Join(names, ",") != "name,email,site,born,meet,size,age,score,subscribe" {
+		t.Errorf("field order = %v", names)
+	}
+	_ = out
+}
+
+func TestElicitationFormKeepsValuesAndShowsErrors(t *testing.T) {
+	c := agent.CallView{ID: "q", Name: "ask_user", Executor: tools.Human, Status: "awaiting", PendingKind: tools.PendingElicitation,
+		Prompt: &tools.Prompt{Schema: json.RawMessage(formSchema)}}
+	p := page(owner())
+	p.Form = &FormState{ToolCallID: "q", Values: map[string]string{"name": "Ann", "email": "nope", "size": "l"},
+		Errors: map[string]string{"email": "not a valid email", "": "fix the form"}}
+	_, doc := render(t, ToolCallCard(p, c))
+	if e, n := doc.One(`[data-field="email"] [data-parley="field-error"]`); n != 1 || !strings.Contains(viewstest.Text(e), "not a valid email") {
+		t.Errorf("email error not beside its field")
+	}
+	if _, n := doc.One(`[data-parley="form-error"]`); n != 1 {
+		t.Errorf("form-level error not shown")
+	}
+	if in, _ := doc.One(`input[name="name"]`); in != nil {
+		if v, _ := viewstest.Attr(in, "value"); v != "Ann" {
+			t.Errorf("name value = %q", v)
+		}
+	}
+	if _, n := doc.One(`select[name="size"] option[value="l"][selected]`); n != 1 {
+		t.Errorf("selected enum not kept")
+	}
+	if _, n := doc.One(`input[name="subscribe"][checked]`); n != 0 {
+		t.Errorf("an unchecked submitted box came back checked")
+	}
+	// Another viewer (a reviewer) sees the question but cannot answer it.
+	_, doc = render(t, ToolCallCard(page(reviewer()), c))
+	if len(doc.All(`button[name="action"]`)) != 0 || len(doc.All(`[data-parley="waiting-for"]`)) != 1 {
+		t.Errorf("a non-owner was offered the question's buttons")
+	}
+}
+
+func TestFormContentAndFieldErrors(t *testing.T) {
+	fs, err := ParseFormSchema(json.RawMessage(formSchema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	content, errs := fs.FormContent(map[string]string{"name": " Ann ", "age": "41", "score": "2.5", "meet": "2026-11-22T10:30", "site": "", "subscribe": "on"})
+	want := map[string]any{"name": "Ann", "age": int64(41), "score": 2.5, "meet": "2026-11-22T10:30:00Z", "subscribe": true}
+	if len(errs) != 0 {
+		t.Errorf("errors = %v", errs)
+	}
+	for k, v := range want {
+		if content[k] != v {
+			t.Errorf("content[%s] = %#v, want %#v", k, content[k], v)
+		}
+	}
+	if _, ok := content["site"]; ok {
+		t.Errorf("empty optional field sent")
+	}
+	if _, ok := content["email"]; ok {
+		t.Errorf("missing field invented")
+	}
+	_, errs = fs.FormContent(map[string]string{"age": "4.5", "score": "many"})
+	if errs["age"] == "" || errs["score"] == "" {
+		t.Errorf("conversion errors = %v", errs)
+	}
+	if c, _ := fs.FormContent(map[string]string{}); c["subscribe"] != false {
+		t.Errorf("unchecked box = %#v, want false", c["subscribe"])
+	}
+
+	fe := fs.FieldErrors([]map[string]any{
+		{"path": "", "message": "missing properties: 'name', 'email'"},
+		{"path": "/age", "message": "must be <= 150"},
+		{"path": "", "message": "something global"},
+	})
+	if fe["name"] != "This field is required." || fe["email"] != "This field is required." || fe["age"] != "must be <= 150" || fe[""] != "something global" {
+		t.Errorf("field errors = %v", fe)
+	}
+}
+
+func TestInboxListsEachApproval(t *testing.T) {
+	mk := func(id, conv, title, who string) InboxEntry {
+		return InboxEntry{ConversationID: conv, ConversationTitle: title, Requester: who, OwnerID: "u-" + who,
+			Call: agent.CallView{ID: id, Name: "send_email", Executor: tools.Server, Approval: tools.RequiresApproval, Approvers: tools.ByReviewer,
+				Status: "awaiting", PendingKind: tools.PendingApproval, Args: json.RawMessage(`{}`), Plan: &tools.Plan{Summary: "s"}}}
+	}
+	d := InboxPage{CSRF: "tok", Viewer: reviewer(), Entries: []InboxEntry{mk("n2", "c2", "Newer", "bob"), mk("n1", "c1", "Older <b>", "ann")}}
+	_, doc := render(t, InboxBody(d))
+	assertInert(t, doc)
+	inbox, n := doc.One(`[data-parley="inbox"]`)
+	if n != 1 {
+		t.Fatalf("inbox = %d", n)
+	}
+	cards := viewstest.In(inbox, `[data-parley="approval"]`)
+	if len(cards) != 2 {
+		t.Fatalf("approvals = %d", len(cards))
+	}
+	if id, _ := viewstest.Attr(cards[0], "data-tool-call-id"); id != "n2" {
+		t.Errorf("first approval = %q, want the newest (the handler's order)", id)
+	}
+	entries := doc.All(`[data-parley="inbox-entry"]`)
+	if txt := viewstest.Text(entries[1]); !strings.Contains(txt, "Older <b>") || !strings.Contains(txt, "ann") {
+		t.Errorf("entry lacks title or requester: %q", txt)
+	}
+	if _, n := doc.One(`[data-parley="inbox-entry"][data-tool-call-id="n1"] form[action="/conversations/c1/calls/n1/resolve"] input[name="return"][value="/inbox"]`); n != 1 {
+		t.Errorf("inbox decision does not post to the conversation's resolve with return=/inbox")
+	}
+	_, doc = render(t, InboxBody(InboxPage{Viewer: reviewer()}))
+	if _, n := doc.One(`[data-parley="inbox"] [data-parley="inbox-empty"]`); n != 1 {
+		t.Errorf("empty inbox not said")
+	}
+}
+
+func TestConversationPageFrame(t *testing.T) {
+	v := agent.View{ID: "c1", Title: "Lunch", Status: "generating", Streaming: "Hel", LastError: ""}
+	p := page(owner())
+	p.Demo = true
+	_, doc := render(t, ConversationBody(ConversationPage{Page: p, View: v}))
+	assertInert(t, doc)
+	for _, s := range []string{
+		`form[data-parley="composer"][method="post"][action="/conversations/c1/messages"] textarea[name="text"]`,
+		`form[data-parley="composer"] input[name="_csrf"][value="tok"]`,
+		`[data-parley="demo-banner"]`,
+		`[data-parley="status"][data-status="generating"]`,
+		`div[id="streaming"][data-parley="streaming"]`,
+		`[data-parley="conversation"][data-ws="/conversations/c1/ws"]`,
+	} {
+		if _, n := doc.One(s); n != 1 {
+			t.Errorf("%s matched %d times", s, n)
+		}
+	}
+	if s, _ := doc.One(`[id="streaming"]`); viewstest.Text(s) != "Hel" {
+		t.Errorf("streaming text = %q", viewstest.Text(s))
+	}
+	p.Demo = false
+	_, doc = render(t, ConversationBody(ConversationPage{Page: p, View: v}))
+	if len(doc.All(`[data-parley="demo-banner"]`)) != 0 {
+		t.Errorf("demo banner shown for a real model")
+	}
+}
+
+func TestConversationsList(t *testing.T) {
+	d := ConversationsPage{CSRF: "tok", Conversations: []store.Conversation{{ID: "a", Title: "First", Status: "idle"}, {ID: "b", Status: "awaiting"}}}
+	_, doc := render(t, ConversationsBody(d))
+	assertInert(t, doc)
+	if _, n := doc.One(`form[data-parley="new-conversation"][method="post"][action="/conversations"] input[name="_csrf"][value="tok"]`); n != 1 {
+		t.Errorf("new-conversation form missing")
+	}
+	links := doc.All(`[data-parley="conversation-link"] a`)
+	if len(links) != 2 {
+		t.Fatalf("links = %d", len(links))
+	}
+	if h, _ := viewstest.Attr(links[1], "href"); h != "/conversations/b" || viewstest.Text(links[1]) != "New conversation" {
+		t.Errorf("untitled link = %q %q", h, viewstest.Text(links[1]))
+	}
+}
+
+func TestTimelineInterleavesByLogOrderAndRevTracksContent(t *testing.T) {
+	v := agent.View{ID: "c1",
+		Messages: []agent.Message{{Seq: 1, Role: "user", Content: "hi"}, {Seq: 4, Role: "assistant", Content: "done"}},
+		Calls:    []agent.CallView{{Seq: 2, ID: "t1", Name: "get_current_time", Executor: tools.Server, Status: "running"}}}
+	_, doc := render(t, ConversationBody(ConversationPage{Page: page(owner()), View: v}))
+	items := doc.All(`[id="timeline"] [data-rev]`)
+	var ids []string
+	for _, it := range items {
+		id, _ := viewstest.Attr(it, "id")
+		ids = append(ids, id)
+	}
+	if strings.Join(ids, ",") != "msg-1,call-t1,msg-4" {
+		t.Errorf("timeline order = %v", ids)
+	}
+	rev := func(c agent.CallView) string {
+		_, d := render(t, TimelineItem(page(owner()), Item{Seq: c.Seq, Call: &c}))
+		n, _ := d.One(`[data-rev]`)
+		r, _ := viewstest.Attr(n, "data-rev")
+		return r
+	}
+	a := v.Calls[0]
+	b := a
+	b.Status = "resolved"
+	if rev(a) != rev(a) || rev(a) == rev(b) {
+		t.Errorf("data-rev must be stable for equal content and change with it")
+	}
+}
