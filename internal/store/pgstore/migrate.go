@@ -1,0 +1,126 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"parley/internal/store"
+	"parley/migrations"
+)
+
+// migrationLock is the pg_advisory_lock key that serializes migrations across processes
+// ("parley" in ASCII).
+const migrationLock int64 = 0x7061726c6579
+
+// migration is one numbered file of package migrations.
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+// loadMigrations reads NNN_name.up.sql files from fsys, in version order.
+func loadMigrations(fsys fs.FS) ([]migration, error) {
+	names, err := fs.Glob(fsys, "*.up.sql")
+	if err != nil {
+		return nil, err
+	}
+	var out []migration
+	for _, n := range names {
+		num, _, ok := strings.Cut(n, "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil || v <= 0 {
+			return nil, fmt.Errorf("migration %s: name must be NNN_name.up.sql", n)
+		}
+		body, err := fs.ReadFile(fsys, n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, migration{version: v, name: n, sql: string(body)})
+	}
+	slices.SortFunc(out, func(a, b migration) int { return a.version - b.version })
+	for i := 1; i < len(out); i++ {
+		if out[i].version == out[i-1].version {
+			return nil, fmt.Errorf("migrations %s and %s share version %d", out[i-1].name, out[i].name, out[i].version)
+		}
+	}
+	return out, nil
+}
+
+// migrate applies the embedded migrations.
+func migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
+	ms, err := loadMigrations(migrations.FS)
+	if err != nil {
+		return err
+	}
+	return applyMigrations(ctx, pool, ms, logger)
+}
+
+// applyMigrations applies every migration newer than the database's version, each in its own
+// transaction with its schema_migrations row, holding an advisory lock so that two processes
+// starting together apply each migration once. A database at a version above the newest of ms
+// is refused with store.ErrSchemaTooNew.
+func applyMigrations(ctx context.Context, pool *pgxpool.Pool, ms []migration, logger *slog.Logger) (err error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquire connection: %w", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, migrationLock); err != nil {
+		return fmt.Errorf("take migration lock: %w", err)
+	}
+	defer func() {
+		// A failed unlock (the connection broke) is released by the server with the session.
+		if _, uerr := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, migrationLock); uerr != nil && err == nil {
+			err = fmt.Errorf("release migration lock: %w", uerr)
+		}
+	}()
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    integer PRIMARY KEY,
+		name       text NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now()
+	)`); err != nil {
+		return fmt.Errorf("create schema_migrations: %w", err)
+	}
+	var current int
+	if err := conn.QueryRow(ctx, `SELECT COALESCE(max(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	latest := 0
+	if len(ms) > 0 {
+		latest = ms[len(ms)-1].version
+	}
+	if current > latest {
+		return fmt.Errorf("the database is at schema version %d but this binary knows up to %d; run a newer Parley: %w",
+			current, latest, store.ErrSchemaTooNew)
+	}
+	for _, m := range ms {
+		if m.version <= current {
+			continue
+		}
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			return fmt.Errorf("migration %s: %w", m.name, err)
+		}
+		if _, err := tx.Exec(ctx, m.sql); err != nil {
+			_ = tx.Rollback(ctx) // the migration's error is the one to report
+			return fmt.Errorf("migration %s: %w", m.name, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.version, m.name); err != nil {
+			_ = tx.Rollback(ctx) // as above
+			return fmt.Errorf("migration %s: record version: %w", m.name, err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return fmt.Errorf("migration %s: commit: %w", m.name, err)
+		}
+		logger.Info("applied migration", "version", m.version, "name", m.name)
+	}
+	return nil
+}

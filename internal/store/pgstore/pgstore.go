@@ -1,0 +1,263 @@
+// Package pgstore is the PostgreSQL store.Store, through pgx/v5's pgxpool. It is the store that
+// several Parley processes share: appends are checked against the expected sequence inside a
+// transaction (the row lock on the conversation serializes racing writers, and the loser sees
+// the new sequence and gets store.ErrConflict), and due expiries are claimed with
+// FOR UPDATE SKIP LOCKED so each one goes to one process per lease.
+//
+// Open applies the embedded migrations (package migrations) under an advisory lock before
+// returning; Migrate does only that, for `web migrate`.
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"parley/internal/clock"
+	"parley/internal/store"
+	"parley/internal/store/internal/sqlcore"
+)
+
+// ConnectTimeout bounds how long Open and Migrate wait for an unreachable server.
+const ConnectTimeout = 5 * time.Second
+
+// Store is the PostgreSQL store.Store.
+type Store struct {
+	sqlcore.Core
+	pool      *pgxpool.Pool
+	closeOnce sync.Once
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Option configures Open.
+type Option func(*Store)
+
+// WithClock sets the clock that stamps rows and decides session expiry (default: the wall clock).
+func WithClock(c clock.Clock) Option { return func(s *Store) { s.Clock = c } }
+
+// Open connects to databaseURL (failing within ConnectTimeout when the server does not answer,
+// with an error naming host and database but never the password), applies pending migrations
+// and returns the store. A database migrated by a newer binary is refused with
+// store.ErrSchemaTooNew. A nil logger logs nothing.
+func Open(ctx context.Context, databaseURL string, logger *slog.Logger, opts ...Option) (*Store, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	pool, err := connect(ctx, databaseURL)
+	if err != nil {
+		return nil, err
+	}
+	if err := migrate(ctx, pool, logger); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("migrate %s: %w", Redact(databaseURL), err)
+	}
+	s := &Store{
+		Core: sqlcore.Core{DB: &db{pool: pool}, Dialect: sqlcore.Dialect{SkipLocked: "FOR UPDATE SKIP LOCKED"}, Clock: clock.Real{}},
+		pool: pool,
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s, nil
+}
+
+// Migrate applies pending migrations to databaseURL and returns; it is `web migrate`.
+func Migrate(ctx context.Context, databaseURL string) error {
+	pool, err := connect(ctx, databaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := migrate(ctx, pool, slog.Default()); err != nil {
+		return fmt.Errorf("migrate %s: %w", Redact(databaseURL), err)
+	}
+	return nil
+}
+
+// Close closes the pool. Closing twice is harmless.
+func (s *Store) Close() error {
+	s.closeOnce.Do(s.pool.Close)
+	return nil
+}
+
+// Pool is the connection pool, for benchmarks and tools that need raw SQL.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+func connect(ctx context.Context, databaseURL string) (*pgxpool.Pool, error) {
+	where := Redact(databaseURL)
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		// pgx's parse errors can quote the URL; say only what is safe.
+		return nil, fmt.Errorf("database URL %s is not valid: %s", where, redactErr(err, databaseURL))
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > ConnectTimeout {
+		cfg.ConnConfig.ConnectTimeout = ConnectTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to PostgreSQL at %s: %s", where, redactErr(err, databaseURL))
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to PostgreSQL at %s: %s", where, redactErr(err, databaseURL))
+	}
+	return pool, nil
+}
+
+// redactErr is err's message with the URL's password removed, in case a driver quoted it.
+func redactErr(err error, databaseURL string) string {
+	msg := err.Error()
+	if cfg, perr := pgconn.ParseConfig(databaseURL); perr == nil && cfg.Password != "" {
+		msg = strings.ReplaceAll(msg, cfg.Password, "xxxxx")
+		msg = strings.ReplaceAll(msg, url.QueryEscape(cfg.Password), "xxxxx")
+	}
+	return msg
+}
+
+// Redact describes a database URL (or key=value connection string) for messages: user, host,
+// port and database, never the password.
+func Redact(databaseURL string) string {
+	cfg, err := pgconn.ParseConfig(databaseURL)
+	if err != nil {
+		if u, uerr := url.Parse(databaseURL); uerr == nil && u.Host != "" {
+			return fmt.Sprintf("host %s database %q", u.Host, strings.TrimPrefix(u.Path, "/"))
+		}
+		return "(unparseable database URL)"
+	}
+	user := ""
+	if cfg.User != "" {
+		user = " as " + cfg.User
+	}
+	return fmt.Sprintf("host %s:%d database %q%s", cfg.Host, cfg.Port, cfg.Database, user)
+}
+
+// db adapts pgxpool to sqlcore.DB.
+type db struct {
+	pool *pgxpool.Pool
+}
+
+type pgQuerier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+func exec(ctx context.Context, on pgQuerier, q string, args []any) (int64, error) {
+	tag, err := on.Exec(ctx, q, args...)
+	if err != nil {
+		return 0, mapErr(err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+func query(ctx context.Context, on pgQuerier, q string, args []any) (sqlcore.Rows, error) {
+	rows, err := on.Query(ctx, q, args...)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	return &pgRows{rows: rows}, nil
+}
+
+func (d *db) Exec(ctx context.Context, q string, args ...any) (int64, error) {
+	return exec(ctx, d.pool, q, args)
+}
+
+func (d *db) Query(ctx context.Context, q string, args ...any) (sqlcore.Rows, error) {
+	return query(ctx, d.pool, q, args)
+}
+
+func (d *db) Begin(ctx context.Context) (sqlcore.Tx, error) {
+	tx, err := d.pool.Begin(ctx)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	return &pgTx{tx: tx}, nil
+}
+
+func (d *db) Ping(ctx context.Context) error { return d.pool.Ping(ctx) }
+
+func (d *db) Close() error {
+	d.pool.Close()
+	return nil
+}
+
+type pgTx struct{ tx pgx.Tx }
+
+func (t *pgTx) Exec(ctx context.Context, q string, args ...any) (int64, error) {
+	return exec(ctx, t.tx, q, args)
+}
+
+func (t *pgTx) Query(ctx context.Context, q string, args ...any) (sqlcore.Rows, error) {
+	return query(ctx, t.tx, q, args)
+}
+
+func (t *pgTx) Commit(ctx context.Context) error   { return mapErr(t.tx.Commit(ctx)) }
+func (t *pgTx) Rollback(ctx context.Context) error { return t.tx.Rollback(ctx) }
+
+// pgRows hands times back in UTC and JSON as the stored bytes.
+type pgRows struct{ rows pgx.Rows }
+
+func (r *pgRows) Next() bool { return r.rows.Next() }
+func (r *pgRows) Err() error { return mapErr(r.rows.Err()) }
+func (r *pgRows) Close()     { r.rows.Close() }
+
+func (r *pgRows) Scan(dest ...any) error {
+	scan := append([]any(nil), dest...)
+	var after []func()
+	for i, d := range dest {
+		switch p := d.(type) {
+		case *time.Time:
+			after = append(after, func() { *p = p.UTC() })
+		case **time.Time:
+			after = append(after, func() {
+				if *p != nil {
+					t := (*p).UTC()
+					*p = &t
+				}
+			})
+		case *json.RawMessage:
+			var v []byte
+			scan[i] = &v
+			after = append(after, func() { *p = v })
+		}
+	}
+	if err := r.rows.Scan(scan...); err != nil {
+		return mapErr(err)
+	}
+	for _, f := range after {
+		f()
+	}
+	return nil
+}
+
+// mapErr turns PostgreSQL's constraint errors into the store's sentinels.
+func mapErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: %w", store.ErrNotFound, err)
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "23505": // unique_violation
+			return fmt.Errorf("%w: %w", store.ErrConflict, err)
+		case "23503": // foreign_key_violation
+			return fmt.Errorf("%w: %w", store.ErrNotFound, err)
+		}
+	}
+	return err
+}

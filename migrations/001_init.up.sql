@@ -1,0 +1,124 @@
+-- Parley's first schema. Times are timestamptz (UTC, microseconds); payloads are json (stored
+-- verbatim, so the bytes the agent hashed are the bytes it reads back).
+CREATE TABLE users (
+	id            text PRIMARY KEY,
+	name          text NOT NULL UNIQUE,
+	role          text NOT NULL,
+	password_hash bytea,
+	created_at    timestamptz NOT NULL
+);
+
+CREATE TABLE sessions (
+	token_hash bytea PRIMARY KEY,
+	user_id    text NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+	csrf       text NOT NULL,
+	expires_at timestamptz NOT NULL,
+	created_at timestamptz NOT NULL
+);
+CREATE INDEX sessions_user ON sessions (user_id);
+
+CREATE TABLE api_tokens (
+	id           text PRIMARY KEY,
+	user_id      text NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+	name         text NOT NULL,
+	hash         bytea NOT NULL UNIQUE,
+	created_at   timestamptz NOT NULL,
+	last_used_at timestamptz,
+	revoked_at   timestamptz
+);
+CREATE INDEX api_tokens_user ON api_tokens (user_id, created_at);
+
+CREATE TABLE settings (
+	key   text PRIMARY KEY,
+	value text NOT NULL
+);
+
+CREATE TABLE conversations (
+	id         text PRIMARY KEY,
+	owner_id   text NOT NULL,
+	title      text NOT NULL,
+	status     text NOT NULL,
+	last_seq   bigint NOT NULL,
+	created_at timestamptz NOT NULL,
+	updated_at timestamptz NOT NULL
+);
+CREATE INDEX conversations_owner ON conversations (owner_id, updated_at);
+CREATE INDEX conversations_active ON conversations (status) WHERE status <> 'idle';
+
+CREATE TABLE entries (
+	conversation_id text NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+	seq             bigint NOT NULL,
+	type            text NOT NULL,
+	tool_call_id    text NOT NULL,
+	actor           text NOT NULL,
+	data            json,
+	created_at      timestamptz NOT NULL,
+	PRIMARY KEY (conversation_id, seq)
+);
+-- A call is logged once.
+CREATE UNIQUE INDEX entries_one_tool_call ON entries (conversation_id, tool_call_id) WHERE type = 'tool_call';
+
+CREATE TABLE tool_calls (
+	conversation_id text NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+	tool_call_id    text NOT NULL,
+	name            text NOT NULL,
+	executor        text NOT NULL,
+	approval        text NOT NULL,
+	approvers       text NOT NULL,
+	status          text NOT NULL,
+	pending_kind    text NOT NULL,
+	args            json,
+	result          json,
+	prompt          json,
+	expires_at      timestamptz,
+	seq             bigint NOT NULL,
+	created_at      timestamptz NOT NULL,
+	updated_at      timestamptz NOT NULL,
+	PRIMARY KEY (conversation_id, tool_call_id)
+);
+-- ListPending: status = 'awaiting' [AND pending_kind = …] ORDER BY created_at DESC.
+CREATE INDEX tool_calls_pending ON tool_calls (status, pending_kind, created_at DESC);
+
+CREATE TABLE expiries (
+	conversation_id text NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+	tool_call_id    text NOT NULL,
+	at              timestamptz NOT NULL,
+	claimed_until   timestamptz,
+	PRIMARY KEY (conversation_id, tool_call_id)
+);
+CREATE INDEX expiries_due ON expiries (at);
+
+CREATE TABLE steps (
+	conversation_id text NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+	key             text NOT NULL,
+	attempts        bigint NOT NULL,
+	next_attempt_at timestamptz,
+	last_error      text NOT NULL,
+	updated_at      timestamptz NOT NULL,
+	PRIMARY KEY (conversation_id, key)
+);
+
+CREATE TABLE outbox (
+	id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	conversation_id text NOT NULL,
+	tool_call_id    text NOT NULL UNIQUE,
+	to_addr         text NOT NULL,
+	subject         text NOT NULL,
+	body            text NOT NULL,
+	created_at      timestamptz NOT NULL
+);
+CREATE INDEX outbox_conversation ON outbox (conversation_id, id);
+
+CREATE TABLE audit (
+	id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	conversation_id text NOT NULL,
+	tool_call_id    text NOT NULL,
+	tool            text NOT NULL,
+	actor_id        text NOT NULL,
+	action          text NOT NULL,
+	reason          text NOT NULL,
+	args_hash       text NOT NULL,
+	at              timestamptz NOT NULL
+);
+CREATE INDEX audit_conversation ON audit (conversation_id, at DESC);
+CREATE INDEX audit_actor ON audit (actor_id, at DESC);
