@@ -1,0 +1,307 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+
+	"parley/internal/clock"
+	"parley/internal/store"
+	"parley/internal/tools"
+)
+
+const emailArgs = `{"to":"bob@example.test","subject":"Hi","body":"Lunch?"}`
+
+func emailTools(st store.Store) []*tools.Tool {
+	return []*tools.Tool{tools.SendEmail(storeOutbox{st}), tools.AskUser(), tools.Geolocation()}
+}
+
+func TestApproveRunsTheToolOnceAndTheModelGetsItsResult(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+		prov := newScripted(callTools(tc{"c1", "send_email", emailArgs}), say("Sent."))
+		e := newEnv(t, open, prov, emailTools, nil)
+		e.send("email bob")
+		e.waitCall("c1", store.CallAwaiting)
+
+		v := e.view()
+		if v.Status != store.StatusAwaiting {
+			t.Fatalf("status %q, want awaiting", v.Status)
+		}
+		p, ok := v.Pending["c1"]
+		if !ok || p.Kind != tools.PendingApproval || p.Executor != tools.Server || p.ExpiresAt == nil {
+			t.Fatalf("pending %+v", v.Pending)
+		}
+		if c := e.call("c1"); c.Plan == nil || !strings.Contains(c.Plan.Summary, "bob@example.test") {
+			t.Fatalf("the approval card has no dry-run plan naming the recipient: %+v", c.Plan)
+		}
+		if out, _ := e.st.ListOutbox(e.ctx, e.conv); len(out) != 0 {
+			t.Fatalf("the email was sent before approval: %+v", out)
+		}
+
+		if err := e.m.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "approve"}, e.owner); err != nil {
+			t.Fatalf("approve: %v", err)
+		}
+		e.waitStatus(store.StatusIdle)
+
+		out, err := e.st.ListOutbox(e.ctx, e.conv)
+		if err != nil || len(out) != 1 || out[0].ToolCallID != "c1" || out[0].To != "bob@example.test" {
+			t.Fatalf("outbox %+v, %v", out, err)
+		}
+		reqs := prov.requests()
+		if len(reqs) != 2 {
+			t.Fatalf("%d LLM calls, want 2", len(reqs))
+		}
+		tm := toolMessages(reqs[1])
+		if len(tm) != 1 || tm[0].ToolCallID != "c1" || envelope(t, tm[0].Content)["ok"] != true {
+			t.Fatalf("tool messages %+v", tm)
+		}
+		c := e.call("c1")
+		if c.Status != store.CallResolved || c.Decision != "approve" || c.DecidedBy != e.owner.UserID {
+			t.Fatalf("call %+v", c)
+		}
+		audit, err := e.st.ListAudit(e.ctx, store.AuditFilter{ConversationID: e.conv})
+		if err != nil || len(audit) != 1 || audit[0].Action != "approve" || audit[0].ArgsHash != canonicalHash(json.RawMessage(emailArgs)) {
+			t.Fatalf("audit %+v, %v", audit, err)
+		}
+		if got := e.view().Messages; len(got) != 2 || got[1].Content != "Sent." {
+			t.Fatalf("messages %+v", got)
+		}
+	})
+}
+
+func TestDenyNeverRunsTheToolAndTellsTheModelWhy(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+		prov := newScripted(callTools(tc{"c1", "send_email", emailArgs}), say("OK, not sent."))
+		e := newEnv(t, open, prov, emailTools, nil)
+		e.send("email bob")
+		e.waitCall("c1", store.CallAwaiting)
+		if err := e.m.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "deny", Reason: "not on a Sunday"}, e.owner); err != nil {
+			t.Fatalf("deny: %v", err)
+		}
+		e.waitStatus(store.StatusIdle)
+		if out, _ := e.st.ListOutbox(e.ctx, e.conv); len(out) != 0 {
+			t.Fatalf("a denied call ran: %+v", out)
+		}
+		tm := toolMessages(prov.requests()[1])
+		env := envelope(t, tm[0].Content)
+		if env["ok"] != false || errKind(t, env) != string(tools.KindDenied) || !strings.Contains(tm[0].Content, "not on a Sunday") {
+			t.Fatalf("the model got %s", tm[0].Content)
+		}
+		if c := e.call("c1"); c.Status != store.CallDenied || c.Reason != "not on a Sunday" {
+			t.Fatalf("call %+v", c)
+		}
+		audit, _ := e.st.ListAudit(e.ctx, store.AuditFilter{ConversationID: e.conv})
+		if len(audit) != 1 || audit[0].Action != "deny" || audit[0].Reason != "not on a Sunday" {
+			t.Fatalf("audit %+v", audit)
+		}
+	})
+}
+
+func TestEditedArgsAreValidatedAndTheModelIsToldWhatRan(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+		prov := newScripted(callTools(tc{"c1", "send_email", emailArgs}), say("Sent to carol."))
+		e := newEnv(t, open, prov, emailTools, nil)
+		e.send("email bob")
+		e.waitCall("c1", store.CallAwaiting)
+
+		err := e.m.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "approve", Args: json.RawMessage(`{"to":"not an address","subject":"Hi"}`)}, e.owner)
+		if kindOf(err) != tools.KindInvalidArgs {
+			t.Fatalf("bad edit: %v, want invalid_args", err)
+		}
+		te := err.(*tools.Error)
+		problems, _ := te.Details["problems"].([]map[string]any)
+		if len(problems) < 2 {
+			t.Fatalf("problems %+v: want the bad address and the missing body", te.Details)
+		}
+		if e.call("c1").Status != store.CallAwaiting {
+			t.Fatal("a refused edit changed the call")
+		}
+
+		edited := `{"to":"carol@example.test","subject":"Hi","body":"Lunch?"}`
+		if err := e.m.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "approve", Args: json.RawMessage(edited)}, e.owner); err != nil {
+			t.Fatalf("approve edited: %v", err)
+		}
+		e.waitStatus(store.StatusIdle)
+		out, _ := e.st.ListOutbox(e.ctx, e.conv)
+		if len(out) != 1 || out[0].To != "carol@example.test" {
+			t.Fatalf("outbox %+v: the edited arguments did not run", out)
+		}
+		env := envelope(t, toolMessages(prov.requests()[1])[0].Content)
+		ea, _ := env["edited_args"].(map[string]any)
+		if env["ok"] != true || ea["to"] != "carol@example.test" {
+			t.Fatalf("the model was not told the arguments that ran: %v", env)
+		}
+		c := e.call("c1")
+		if c.Decision != "approve_edited" || !strings.Contains(string(c.Args), "carol") {
+			t.Fatalf("call %+v", c)
+		}
+		audit, _ := e.st.ListAudit(e.ctx, store.AuditFilter{ConversationID: e.conv})
+		if len(audit) != 1 || audit[0].ArgsHash != canonicalHash(json.RawMessage(edited)) {
+			t.Fatalf("audit hash is not of the arguments that ran: %+v", audit)
+		}
+	})
+}
+
+const askArgs = `{"message":"Which city?","schema":{"type":"object","properties":{"city":{"type":"string","minLength":2}},"required":["city"]}}`
+
+func TestElicitation(t *testing.T) {
+	cases := []struct {
+		name       string
+		res        Resolution
+		wantStatus string
+		wantOK     bool
+		wantKind   tools.Kind
+		wantInText string
+	}{
+		{"accept", Resolution{Action: "accept", Content: json.RawMessage(`{"city":"Lyon"}`)}, store.CallResolved, true, "", "Lyon"},
+		{"decline", Resolution{Action: "decline"}, store.CallErrored, false, tools.KindDeclined, "declined"},
+		{"cancel", Resolution{Action: "cancel"}, store.CallErrored, false, tools.KindDeclined, "cancelled"},
+	}
+	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+		for _, tt := range cases {
+			t.Run(tt.name, func(t *testing.T) {
+				prov := newScripted(callTools(tc{"q1", "ask_user", askArgs}), say("Thanks."))
+				e := newEnv(t, open, prov, emailTools, nil)
+				e.send("ask me where")
+				e.waitCall("q1", store.CallAwaiting)
+				p := e.view().Pending["q1"]
+				if p.Kind != tools.PendingElicitation || p.Prompt != "Which city?" || !strings.Contains(string(p.Schema), "city") {
+					t.Fatalf("pending %+v", p)
+				}
+				// Invalid answers first: each is refused with its problems and changes nothing.
+				for _, bad := range []Resolution{
+					{Action: "accept", Content: json.RawMessage(`{"city":"L"}`)},
+					{Action: "accept", Content: json.RawMessage(`{}`)},
+					{Action: "maybe"},
+				} {
+					err := e.m.Resolve(e.ctx, e.conv, "q1", bad, e.owner)
+					if kindOf(err) != tools.KindInvalidArgs {
+						t.Fatalf("answer %+v: %v, want invalid_args", bad, err)
+					}
+					if _, ok := err.(*tools.Error).Details["problems"]; !ok {
+						t.Fatalf("answer %+v: no problems in %v", bad, err)
+					}
+				}
+				if err := e.m.Resolve(e.ctx, e.conv, "q1", tt.res, e.rev); kindOf(err) != tools.KindPermissionDenied {
+					t.Fatalf("a reviewer answered the owner's question: %v", err)
+				}
+				if err := e.m.Resolve(e.ctx, e.conv, "q1", tt.res, e.owner); err != nil {
+					t.Fatalf("resolve: %v", err)
+				}
+				e.waitStatus(store.StatusIdle)
+				msg := toolMessages(prov.requests()[1])[0]
+				env := envelope(t, msg.Content)
+				if env["ok"] != tt.wantOK || (tt.wantKind != "" && errKind(t, env) != string(tt.wantKind)) || !strings.Contains(msg.Content, tt.wantInText) {
+					t.Fatalf("the model got %s", msg.Content)
+				}
+				if c := e.call("q1"); c.Status != tt.wantStatus || c.Decision != tt.res.Action {
+					t.Fatalf("call %+v", c)
+				}
+			})
+		}
+	})
+}
+
+func TestDoubleResolveFromTwoGoroutinesOneWins(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+		prov := newScripted(callTools(tc{"c1", "send_email", emailArgs}), say("Sent."))
+		e := newEnv(t, open, prov, emailTools, nil)
+		e.send("email bob")
+		e.waitCall("c1", store.CallAwaiting)
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for i := range errs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = e.m.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "approve"}, e.owner)
+			}()
+		}
+		wg.Wait()
+		ok, stale := 0, 0
+		for _, err := range errs {
+			switch {
+			case err == nil:
+				ok++
+			case kindOf(err) == tools.KindStale:
+				stale++
+			default:
+				t.Fatalf("resolve: %v", err)
+			}
+		}
+		if ok != 1 || stale != 1 {
+			t.Fatalf("%d ok and %d stale, want one each", ok, stale)
+		}
+		e.waitStatus(store.StatusIdle)
+		if out, _ := e.st.ListOutbox(e.ctx, e.conv); len(out) != 1 {
+			t.Fatalf("outbox %+v", out)
+		}
+		if err := e.m.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "deny"}, e.owner); kindOf(err) != tools.KindStale {
+			t.Fatalf("a late deny: %v, want stale", err)
+		}
+		if err := e.m.Resolve(e.ctx, e.conv, "nope", Resolution{Decision: "approve"}, e.owner); kindOf(err) != tools.KindStale {
+			t.Fatalf("an unknown call: %v, want stale", err)
+		}
+		if audit, _ := e.st.ListAudit(e.ctx, store.AuditFilter{ConversationID: e.conv}); len(audit) != 1 {
+			t.Fatalf("audit %+v: the stale resolve was recorded", audit)
+		}
+	})
+}
+
+func reviewedTool(t testing.TB, runs *counter) *tools.Tool {
+	return mustTool(t, tools.Spec{
+		Name: "wire_money", Description: "move money", Executor: tools.Server, Approval: tools.RequiresApproval, Approvers: tools.ByReviewer,
+		Parameters: json.RawMessage(`{"type":"object","properties":{"amount":{"type":"integer"}},"required":["amount"]}`),
+		Func: func(ctx context.Context, call tools.Call, args map[string]any) (any, error) {
+			runs.add(call.ToolCallID)
+			return map[string]any{"wired": args["amount"]}, nil
+		},
+	})
+}
+
+func TestAuthorization(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+		runs := &counter{}
+		prov := newScripted(callTools(tc{"w1", "wire_money", `{"amount":5}`}), say("Wired."))
+		e := newEnv(t, open, prov, func(st store.Store) []*tools.Tool { return []*tools.Tool{reviewedTool(t, runs)} }, nil)
+		if err := e.m.Send(e.ctx, e.conv, e.other, "hi"); kindOf(err) != tools.KindNotFound {
+			t.Fatalf("another member sent to the conversation: %v, want not_found", err)
+		}
+		if err := e.m.Send(e.ctx, "no-such-conversation", e.owner, "hi"); kindOf(err) != tools.KindNotFound {
+			t.Fatalf("missing conversation: %v, want not_found", err)
+		}
+		e.send("wire 5")
+		e.waitCall("w1", store.CallAwaiting)
+		if p := e.view().Pending["w1"]; p.Kind != tools.PendingApproval {
+			t.Fatalf("pending %+v", p)
+		}
+		cases := []struct {
+			who  Principal
+			want tools.Kind
+		}{
+			{e.other, tools.KindNotFound},
+			{e.owner, tools.KindPermissionDenied},
+			{Principal{UserID: e.owner.UserID, Role: store.RoleReviewer, Via: "session"}, tools.KindPermissionDenied},
+		}
+		for _, c := range cases {
+			if err := e.m.Resolve(e.ctx, e.conv, "w1", Resolution{Decision: "approve"}, c.who); kindOf(err) != c.want {
+				t.Fatalf("%+v approving: %v, want %s", c.who, err, c.want)
+			}
+		}
+		if len(runs.list()) != 0 {
+			t.Fatal("the tool ran without a reviewer")
+		}
+		if err := e.m.Resolve(e.ctx, e.conv, "w1", Resolution{Decision: "approve"}, e.rev); err != nil {
+			t.Fatalf("reviewer approving: %v", err)
+		}
+		e.waitStatus(store.StatusIdle)
+		if got := runs.list(); len(got) != 1 || got[0] != "w1" {
+			t.Fatalf("runs %v", got)
+		}
+		if c := e.call("w1"); c.DecidedBy != e.rev.UserID {
+			t.Fatalf("decided by %q", c.DecidedBy)
+		}
+	})
+}
