@@ -328,8 +328,10 @@ func CountDown(clk clock.Clock, step time.Duration) *Tool {
 				from = f
 			}
 			for n := from; n > 0; n-- {
-				call.Progress(fmt.Sprint(n))
+				// Arm the step's timer before reporting it, so whoever sees the progress line
+				// (a test driving a fake clock) knows the tool is already waiting.
 				t := clk.NewTimer(step)
+				call.Progress(fmt.Sprint(n))
 				select {
 				case <-ctx.Done():
 					t.Stop()

@@ -119,6 +119,6 @@ func (r *Registry) AnthropicTools() []json.RawMessage {
 // writeString writes s as a JSON string. json.Marshal of a map would compact and HTML-escape an
 // embedded json.RawMessage, so the definition is assembled by hand around the verbatim schema.
 func writeString(b *bytes.Buffer, s string) {
-	enc, _ := json.Marshal(s) // a string always encodes
+	enc, _ := marshalText(s) // a string always encodes
 	b.Write(enc)
 }

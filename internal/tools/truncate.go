@@ -87,7 +87,11 @@ func BoundEnvelope(b json.RawMessage, max int) json.RawMessage {
 			text = s
 		}
 		build = func(budget int) any {
-			return map[string]any{"ok": true, "truncated": true, "result": Truncate(text, budget)}
+			return struct {
+				OK        bool   `json:"ok"`
+				Truncated bool   `json:"truncated"`
+				Result    string `json:"result"`
+			}{true, true, Truncate(text, budget)}
 		}
 	} else {
 		kind := env.Error.Kind
@@ -102,7 +106,11 @@ func BoundEnvelope(b json.RawMessage, max int) json.RawMessage {
 			if rest := budget - len(m); rest > 0 && details != "" && details != "{}" && details != "null" {
 				d["text"] = Truncate(details, rest)
 			}
-			return map[string]any{"ok": false, "truncated": true, "error": map[string]any{"kind": kind, "message": m, "details": d}}
+			return struct {
+				OK        bool           `json:"ok"`
+				Truncated bool           `json:"truncated"`
+				Error     map[string]any `json:"error"`
+			}{false, true, map[string]any{"kind": kind, "message": m, "details": d}}
 		}
 	}
 	// Escaping can grow the text (a control character becomes six bytes), so shrink the
@@ -119,6 +127,9 @@ func BoundEnvelope(b json.RawMessage, max int) json.RawMessage {
 		over := len(out) - max
 		budget -= over
 	}
-	out, _ := marshalText(map[string]any{"ok": env.OK, "truncated": true})
+	out, _ := marshalText(struct {
+		OK        bool `json:"ok"`
+		Truncated bool `json:"truncated"`
+	}{env.OK, true})
 	return out
 }
