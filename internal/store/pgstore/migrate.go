@@ -54,9 +54,12 @@ func loadMigrations(fsys fs.FS) ([]migration, error) {
 	return out, nil
 }
 
+// migrationsFS is the embedded migrations directory.
+func migrationsFS() fs.FS { return migrations.FS }
+
 // migrate applies the embedded migrations.
 func migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
-	ms, err := loadMigrations(migrations.FS)
+	ms, err := loadMigrations(migrationsFS())
 	if err != nil {
 		return err
 	}
@@ -68,6 +71,9 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error
 // starting together apply each migration once. A database at a version above the newest of ms
 // is refused with store.ErrSchemaTooNew.
 func applyMigrations(ctx context.Context, pool *pgxpool.Pool, ms []migration, logger *slog.Logger) (err error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("acquire connection: %w", err)

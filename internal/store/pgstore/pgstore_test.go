@@ -1,0 +1,221 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"parley/internal/store"
+	"parley/internal/store/pgtest"
+)
+
+func TestRedact(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{"postgres://alice:s3cret@db.example:6543/parley?sslmode=disable", `host db.example:6543 database "parley" as alice`},
+		{"postgres://127.0.0.1/app", `host 127.0.0.1:5432 database "app"`},
+		{"host=db.example port=5433 dbname=parley user=bob password=s3cret", `host db.example:5433 database "parley" as bob`},
+		{"postgres://bob:s3cret@db.example:notaport/x", "(unparseable database URL)"},
+		{"::::", "(unparseable database URL)"},
+	}
+	for _, tc := range cases {
+		got := Redact(tc.in)
+		if strings.Contains(got, "s3cret") {
+			t.Errorf("Redact(%q) leaks the password: %q", tc.in, got)
+		}
+		if !strings.Contains(got, tc.want) {
+			t.Errorf("Redact(%q) = %q, want it to contain %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestOpenUnreachableFailsFastWithoutPassword(t *testing.T) {
+	// A closed port on loopback refuses at once; a blackholed address is bounded by ConnectTimeout.
+	start := time.Now()
+	_, err := Open(t.Context(), "postgres://parley:hunter2@127.0.0.1:1/parleydb?sslmode=disable", nil)
+	if err == nil {
+		t.Fatal("Open of an unreachable server succeeded")
+	}
+	if d := time.Since(start); d > ConnectTimeout+2*time.Second {
+		t.Fatalf("Open took %v to fail, want at most about %v", d, ConnectTimeout)
+	}
+	msg := err.Error()
+	for _, want := range []string{"127.0.0.1:1", `"parleydb"`} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q does not name %s", msg, want)
+		}
+	}
+	if strings.Contains(msg, "hunter2") {
+		t.Fatalf("error leaks the password: %q", msg)
+	}
+	if strings.Contains(msg, "\n") {
+		t.Errorf("error is not one line: %q", msg)
+	}
+}
+
+func TestLoadMigrations(t *testing.T) {
+	ok := fstest.MapFS{
+		"002_more.up.sql": {Data: []byte("SELECT 2")},
+		"001_init.up.sql": {Data: []byte("SELECT 1")},
+		"README.md":       {Data: []byte("ignored")},
+	}
+	ms, err := loadMigrations(ok)
+	if err != nil || len(ms) != 2 || ms[0].version != 1 || ms[1].version != 2 || ms[1].sql != "SELECT 2" {
+		t.Fatalf("loadMigrations = %+v, %v", ms, err)
+	}
+	for name, bad := range map[string]fstest.MapFS{
+		"no number":      {"init.up.sql": {}},
+		"zero":           {"000_init.up.sql": {}},
+		"shared version": {"001_a.up.sql": {}, "1_b.up.sql": {}},
+	} {
+		if _, err := loadMigrations(bad); err == nil {
+			t.Errorf("%s: loadMigrations accepted %v", name, bad)
+		}
+	}
+}
+
+func TestMigrateConcurrentlyOnce(t *testing.T) {
+	url := pgtest.NewURL(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Go(func() {
+			s, err := Open(t.Context(), url, nil)
+			if err == nil {
+				s.Close()
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent Open: %v", err)
+		}
+	}
+	if err := Migrate(t.Context(), url); err != nil {
+		t.Fatalf("Migrate of an up-to-date database: %v", err)
+	}
+	conn := connectT(t, url)
+	var n, distinct int
+	if err := conn.QueryRow(t.Context(), `SELECT count(*), count(DISTINCT version) FROM schema_migrations`).Scan(&n, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := loadMigrations(migrationsFS())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != len(ms) || distinct != len(ms) {
+		t.Fatalf("schema_migrations has %d rows (%d versions), want %d: a migration ran twice or not at all", n, distinct, len(ms))
+	}
+}
+
+func TestMigrateAppliesOnlyNewer(t *testing.T) {
+	url := pgtest.NewURL(t)
+	pool, err := connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	v1 := []migration{{1, "001_a.up.sql", "CREATE TABLE a (x int)"}}
+	v2 := append(v1, migration{2, "002_b.up.sql", "INSERT INTO a VALUES (1); CREATE TABLE b (y int)"})
+	for _, ms := range [][]migration{v1, v2, v2} {
+		if err := applyMigrations(t.Context(), pool, ms, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rows int
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM a`).Scan(&rows); err != nil || rows != 1 {
+		t.Fatalf("migration 2 ran %d times (err %v), want once", rows, err)
+	}
+	// A failing migration leaves nothing and no version.
+	bad := append(v2, migration{3, "003_bad.up.sql", "CREATE TABLE c (z int); SELECT no_such_function()"})
+	if err := applyMigrations(t.Context(), pool, bad, nil); err == nil || !strings.Contains(err.Error(), "003_bad.up.sql") {
+		t.Fatalf("failing migration: err = %v, want one naming 003_bad.up.sql", err)
+	}
+	var exists bool
+	if err := pool.QueryRow(t.Context(), `SELECT to_regclass('c') IS NOT NULL`).Scan(&exists); err != nil || exists {
+		t.Fatalf("a failed migration left table c (exists=%v, err=%v)", exists, err)
+	}
+	// The database now claims a version newer than what v1 knows.
+	err = applyMigrations(t.Context(), pool, v1, nil)
+	if !errors.Is(err, store.ErrSchemaTooNew) || !strings.Contains(err.Error(), "version 2") {
+		t.Fatalf("older binary: err = %v, want ErrSchemaTooNew naming version 2", err)
+	}
+}
+
+func TestOpenRefusesNewerSchema(t *testing.T) {
+	url := pgtest.NewURL(t)
+	s, err := Open(t.Context(), url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	conn := connectT(t, url)
+	if _, err := conn.Exec(t.Context(), `INSERT INTO schema_migrations (version, name) VALUES (9999, '9999_future.up.sql')`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(t.Context(), url, nil)
+	if !errors.Is(err, store.ErrSchemaTooNew) {
+		t.Fatalf("Open of a newer database: err = %v, want ErrSchemaTooNew", err)
+	}
+	if !strings.Contains(err.Error(), "9999") {
+		t.Errorf("error %q does not say which version the database is at", err)
+	}
+}
+
+// TestListPendingUsesIndex checks the reviewer inbox query is answered from tool_calls_pending,
+// not by scanning every call.
+func TestListPendingUsesIndex(t *testing.T) {
+	url := pgtest.NewURL(t)
+	s, err := Open(t.Context(), url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	conn := connectT(t, url)
+	if _, err := conn.Exec(t.Context(), `INSERT INTO conversations SELECT 'c'||i, 'u', 't', 'idle', 0, now(), now() FROM generate_series(1, 200) i;
+		INSERT INTO tool_calls SELECT 'c'||(i % 200 + 1), 'call'||i, 'n', 'server', 'never', '', CASE WHEN i % 100 = 0 THEN 'awaiting' ELSE 'resolved' END,
+			CASE WHEN i % 100 = 0 THEN 'approval' ELSE '' END, NULL, NULL, NULL, NULL, i, now(), now() FROM generate_series(1, 20000) i;
+		ANALYZE tool_calls; ANALYZE conversations`); err != nil {
+		t.Fatal(err)
+	}
+	ps, err := s.ListPending(t.Context(), store.PendingFilter{Kind: "approval"})
+	if err != nil || len(ps) != 200 {
+		t.Fatalf("ListPending = %d rows, %v; want 200", len(ps), err)
+	}
+	var plan strings.Builder
+	rows, err := conn.Query(t.Context(), `EXPLAIN SELECT tc.tool_call_id FROM tool_calls tc JOIN conversations c ON c.id = tc.conversation_id
+		WHERE tc.status = 'awaiting' AND tc.pending_kind = 'approval' ORDER BY tc.created_at DESC, tc.seq DESC LIMIT 50`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan.WriteString(line + "\n")
+	}
+	if !strings.Contains(plan.String(), "tool_calls_pending") {
+		t.Fatalf("ListPending's plan does not use tool_calls_pending:\n%s", plan.String())
+	}
+}
+
+func connectT(t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), ConnectTimeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
