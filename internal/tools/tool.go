@@ -152,6 +152,7 @@ type DefinitionError struct {
 	Err  error
 }
 
+// Error implements error: `tool "name": rule[: cause]`.
 func (e *DefinitionError) Error() string {
 	msg := fmt.Sprintf("tool %q: %s", e.Tool, e.Rule)
 	if e.Err != nil {
@@ -160,6 +161,7 @@ func (e *DefinitionError) Error() string {
 	return msg
 }
 
+// Unwrap returns the cause (a schema compile error, say), nil for a plain rule.
 func (e *DefinitionError) Unwrap() error { return e.Err }
 
 var nameRE = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
@@ -312,17 +314,36 @@ func CompileSchema(name string, raw json.RawMessage) (*jsonschema.Schema, error)
 	return compileSchema(name, "schema", raw)
 }
 
-// Name, Description and the other accessors expose the declaration.
-func (t *Tool) Name() string                { return t.spec.Name }
-func (t *Tool) Description() string         { return t.spec.Description }
+// Name is the tool's unique name, the one the model calls.
+func (t *Tool) Name() string { return t.spec.Name }
+
+// Description tells the model what the tool does.
+func (t *Tool) Description() string { return t.spec.Description }
+
+// Parameters is the argument JSON Schema exactly as declared (the bytes sent to providers).
+// The caller must not modify it.
 func (t *Tool) Parameters() json.RawMessage { return t.spec.Parameters }
-func (t *Tool) Executor() Executor          { return t.spec.Executor }
-func (t *Tool) Approval() Approval          { return t.spec.Approval }
-func (t *Tool) Approvers() Approvers        { return t.spec.Approvers }
-func (t *Tool) Streaming() bool             { return t.spec.Streaming }
-func (t *Tool) Retention() Retention        { return t.spec.Retention }
-func (t *Tool) Timeout() time.Duration      { return t.spec.Timeout }
-func (t *Tool) Native() json.RawMessage     { return t.spec.Native }
+
+// Executor says who produces the call's result.
+func (t *Tool) Executor() Executor { return t.spec.Executor }
+
+// Approval is the tool's gate policy (auto unless declared).
+func (t *Tool) Approval() Approval { return t.spec.Approval }
+
+// Approvers says who may decide a gated call (owner unless declared).
+func (t *Tool) Approvers() Approvers { return t.spec.Approvers }
+
+// Streaming reports whether the tool reports progress while it runs.
+func (t *Tool) Streaming() bool { return t.spec.Streaming }
+
+// Retention is how long the tool's results stay in the model's context.
+func (t *Tool) Retention() Retention { return t.spec.Retention }
+
+// Timeout bounds each suspension and each server run of a call; 0 means the app's default.
+func (t *Tool) Timeout() time.Duration { return t.spec.Timeout }
+
+// Native is a provider tool's own definition, nil for other tools.
+func (t *Tool) Native() json.RawMessage { return t.spec.Native }
 
 // NativeFormat is the export format of a provider tool's native definition ("anthropic" or
 // "openai"), empty for other tools.
