@@ -50,7 +50,8 @@ func ParseRetryAfter(v string, now time.Time) time.Duration {
 		return 0
 	}
 	if secs, err := strconv.ParseFloat(v, 64); err == nil {
-		if secs <= 0 || secs > 7*24*3600 {
+		if !(secs > 0 && secs <= 7*24*3600) { // also refuses NaN
+
 			return 0
 		}
 		return time.Duration(secs * float64(time.Second))
@@ -125,7 +126,8 @@ func errorMessage(status int, body []byte) string {
 		Message string          `json:"message"`
 	}
 	msg := ""
-	if json.Unmarshal(body, &probe) == nil {
+	isJSON := json.Unmarshal(body, &probe) == nil
+	if isJSON {
 		var obj struct {
 			Message string `json:"message"`
 			Type    string `json:"type"`
@@ -140,7 +142,7 @@ func errorMessage(status int, body []byte) string {
 			msg = probe.Message
 		}
 	}
-	if msg == "" {
+	if msg == "" && !isJSON {
 		msg = string(bytes.TrimSpace(body))
 	}
 	if msg == "" {
