@@ -23,7 +23,7 @@ func TestTruncate(t *testing.T) {
 		{"default bound", strings.Repeat("x", DefaultMaxOutputBytes), 0, strings.Repeat("x", DefaultMaxOutputBytes)},
 		{"cut with marker", strings.Repeat("x", 100), 60, strings.Repeat("x", 21) + fmt.Sprintf(TruncationMarker, 21, 100)}, // 60 - the 39-byte widest marker
 		{"default bound cut", long, 0, ""},
-		{"never splits a rune", strings.Repeat("é", 100), 51, ""},
+		{"never splits a rune", strings.Repeat("é", 100), 50, ""}, // 50 - 39 = 11: mid-rune
 		{"four-byte runes", strings.Repeat("😀", 100), 77, ""},
 		{"bound smaller than the marker", strings.Repeat("界", 50), 5, ""},
 		{"bound of one", "ab", 1, ""},
