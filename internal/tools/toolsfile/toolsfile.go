@@ -194,9 +194,13 @@ func Parse(data []byte, env Env) ([]*tools.Tool, error) {
 	return out, nil
 }
 
-// schemaMessage rewords the schema's propertyNames failure, which names the allowed keys, as
-// the unknown key it is.
+// schemaMessage rewords two schema messages that read poorly: a propertyNames failure (which
+// names the allowed keys) becomes the unknown key it is, and the request's oneOf says which
+// keys collide.
 func schemaMessage(doc any, path, msg string) string {
+	if strings.HasSuffix(path, "/request") && strings.HasPrefix(msg, "valid against schemas at indexes") {
+		return "give either url or url_template, not both"
+	}
 	if !strings.HasPrefix(msg, `value must be one of "name"`) {
 		return msg
 	}
