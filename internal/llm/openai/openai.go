@@ -101,7 +101,8 @@ func (p *Provider) Stream(ctx context.Context, req llm.Request, emit func(llm.Ev
 	var (
 		resp     llm.Response
 		text     strings.Builder
-		calls    = map[int64]*partialCall{}
+		calls    []*partialCall             // in order of first appearance
+		current  = map[int64]*partialCall{} // the call each index is filling
 		finished bool
 	)
 	for stream.Next() {
@@ -120,10 +121,13 @@ func (p *Provider) Stream(ctx context.Context, req llm.Request, emit func(llm.Ev
 				}
 			}
 			for _, tc := range ch.Delta.ToolCalls {
-				pc := calls[tc.Index]
-				if pc == nil {
+				pc := current[tc.Index]
+				// A new id at an index already filled starts another call: some servers send
+				// each complete call in its own chunk and leave out "index" (so it reads 0).
+				if pc == nil || tc.ID != "" && pc.id != "" && tc.ID != pc.id {
 					pc = &partialCall{index: tc.Index}
-					calls[tc.Index] = pc
+					current[tc.Index] = pc
+					calls = append(calls, pc)
 				}
 				if tc.ID != "" && pc.id == "" {
 					pc.id = tc.ID
@@ -166,19 +170,15 @@ type partialCall struct {
 	args  strings.Builder
 }
 
-// assembleCalls orders the calls by index and makes their ids unique.
-func assembleCalls(calls map[int64]*partialCall, used map[string]bool) []llm.ToolCall {
+// assembleCalls orders the calls by index (then by first appearance) and makes their ids
+// unique.
+func assembleCalls(calls []*partialCall, used map[string]bool) []llm.ToolCall {
 	if len(calls) == 0 {
 		return nil
 	}
-	idx := make([]int64, 0, len(calls))
-	for i := range calls {
-		idx = append(idx, i)
-	}
-	sort.Slice(idx, func(a, b int) bool { return idx[a] < idx[b] })
-	out := make([]llm.ToolCall, 0, len(idx))
-	for _, i := range idx {
-		pc := calls[i]
+	sort.SliceStable(calls, func(a, b int) bool { return calls[a].index < calls[b].index })
+	out := make([]llm.ToolCall, 0, len(calls))
+	for _, pc := range calls {
 		id := pc.id
 		if id == "" || used[id] {
 			id = freshID(used)

@@ -464,3 +464,49 @@ func jsonEqual(t *testing.T, a, b []byte) bool {
 	yb, _ := json.Marshal(y)
 	return string(xb) == string(yb)
 }
+
+func TestCallsWithoutIndexStaySeparate(t *testing.T) {
+	// Some OpenAI-compatible servers send each complete call in one chunk and omit "index".
+	s := newServer(t, sse(
+		delta(`{"role":"assistant","content":"","tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_current_time","arguments":"{\"format\":\"human\"}"}}]}`, ""),
+		delta(`{"tool_calls":[{"id":"call_2","type":"function","function":{"name":"echo","arguments":"{\"text\":\"hi\"}"}}]}`, ""),
+		delta(`{}`, "tool_calls"),
+		"[DONE]",
+	))
+	_, resp, err := collect(t, s.provider(t, nil), context.Background(), userReq("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.ToolCalls) != 2 || resp.ToolCalls[0].ID != "call_1" || string(resp.ToolCalls[0].Args) != `{"format":"human"}` ||
+		resp.ToolCalls[1].ID != "call_2" || string(resp.ToolCalls[1].Args) != `{"text":"hi"}` {
+		t.Fatalf("calls = %+v", resp.ToolCalls)
+	}
+}
+
+func TestMalformedArgumentsBecomeAJSONString(t *testing.T) {
+	s := newServer(t, sse(
+		delta(`{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"echo","arguments":"{\"text\": \"unterminated"}}]}`, ""),
+		delta(`{}`, "tool_calls"),
+		"[DONE]",
+	))
+	_, resp, err := collect(t, s.provider(t, nil), context.Background(), userReq("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text string
+	if err := json.Unmarshal(resp.ToolCalls[0].Args, &text); err != nil || text != `{"text": "unterminated` {
+		t.Fatalf("args = %s (%v): want the raw text as a JSON string", resp.ToolCalls[0].Args, err)
+	}
+}
+
+func TestEmptyAPIKeyStillSendsTheRequest(t *testing.T) {
+	t.Setenv("OPENAI_API_KEY", "")
+	s := newServer(t, sse(delta(`{"content":"hi"}`, "stop"), "[DONE]"))
+	p, err := New(Config{BaseURL: s.srv.URL + "/v1", Model: "llama3.2", HTTPClient: s.srv.Client()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, resp, err := collect(t, p, context.Background(), userReq("x")); err != nil || resp.Text != "hi" {
+		t.Fatalf("local server without a key: %v %+v", err, resp)
+	}
+}
