@@ -40,26 +40,49 @@ func urlPart(s string) string { return url.PathEscape(s) }
 // is a hash of inner's HTML.
 func revItem(id, class string, inner templ.Component) templ.Component {
 	return templ.ComponentFunc(func(ctx context.Context, w io.Writer) error {
-		var buf bytes.Buffer
-		if err := inner.Render(ctx, &buf); err != nil {
+		out, _, err := renderRev(ctx, id, class, inner)
+		if err != nil {
 			return err
 		}
-		h := fnv.New64a()
-		_, _ = h.Write(buf.Bytes())
-		var out bytes.Buffer
-		out.Grow(buf.Len() + 96)
-		out.WriteString(`<div id="`)
-		out.WriteString(templ.EscapeString(id))
-		out.WriteString(`" class="`)
-		out.WriteString(templ.EscapeString(class))
-		out.WriteString(`" data-rev="`)
-		out.WriteString(hex.EncodeToString(h.Sum(nil)))
-		out.WriteString(`">`)
-		out.Write(buf.Bytes())
-		out.WriteString(`</div>`)
-		_, err := w.Write(out.Bytes())
+		_, err = w.Write(out)
 		return err
 	})
+}
+
+func renderRev(ctx context.Context, id, class string, inner templ.Component) ([]byte, string, error) {
+	var buf bytes.Buffer
+	if err := inner.Render(ctx, &buf); err != nil {
+		return nil, "", err
+	}
+	h := fnv.New64a()
+	_, _ = h.Write(buf.Bytes())
+	rev := hex.EncodeToString(h.Sum(nil))
+	var out bytes.Buffer
+	out.Grow(buf.Len() + 96)
+	out.WriteString(`<div id="`)
+	out.WriteString(templ.EscapeString(id))
+	out.WriteString(`" class="`)
+	out.WriteString(templ.EscapeString(class))
+	out.WriteString(`" data-rev="`)
+	out.WriteString(rev)
+	out.WriteString(`">`)
+	out.Write(buf.Bytes())
+	out.WriteString(`</div>`)
+	return out.Bytes(), rev, nil
+}
+
+// ItemHTML renders one timeline item as TimelineItem does, and returns its data-rev too, so a
+// socket can tell whether the page's copy is current without parsing HTML.
+func ItemHTML(ctx context.Context, p Page, it Item) (html []byte, rev string, err error) {
+	if it.Call != nil {
+		return renderRev(ctx, it.DOMID(), "item item-call", ToolCallCard(p, *it.Call))
+	}
+	return renderRev(ctx, it.DOMID(), "item item-message", MessageView(*it.Message))
+}
+
+// InboxItemHTML renders one inbox entry as InboxList does, with its data-rev.
+func InboxItemHTML(ctx context.Context, d InboxPage, e InboxEntry) (html []byte, rev string, err error) {
+	return renderRev(ctx, CallDOMID(e.Call.ID), "item inbox-item", InboxItem(d, e))
 }
 
 func fieldID(callID, name string) string { return "q-" + callID + "-" + name }

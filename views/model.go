@@ -85,8 +85,12 @@ func (p Page) IsOwner() bool { return p.Viewer.UserID != "" && p.Viewer.UserID =
 
 // CanDecide reports whether the viewer may decide a call's approval.
 func (p Page) CanDecide(c agent.CallView) bool {
+	if p.Viewer.Role == store.RoleAdmin {
+		return true
+	}
 	if c.Approvers == tools.ByReviewer {
-		return p.Viewer.Reviewer()
+		// A second pair of eyes: a reviewer other than the conversation's owner.
+		return p.Viewer.Role == store.RoleReviewer && !p.IsOwner()
 	}
 	return p.IsOwner() || p.Viewer.Reviewer()
 }

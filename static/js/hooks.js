@@ -297,8 +297,9 @@
         if (ans.ok && form.dataset.parley === "composer") {
           form.reset();
         }
-        if (ans.notice && document.body.contains(form)) {
-          showNotice(form, ans.notice);
+        const notice = ans.notice || (!ans.ok && ans.error && ans.error.message) || "";
+        if (notice && document.body.contains(form)) {
+          showNotice(form, notice);
         }
       })
       .catch(function () {

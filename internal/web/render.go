@@ -1,0 +1,70 @@
+package web
+
+import (
+	"context"
+	"io"
+
+	"github.com/a-h/templ"
+	"github.com/labstack/echo/v4"
+
+	"parley/internal/agent"
+	"parley/views"
+)
+
+// renderPage renders body inside the layout.
+func (s *Server) renderPage(c echo.Context, status int, title string, body templ.Component) error {
+	ld := s.layoutData(c, title)
+	return s.render(c, status, templ.ComponentFunc(func(ctx context.Context, w io.Writer) error {
+		return views.Layout(ld).Render(templ.WithChildren(ctx, body), w)
+	}))
+}
+
+// isFetch reports whether hooks.js sent the form over fetch and wants the JSON answer.
+func isFetch(c echo.Context) bool { return c.Request().Header.Get("X-Parley-Fetch") == "1" }
+
+// fetchAnswer is what an enhanced form gets back: whether it worked, an HTML fragment to put in
+// place of the element with id Target ("" html removes it), and a notice to show.
+type fetchAnswer struct {
+	OK     bool    `json:"ok"`
+	Target string  `json:"target,omitempty"`
+	HTML   *string `json:"html,omitempty"`
+	Notice string  `json:"notice,omitempty"`
+}
+
+func (s *Server) answerFetch(c echo.Context, status int, a fetchAnswer) error {
+	return c.JSON(status, a)
+}
+
+// pageFor is the rendering context of a conversation's components for the current user.
+func (s *Server) pageFor(c echo.Context, conv agent.View) views.Page {
+	u := currentUser(c)
+	return views.Page{
+		ConversationID: conv.ID,
+		CSRF:           s.csrfToken(c),
+		Viewer:         views.Viewer{UserID: u.ID, Name: u.Name, Role: u.Role},
+		OwnerID:        conv.OwnerID,
+		Demo:           s.cfg.DemoModel,
+	}
+}
+
+// callItem renders the timeline item of one call of v, or "" when v has no such call.
+func callItem(ctx context.Context, p views.Page, v agent.View, callID string) (string, error) {
+	for i := range v.Calls {
+		if v.Calls[i].ID == callID {
+			html, _, err := views.ItemHTML(ctx, p, views.Item{Seq: v.Calls[i].Seq, Call: &v.Calls[i]})
+			return string(html), err
+		}
+	}
+	return "", nil
+}
+
+// notices are the page-level messages a redirect may ask for by code; a code, never free text,
+// so a link cannot make the page say anything.
+var notices = map[string]string{
+	"stale": "That call was already decided (or it expired); this is where it stands now.",
+	"busy":  "The assistant is still working on the last message; wait until it finishes.",
+	"empty": "Write a message first.",
+	"long":  "That message is too long.",
+}
+
+func noticeFor(code string) string { return notices[code] }

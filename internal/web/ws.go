@@ -1,0 +1,544 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/labstack/echo/v4"
+
+	"parley/internal/agent"
+	"parley/internal/tools"
+	"parley/views"
+)
+
+// Socket tuning. The send queue is per connection; see socket.enqueue for the overflow policy.
+const (
+	sendQueueSize = 64
+	writeTimeout  = 5 * time.Second
+	pingInterval  = 25 * time.Second
+	// deltaFlush is how long streaming text is gathered before it goes out as one frame, so a
+	// fast model sends at most ~20 text frames a second per page instead of one per token.
+	deltaFlush = 50 * time.Millisecond
+	// maxClientFrame bounds what a page may send (a client tool's result).
+	maxClientFrame = 256 << 10
+)
+
+// Counters of socket events worth watching.
+var (
+	// SocketOverflows counts sockets closed because their send queue was full.
+	SocketOverflows atomic.Int64
+	// SocketsOpen is the number of live page sockets.
+	SocketsOpen atomic.Int64
+)
+
+// frame is a server → page message. HTML frames carry fragments rendered by the same templ
+// components as the page; hooks.js applies them by element id (see static/js/hooks.js).
+type frame struct {
+	Type       string          `json:"type"`
+	Op         string          `json:"op,omitempty"`
+	Target     string          `json:"target,omitempty"`
+	Parent     string          `json:"parent,omitempty"`
+	Rev        string          `json:"rev,omitempty"`
+	HTML       *string         `json:"html,omitempty"`
+	Text       string          `json:"text,omitempty"`
+	ToolCallID string          `json:"tool_call_id,omitempty"`
+	Tool       string          `json:"tool,omitempty"`
+	Args       json.RawMessage `json:"args,omitempty"`
+	OK         *bool           `json:"ok,omitempty"`
+	Kind       string          `json:"kind,omitempty"`
+	Message    string          `json:"message,omitempty"`
+}
+
+// clientFrame is a page → server message.
+type clientFrame struct {
+	Type       string             `json:"type"`
+	ToolCallID string             `json:"tool_call_id"`
+	Result     json.RawMessage    `json:"result"`
+	Error      *agent.ClientError `json:"error"`
+}
+
+// socket is one page's WebSocket. Three goroutines serve it, each with one job: the handler's
+// goroutine runs pump (the only one that reads agent events and renders), writeLoop is the only
+// writer to the connection, readLoop the only reader. They share the bounded send queue and a
+// cancel function; the handler returns only after both helpers stopped.
+type socket struct {
+	s      *Server
+	conn   *websocket.Conn
+	log    *slog.Logger
+	send   chan []byte
+	cancel context.CancelFunc
+
+	closeOnce   sync.Once
+	closeCode   websocket.StatusCode
+	closeReason string
+}
+
+func newSocket(s *Server, conn *websocket.Conn, log *slog.Logger, cancel context.CancelFunc) *socket {
+	return &socket{s: s, conn: conn, log: log, send: make(chan []byte, sendQueueSize), cancel: cancel,
+		closeCode: websocket.StatusNormalClosure}
+}
+
+// finish records why the socket ends (the first reason wins) and stops its goroutines.
+func (k *socket) finish(code websocket.StatusCode, reason string) {
+	k.closeOnce.Do(func() {
+		k.closeCode, k.closeReason = code, reason
+	})
+	k.cancel()
+}
+
+// enqueue hands a frame to the writer. Overflow policy: the queue never blocks the pump and
+// never drops a frame silently; when it is full the page is too slow to follow, so the socket
+// is closed with StatusPolicyViolation and the page reconnects and resyncs from a fresh render.
+func (k *socket) enqueue(f frame) bool {
+	b, err := json.Marshal(f)
+	if err != nil {
+		k.log.Error("encode socket frame", "err", err)
+		return false
+	}
+	select {
+	case k.send <- b:
+		return true
+	default:
+		SocketOverflows.Add(1)
+		k.log.Warn("socket send queue full; closing so the page resyncs", "queue", sendQueueSize)
+		k.finish(websocket.StatusPolicyViolation, "send queue overflow; resync")
+		return false
+	}
+}
+
+// writeLoop writes queued frames and pings, each with a timeout.
+func (k *socket) writeLoop(ctx context.Context) error {
+	ping := k.s.clock.NewTimer(pingInterval)
+	defer ping.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case b := <-k.send:
+			wctx, cancel := context.WithTimeout(ctx, writeTimeout)
+			err := k.conn.Write(wctx, websocket.MessageText, b)
+			cancel()
+			if err != nil {
+				return err
+			}
+		case <-ping.C():
+			pctx, cancel := context.WithTimeout(ctx, writeTimeout)
+			err := k.conn.Ping(pctx)
+			cancel()
+			if err != nil {
+				return err
+			}
+			ping.Reset(pingInterval)
+		}
+	}
+}
+
+// serve runs the socket: readLoop and writeLoop in their goroutines, pump in this one; when any
+// ends, the others are stopped, the connection is closed with the recorded status, and serve
+// returns after both goroutines did.
+func (k *socket) serve(ctx context.Context, readLoop func(context.Context) error, pump func(context.Context)) {
+	SocketsOpen.Add(1)
+	defer SocketsOpen.Add(-1)
+	// The reader gets its own context, cancelled only after Close: cancelling a Read tears the
+	// connection down without the close handshake that tells the page why.
+	readCtx, cancelRead := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	var readErr, writeErr error
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		readErr = readLoop(readCtx)
+		k.finish(websocket.StatusNormalClosure, "")
+	}()
+	go func() {
+		defer wg.Done()
+		writeErr = k.writeLoop(ctx)
+		if writeErr != nil {
+			k.finish(websocket.StatusInternalError, "write failed")
+		}
+	}()
+	pump(ctx)
+	k.cancel()
+	k.closeOnce.Do(func() {})
+	closeErr := k.conn.Close(k.closeCode, k.closeReason)
+	cancelRead()
+	wg.Wait()
+	for _, err := range []error{readErr, writeErr, closeErr} {
+		if err != nil && !normalClose(err) {
+			k.log.Warn("socket ended with an error", "err", err)
+			return
+		}
+	}
+	k.log.Debug("socket closed", "status", k.closeCode.String())
+}
+
+// normalClose reports whether err is how sockets usually end: the page went away, the server
+// closed it, or the request ended.
+func normalClose(err error) bool {
+	switch websocket.CloseStatus(err) {
+	case websocket.StatusNormalClosure, websocket.StatusGoingAway, websocket.StatusNoStatusRcvd:
+		return true
+	}
+	return errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) ||
+		strings.Contains(err.Error(), "use of closed network connection") || strings.Contains(err.Error(), "failed to close WebSocket")
+}
+
+// accept upgrades the request. The Origin must be this host's (coder/websocket's default check):
+// a page on another site cannot open a socket with the user's cookie. Programs that send no
+// Origin (Bearer clients) are accepted.
+func accept(c echo.Context) (*websocket.Conn, error) {
+	return websocket.Accept(c.Response(), c.Request(), &websocket.AcceptOptions{})
+}
+
+// conversationSocket: GET /conversations/{id}/ws. Only the owner may open it (anyone else gets
+// 404 like the page): it carries the owner's client tools, whose results are the owner's to
+// give. Reviewers follow approvals through the inbox socket instead.
+func (s *Server) conversationSocket(c echo.Context) error {
+	id := c.Param("id")
+	if _, err := s.conversationFor(c, id); err != nil {
+		return err
+	}
+	v, err := s.conv.View(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	page := s.pageFor(c, v) // before the upgrade: it may set the CSRF cookie
+	by := principal(c)
+	conn, err := accept(c)
+	if err != nil {
+		return nil // Accept answered the request itself (403 for a foreign Origin)
+	}
+	conn.SetReadLimit(maxClientFrame)
+	ctx, cancel := context.WithCancel(c.Request().Context())
+	defer cancel()
+	k := newSocket(s, conn, s.log.With("conversation", id, "user", by.UserID), cancel)
+	cs := &convSocket{socket: k, id: id, by: by, page: page, revs: map[string]string{}}
+	k.serve(ctx, cs.readLoop, cs.pump)
+	return nil
+}
+
+// convSocket is the state of one conversation socket, owned by pump (revs, streaming text).
+type convSocket struct {
+	*socket
+	id   string
+	by   agent.Principal
+	page views.Page
+
+	revs       map[string]string // element id → data-rev last sent
+	status     string            // status line HTML last sent
+	pending    strings.Builder   // streaming text not yet flushed
+	streamed   bool              // the page's streaming area has text
+	clientSent map[string]bool   // client_exec frames sent on this socket
+}
+
+// pump follows the conversation's events and keeps the page current until ctx ends, the
+// server stops, or the subscription ends for good.
+func (cs *convSocket) pump(ctx context.Context) {
+	s := cs.s
+	sub := s.conv.Subscribe(cs.id)
+	defer func() { sub.Close() }()
+	detach := s.conv.AttachClient(cs.id)
+	defer detach()
+	cs.clientSent = map[string]bool{}
+	if !cs.sync(ctx, true) {
+		return
+	}
+	var flush <-chan time.Time
+	resync := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.stopping:
+			cs.finish(websocket.StatusGoingAway, "server shutting down")
+			return
+		case <-flush:
+			flush = nil
+			cs.flushText()
+		case ev, ok := <-sub.C:
+			if !ok {
+				if !resync {
+					cs.finish(websocket.StatusGoingAway, "conversation closed")
+					return
+				}
+				// We lagged behind the agent's events: subscribe again and re-render everything.
+				resync = false
+				sub = s.conv.Subscribe(cs.id)
+				if !cs.sync(ctx, false) {
+					return
+				}
+				continue
+			}
+			dirty := false
+			for {
+				switch ev.Type {
+				case agent.EventTextDelta:
+					cs.pending.WriteString(ev.Text)
+					if flush == nil {
+						flush = s.clock.After(deltaFlush)
+					}
+				case agent.EventResync:
+					resync = true
+				case agent.EventClientExec:
+					cs.flushText()
+					cs.clientExec(ev)
+				default:
+					cs.flushText()
+					dirty = true
+				}
+				// Take whatever else is already queued before rendering: a burst of events
+				// costs one View and one diff.
+				select {
+				case ev, ok = <-sub.C:
+					if ok {
+						continue
+					}
+				default:
+				}
+				break
+			}
+			// A channel closed during the drain yields !ok again at the top of the loop.
+			if dirty && !cs.sync(ctx, false) {
+				return
+			}
+		}
+	}
+}
+
+// flushText sends the gathered streaming text as one frame.
+func (cs *convSocket) flushText() {
+	if cs.pending.Len() == 0 {
+		return
+	}
+	cs.enqueue(frame{Type: "text", Target: "streaming", Text: cs.pending.String()})
+	cs.pending.Reset()
+	cs.streamed = true
+}
+
+// sync renders the view and sends what the page may not have: every item whose data-rev it has
+// not been sent (on connect: every item — the page skips the ones it already shows), the status
+// line when it changed, the streaming area when a message replaced it, and on connect the
+// pending client calls again.
+func (cs *convSocket) sync(ctx context.Context, connect bool) bool {
+	v, err := cs.s.conv.View(ctx, cs.id)
+	if err != nil {
+		if ctx.Err() == nil {
+			cs.log.Warn("socket: load view", "err", err)
+			cs.finish(websocket.StatusInternalError, "could not load the conversation")
+		}
+		return false
+	}
+	for _, it := range views.Items(v) {
+		html, rev, err := views.ItemHTML(ctx, cs.page, it)
+		if err != nil {
+			cs.log.Error("socket: render item", "err", err)
+			continue
+		}
+		id := it.DOMID()
+		if cs.revs[id] == rev {
+			continue
+		}
+		cs.revs[id] = rev
+		h := string(html)
+		if !cs.enqueue(frame{Type: "html", Op: "upsert", Target: id, Parent: "timeline", Rev: rev, HTML: &h}) {
+			return false
+		}
+	}
+	var st bytes.Buffer
+	if err := views.StatusLine(v.Status, v.LastError).Render(ctx, &st); err == nil && st.String() != cs.status {
+		cs.status = st.String()
+		h := cs.status
+		cs.enqueue(frame{Type: "html", Op: "replace", Target: "status", HTML: &h})
+	}
+	if connect || (v.Streaming == "" && cs.streamed) {
+		var sb bytes.Buffer
+		if err := views.Streaming(v.Streaming).Render(ctx, &sb); err == nil {
+			h := sb.String()
+			cs.enqueue(frame{Type: "html", Op: "replace", Target: "streaming", HTML: &h})
+			cs.streamed = v.Streaming != ""
+		}
+	}
+	if connect {
+		for _, c := range v.Calls {
+			if p, ok := v.Pending[c.ID]; ok && p.Kind == tools.PendingClientExec {
+				cs.clientExec(agent.Event{Type: agent.EventClientExec, ToolCallID: c.ID,
+					Data: mustMarshal(map[string]any{"tool": c.Name, "args": rawOr(c.Args, "{}")})})
+			}
+		}
+	}
+	return true
+}
+
+// clientExec asks the page to run a client tool.
+func (cs *convSocket) clientExec(ev agent.Event) {
+	var d struct {
+		Tool string          `json:"tool"`
+		Args json.RawMessage `json:"args"`
+	}
+	if err := json.Unmarshal(ev.Data, &d); err != nil {
+		cs.log.Error("socket: client_exec event without tool", "err", err)
+		return
+	}
+	cs.clientSent[ev.ToolCallID] = true
+	cs.enqueue(frame{Type: "client_exec", ToolCallID: ev.ToolCallID, Tool: d.Tool, Args: rawOr(d.Args, "{}")})
+}
+
+// readLoop takes the page's frames: client tool results and errors, into Resolve as the owner.
+func (cs *convSocket) readLoop(ctx context.Context) error {
+	for {
+		typ, data, err := cs.conn.Read(ctx)
+		if err != nil {
+			return err
+		}
+		if typ != websocket.MessageText {
+			cs.finish(websocket.StatusUnsupportedData, "text frames only")
+			return nil
+		}
+		var f clientFrame
+		if err := json.Unmarshal(data, &f); err != nil || f.Type != "resolve" || f.ToolCallID == "" {
+			cs.enqueue(frame{Type: "resolved", ToolCallID: f.ToolCallID, OK: new(false), Kind: string(tools.KindBadRequest),
+				Message: `expected {"type":"resolve","tool_call_id":…,"result"|"error":…}`})
+			continue
+		}
+		if (len(f.Result) == 0) == (f.Error == nil) {
+			cs.enqueue(frame{Type: "resolved", ToolCallID: f.ToolCallID, OK: new(false), Kind: string(tools.KindInvalidArgs),
+				Message: "send either a result or an error"})
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = cs.s.conv.Resolve(rctx, cs.id, f.ToolCallID, agent.Resolution{Result: f.Result, Error: f.Error}, cs.by)
+		cancel()
+		ans := frame{Type: "resolved", ToolCallID: f.ToolCallID, OK: new(err == nil)}
+		if err != nil {
+			var te *tools.Error
+			if errors.As(err, &te) && te.Kind != tools.KindInternal {
+				ans.Kind, ans.Message = string(te.Kind), te.Message
+			} else {
+				cs.log.Error("socket: resolve client call", "call", f.ToolCallID, "err", err)
+				ans.Kind, ans.Message = string(tools.KindInternal), "internal error"
+			}
+		}
+		cs.enqueue(ans)
+	}
+}
+
+// inboxSocket: GET /inbox/ws. The inbox is re-rendered whenever approvals may have changed (a
+// call started, was decided or expired anywhere) and sent when it differs from what the page has.
+func (s *Server) inboxSocket(c echo.Context) error {
+	d, err := s.inboxData(c) // before the upgrade: it may set the CSRF cookie
+	if err != nil {
+		return err
+	}
+	u := currentUser(c)
+	conn, err := accept(c)
+	if err != nil {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(c.Request().Context())
+	defer cancel()
+	k := newSocket(s, conn, s.log.With("socket", "inbox", "user", u.ID), cancel)
+	last := ""
+	render := func(ctx context.Context) bool {
+		var buf bytes.Buffer
+		if err := views.InboxList(d).Render(ctx, &buf); err != nil {
+			k.log.Error("socket: render inbox", "err", err)
+			return false
+		}
+		if buf.String() == last {
+			return true
+		}
+		last = buf.String()
+		h := last
+		return k.enqueue(frame{Type: "html", Op: "replace", Target: "inbox", HTML: &h})
+	}
+	pump := func(ctx context.Context) {
+		sub := s.conv.Subscribe("")
+		defer func() { sub.Close() }()
+		if !render(ctx) {
+			return
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.stopping:
+				k.finish(websocket.StatusGoingAway, "server shutting down")
+				return
+			case ev, ok := <-sub.C:
+				if !ok {
+					sub = s.conv.Subscribe("") // lagged (or the agent restarted): follow again
+					ev = agent.Event{Type: agent.EventResync}
+				}
+				if !inboxRelevant(ev.Type) {
+					continue
+				}
+				// Coalesce a burst into one query.
+				for drained := false; !drained; {
+					select {
+					case _, ok := <-sub.C:
+						if !ok {
+							sub = s.conv.Subscribe("")
+						}
+					default:
+						drained = true
+					}
+				}
+				nd, err := s.inboxData(c)
+				if err != nil {
+					if ctx.Err() == nil {
+						k.log.Warn("socket: load inbox", "err", err)
+					}
+					continue
+				}
+				d = nd
+				if !render(ctx) {
+					return
+				}
+			}
+		}
+	}
+	readLoop := func(ctx context.Context) error {
+		// The inbox page sends nothing; reading keeps pings, pongs and the close handshake working.
+		for {
+			if _, _, err := conn.Read(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	k.serve(ctx, readLoop, pump)
+	return nil
+}
+
+// inboxRelevant reports whether an event may change someone's pending approvals.
+func inboxRelevant(t agent.EventType) bool {
+	switch t {
+	case agent.EventToolCall, agent.EventStatus, agent.EventResync:
+		return true
+	}
+	return false
+}
+
+func mustMarshal(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func rawOr(raw json.RawMessage, def string) json.RawMessage {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return json.RawMessage(def)
+	}
+	return raw
+}
