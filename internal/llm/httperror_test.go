@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -91,5 +92,49 @@ func TestErrorHelpers(t *testing.T) {
 	}
 	if ok, _ := IsRetryable(errors.New("plain")); ok {
 		t.Error("a plain error is not a retryable model error")
+	}
+}
+
+type closeTracker struct {
+	*strings.Reader
+	closed bool
+}
+
+func (c *closeTracker) Close() error { c.closed = true; return nil }
+
+func TestStatusMiddleware(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	mw := StatusMiddleware(func() time.Time { return now })
+	req, _ := http.NewRequest(http.MethodPost, "http://127.0.0.1:1/v1/messages", nil)
+	req.Header.Set("Authorization", "Bearer sk-secret")
+
+	ok := &http.Response{StatusCode: 200, Body: &closeTracker{Reader: strings.NewReader("data: {}\n\n")}}
+	res, err := mw(req, func(*http.Request) (*http.Response, error) { return ok, nil })
+	if err != nil || res != ok || ok.Body.(*closeTracker).closed {
+		t.Fatalf("a 200 must pass through untouched: %v %v", res, err)
+	}
+
+	body := &closeTracker{Reader: strings.NewReader(`{"error":{"message":"slow down"}}`)}
+	bad := &http.Response{StatusCode: 429, Header: http.Header{"Retry-After": {now.Add(time.Minute).Format(http.TimeFormat)}}, Body: body}
+	res, err = mw(req, func(*http.Request) (*http.Response, error) { return bad, nil })
+	var e *Error
+	if res != nil || !errors.As(err, &e) || e.Kind != "rate_limited" || e.RetryAfter != time.Minute || e.Message != "slow down" || !body.closed {
+		t.Fatalf("429: res %v err %#v closed %v", res, err, body.closed)
+	}
+	if strings.Contains(err.Error(), "sk-secret") {
+		t.Error("the error leaks the credential")
+	}
+
+	dial := errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+	_, err = mw(req, func(*http.Request) (*http.Response, error) { return nil, dial })
+	if !errors.As(err, &e) || e.Kind != "network" || !e.Retryable || !errors.Is(err, dial) {
+		t.Fatalf("transport failure: %#v", err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = mw(req.WithContext(ctx), func(*http.Request) (*http.Response, error) { return nil, errors.New("use of closed connection") })
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("a cancelled request reports the cancellation, got %v", err)
 	}
 }
