@@ -122,3 +122,26 @@ CREATE TABLE audit (
 );
 CREATE INDEX audit_conversation ON audit (conversation_id, at DESC);
 CREATE INDEX audit_actor ON audit (actor_id, at DESC);
+
+-- parley_advance is Append's sequence check, run first in the same transaction as the batch's
+-- writes: it moves the log from after_seq to new_last (stamping and, when new_status is not
+-- empty, setting the status) or raises — PY409 when the log is elsewhere (another writer won),
+-- P0002 when the conversation does not exist — which aborts everything queued after it. Raising
+-- inside the server lets the whole append travel as one pipelined round trip.
+CREATE FUNCTION parley_advance(conv text, after_seq bigint, new_last bigint, at timestamptz, new_status text)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+	cur bigint;
+BEGIN
+	UPDATE conversations SET last_seq = new_last, updated_at = at, status = COALESCE(NULLIF(new_status, ''), status)
+	WHERE id = conv AND last_seq = after_seq;
+	IF FOUND THEN
+		RETURN;
+	END IF;
+	SELECT last_seq INTO cur FROM conversations WHERE id = conv;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'conversation % does not exist', conv USING ERRCODE = 'P0002';
+	END IF;
+	RAISE EXCEPTION 'log is at %, not %', cur, after_seq USING ERRCODE = 'PY409';
+END
+$$;

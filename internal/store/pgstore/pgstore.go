@@ -72,6 +72,24 @@ func Open(ctx context.Context, databaseURL string, logger *slog.Logger, opts ...
 	return s, nil
 }
 
+// Append implements store.Store with the rules of sqlcore.Core.Append, in one round trip: the
+// sequence check (parley_advance, which raises on a conflict) and every write are sent as one
+// pipelined batch, which PostgreSQL runs as a single implicit transaction — an error anywhere
+// rolls back all of it.
+func (s *Store) Append(ctx context.Context, conversationID string, afterSeq int64, b store.Batch) (int64, error) {
+	now := s.Stamp()
+	last := afterSeq + int64(len(b.Entries))
+	var batch pgx.Batch
+	batch.Queue(`SELECT parley_advance($1, $2, $3, $4, $5)`, conversationID, afterSeq, last, now, b.Status)
+	for _, st := range sqlcore.PlanBatch(conversationID, afterSeq, now, b) {
+		batch.Queue(st.SQL, st.Args...)
+	}
+	if err := s.pool.SendBatch(ctx, &batch).Close(); err != nil {
+		return 0, fmt.Errorf("append to conversation %q: %w", conversationID, mapErr(err))
+	}
+	return last, nil
+}
+
 // Migrate applies pending migrations to databaseURL and returns; it is `web migrate`.
 func Migrate(ctx context.Context, databaseURL string) error {
 	pool, err := connect(ctx, databaseURL)
@@ -255,8 +273,11 @@ func mapErr(err error) error {
 		switch pe.Code {
 		case "23505": // unique_violation
 			return fmt.Errorf("%w: %w", store.ErrConflict, err)
-		case "23503": // foreign_key_violation
+		case "23503", // foreign_key_violation
+			"P0002": // no_data_found, raised by parley_advance for a missing conversation
 			return fmt.Errorf("%w: %w", store.ErrNotFound, err)
+		case "PY409": // parley_advance: another writer moved the log first
+			return fmt.Errorf("%w: %w", store.ErrConflict, err)
 		}
 	}
 	return err

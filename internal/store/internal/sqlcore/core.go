@@ -25,6 +25,9 @@ type Core struct {
 	last time.Time // the newest stamp handed out
 }
 
+// Stamp is the time a write is stamped with now: see now.
+func (c *Core) Stamp() time.Time { return c.now() }
+
 // now stamps a write: the clock's time, UTC, in microseconds, and strictly after the previous
 // stamp of this handle so that "newest first" orders are total even within one microsecond.
 func (c *Core) now() time.Time {
@@ -121,10 +124,16 @@ func values(rows, width, first int) string {
 // maxParams keeps one statement under both drivers' bound-parameter limits.
 const maxParams = 30000
 
-// insertMany runs head + VALUES … + tail for rows, in chunks under maxParams.
-func insertMany(ctx context.Context, q Querier, head, tail string, rows [][]any) error {
+// Stmt is one statement with its arguments.
+type Stmt struct {
+	SQL  string
+	Args []any
+}
+
+// insertMany plans head + VALUES … + tail for rows, in chunks under maxParams.
+func insertMany(out []Stmt, head, tail string, rows [][]any) []Stmt {
 	if len(rows) == 0 {
-		return nil
+		return out
 	}
 	width := len(rows[0])
 	per := max(1, maxParams/width)
@@ -133,11 +142,9 @@ func insertMany(ctx context.Context, q Querier, head, tail string, rows [][]any)
 		for _, r := range chunk {
 			args = append(args, r...)
 		}
-		if _, err := q.Exec(ctx, head+" VALUES "+values(len(chunk), width, 1)+" "+tail, args...); err != nil {
-			return err
-		}
+		out = append(out, Stmt{head + " VALUES " + values(len(chunk), width, 1) + " " + tail, args})
 	}
-	return nil
+	return out
 }
 
 // placeholders returns "$first,…" for n values.
@@ -429,6 +436,10 @@ func (c *Core) ListActive(ctx context.Context) ([]store.Conversation, error) {
 	return cs, nil
 }
 
+// AdvanceSQL moves a conversation's log from $5 to $1 (also stamping $2 and setting a non-empty
+// status $3) only if the log is at $5; it changes nothing otherwise.
+const AdvanceSQL = `UPDATE conversations SET last_seq = $1, updated_at = $2, status = COALESCE(NULLIF($3, ''), status) WHERE id = $4 AND last_seq = $5`
+
 // Append implements store.Store. Everything in b belongs to conversationID whatever its rows
 // say. Within one batch, removals (Cancel, DoneSteps) apply before Schedule and Steps, and
 // a call, timer or step listed twice takes its last value. A ToolCall is upserted whole: every
@@ -438,8 +449,7 @@ func (c *Core) Append(ctx context.Context, conversationID string, afterSeq int64
 	now := c.now()
 	last := afterSeq + int64(len(b.Entries))
 	err := c.inTx(ctx, func(tx Tx) error {
-		n, err := tx.Exec(ctx, `UPDATE conversations SET last_seq = $1, updated_at = $2, status = COALESCE(NULLIF($3, ''), status) WHERE id = $4 AND last_seq = $5`,
-			last, now, b.Status, conversationID, afterSeq)
+		n, err := tx.Exec(ctx, AdvanceSQL, last, now, b.Status, conversationID, afterSeq)
 		if err != nil {
 			return err
 		}
@@ -450,7 +460,12 @@ func (c *Core) Append(ctx context.Context, conversationID string, afterSeq int64
 			}
 			return fmt.Errorf("log is at %d, not %d: %w", at, afterSeq, store.ErrConflict)
 		}
-		return writeBatch(ctx, tx, conversationID, afterSeq, now, b)
+		for _, st := range PlanBatch(conversationID, afterSeq, now, b) {
+			if _, err := tx.Exec(ctx, st.SQL, st.Args...); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("append to conversation %q: %w", conversationID, err)
@@ -458,7 +473,10 @@ func (c *Core) Append(ctx context.Context, conversationID string, afterSeq int64
 	return last, nil
 }
 
-func writeBatch(ctx context.Context, tx Tx, conv string, afterSeq int64, now time.Time, b store.Batch) error {
+// PlanBatch returns the statements that write b after the log's sequence check (see Append for
+// the rules), stamped now, in the order they must run.
+func PlanBatch(conv string, afterSeq int64, now time.Time, b store.Batch) []Stmt {
+	var out []Stmt
 	callSeq := map[string]int64{}
 	rows := make([][]any, len(b.Entries))
 	for i, e := range b.Entries {
@@ -468,13 +486,10 @@ func writeBatch(ctx context.Context, tx Tx, conv string, afterSeq int64, now tim
 		}
 		rows[i] = []any{conv, seq, string(e.Type), e.ToolCallID, e.Actor, jsonArg(e.Data), now}
 	}
-	if err := insertMany(ctx, tx, `INSERT INTO entries (conversation_id, seq, type, tool_call_id, actor, data, created_at)`, "", rows); err != nil {
-		return fmt.Errorf("entries: %w", err)
-	}
+	out = insertMany(out, `INSERT INTO entries (conversation_id, seq, type, tool_call_id, actor, data, created_at)`, "", rows)
 
-	calls := lastByKey(b.Calls, func(tc store.ToolCall) string { return tc.ToolCallID })
-	rows = rows[:0]
-	for _, tc := range calls {
+	rows = nil
+	for _, tc := range lastByKey(b.Calls, func(tc store.ToolCall) string { return tc.ToolCallID }) {
 		seq := tc.Seq
 		if seq == 0 {
 			seq = callSeq[tc.ToolCallID]
@@ -486,46 +501,36 @@ func writeBatch(ctx context.Context, tx Tx, conv string, afterSeq int64, now tim
 		rows = append(rows, []any{conv, tc.ToolCallID, tc.Name, tc.Executor, tc.Approval, tc.Approvers, tc.Status, tc.PendingKind,
 			jsonArg(tc.Args), jsonArg(tc.Result), jsonArg(tc.Prompt), tsPtr(tc.ExpiresAt), seq, created, now})
 	}
-	if err := insertMany(ctx, tx, `INSERT INTO tool_calls (conversation_id, tool_call_id, name, executor, approval, approvers, status, pending_kind, args, result, prompt, expires_at, seq, created_at, updated_at)`,
+	out = insertMany(out, `INSERT INTO tool_calls (conversation_id, tool_call_id, name, executor, approval, approvers, status, pending_kind, args, result, prompt, expires_at, seq, created_at, updated_at)`,
 		`ON CONFLICT (conversation_id, tool_call_id) DO UPDATE SET name = excluded.name, executor = excluded.executor, approval = excluded.approval,
 		approvers = excluded.approvers, status = excluded.status, pending_kind = excluded.pending_kind, args = excluded.args, result = excluded.result,
 		prompt = excluded.prompt, expires_at = excluded.expires_at, seq = CASE WHEN excluded.seq = 0 THEN tool_calls.seq ELSE excluded.seq END,
-		updated_at = excluded.updated_at`, rows); err != nil {
-		return fmt.Errorf("tool calls: %w", err)
-	}
+		updated_at = excluded.updated_at`, rows)
 
 	if len(b.Cancel) > 0 {
-		if _, err := tx.Exec(ctx, `DELETE FROM expiries WHERE conversation_id = $1 AND tool_call_id IN (`+placeholders(len(b.Cancel), 2)+`)`,
-			append([]any{conv}, anySlice(b.Cancel)...)...); err != nil {
-			return fmt.Errorf("cancel expiries: %w", err)
-		}
+		out = append(out, Stmt{`DELETE FROM expiries WHERE conversation_id = $1 AND tool_call_id IN (` + placeholders(len(b.Cancel), 2) + `)`,
+			append([]any{conv}, anySlice(b.Cancel)...)})
 	}
-	rows = rows[:0]
+	rows = nil
 	for _, e := range lastByKey(b.Schedule, func(e store.Expiry) string { return e.ToolCallID }) {
 		rows = append(rows, []any{conv, e.ToolCallID, ts(e.At)})
 	}
-	if err := insertMany(ctx, tx, `INSERT INTO expiries (conversation_id, tool_call_id, at)`,
-		`ON CONFLICT (conversation_id, tool_call_id) DO UPDATE SET at = excluded.at, claimed_until = NULL`, rows); err != nil {
-		return fmt.Errorf("schedule expiries: %w", err)
-	}
+	out = insertMany(out, `INSERT INTO expiries (conversation_id, tool_call_id, at)`,
+		`ON CONFLICT (conversation_id, tool_call_id) DO UPDATE SET at = excluded.at, claimed_until = NULL`, rows)
 
 	if len(b.DoneSteps) > 0 {
-		if _, err := tx.Exec(ctx, `DELETE FROM steps WHERE conversation_id = $1 AND key IN (`+placeholders(len(b.DoneSteps), 2)+`)`,
-			append([]any{conv}, anySlice(b.DoneSteps)...)...); err != nil {
-			return fmt.Errorf("done steps: %w", err)
-		}
+		out = append(out, Stmt{`DELETE FROM steps WHERE conversation_id = $1 AND key IN (` + placeholders(len(b.DoneSteps), 2) + `)`,
+			append([]any{conv}, anySlice(b.DoneSteps)...)})
 	}
-	rows = rows[:0]
+	rows = nil
 	for _, s := range lastByKey(b.Steps, func(s store.Step) string { return s.Key }) {
 		rows = append(rows, []any{conv, s.Key, int64(s.Attempts), tsPtr(s.NextAttemptAt), s.LastError, now})
 	}
-	if err := insertMany(ctx, tx, `INSERT INTO steps (conversation_id, key, attempts, next_attempt_at, last_error, updated_at)`,
+	out = insertMany(out, `INSERT INTO steps (conversation_id, key, attempts, next_attempt_at, last_error, updated_at)`,
 		`ON CONFLICT (conversation_id, key) DO UPDATE SET attempts = excluded.attempts, next_attempt_at = excluded.next_attempt_at,
-		last_error = excluded.last_error, updated_at = excluded.updated_at`, rows); err != nil {
-		return fmt.Errorf("steps: %w", err)
-	}
+		last_error = excluded.last_error, updated_at = excluded.updated_at`, rows)
 
-	rows = rows[:0]
+	rows = nil
 	for _, a := range b.Audit {
 		at := now
 		if !a.At.IsZero() {
@@ -533,10 +538,7 @@ func writeBatch(ctx context.Context, tx Tx, conv string, afterSeq int64, now tim
 		}
 		rows = append(rows, []any{conv, a.ToolCallID, a.Tool, a.ActorID, a.Action, a.Reason, a.ArgsHash, at})
 	}
-	if err := insertMany(ctx, tx, `INSERT INTO audit (conversation_id, tool_call_id, tool, actor_id, action, reason, args_hash, at)`, "", rows); err != nil {
-		return fmt.Errorf("audit: %w", err)
-	}
-	return nil
+	return insertMany(out, `INSERT INTO audit (conversation_id, tool_call_id, tool, actor_id, action, reason, args_hash, at)`, "", rows)
 }
 
 func anySlice(ss []string) []any {
