@@ -242,8 +242,12 @@ func (w *Webhook) Func() tools.Func {
 		}
 		res, aerr := httpadapter.Invoke(ctx, w.adapter, req, httpadapter.CallContext{ToolCallID: call.ToolCallID, ConversationID: call.ConversationID, Tool: w.cfg.Tool, Attempt: call.Attempt})
 		if aerr != nil {
+			// Webhook URLs often carry a secret path (chat hooks): the model reads the tool's
+			// name instead of the URL.
+			aerr.Message = strings.ReplaceAll(aerr.Message, httpadapter.RedactURL(w.url), "webhook "+w.cfg.Tool)
 			if d := aerr.Details; d != nil {
 				delete(d, "headers")
+				delete(d, "url")
 			}
 			return nil, aerr.ToolError()
 		}

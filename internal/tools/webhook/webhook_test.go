@@ -249,6 +249,9 @@ func TestAnswers(t *testing.T) {
 			if !errors.As(err, &te) || te.Kind != tc.wantKind || te.Retryable != tc.retryable {
 				t.Fatalf("err %+v, want %s retryable=%v", err, tc.wantKind, tc.retryable)
 			}
+			if enc, _ := json.Marshal(te); strings.Contains(string(enc), srv.URL) {
+				t.Fatalf("the webhook URL reached the model: %s", enc)
+			}
 		})
 	}
 }
