@@ -470,10 +470,14 @@ func (a *actor) onLLMError(err error) {
 	if retry && attempt < a.cfg().LLMMaxAttempts {
 		next := a.now().Add(a.m.backoff(attempt, after))
 		d, _ := json.Marshal(attemptData{Step: step, Attempt: attempt, Error: map[string]any{"kind": string(kind), "message": msg}, NextAttemptAt: &next})
-		_ = a.commit(store.Batch{
+		if a.commit(store.Batch{
 			Entries: []store.Entry{{Type: store.EntryAttemptFailed, Actor: "system", Data: d}},
 			Steps:   []store.Step{{ConversationID: a.id, Key: step, Attempts: attempt, NextAttemptAt: &next, LastError: msg, UpdatedAt: a.now()}},
-		}, nil)
+		}, nil) == nil {
+			// The page can say "retrying"; the status itself stays generating.
+			a.publish(Event{Seq: a.st.lastSeq, Type: EventStatus, Status: a.st.status,
+				Data: mustJSON(map[string]any{"retry_at": next, "attempt": attempt, "error": msg})})
+		}
 		return
 	}
 	a.endTurn(kind, msg)
@@ -667,8 +671,9 @@ func (a *actor) runTool(c *call) {
 			}
 		},
 	}
+	// The timer is armed here, in the actor, so it is running before anyone hears of the call.
+	timer := clk.NewTimer(timeout)
 	go func() {
-		timer := clk.NewTimer(timeout)
 		timedOut := make(chan bool, 1)
 		stop := make(chan struct{})
 		go func() {

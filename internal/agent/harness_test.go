@@ -240,8 +240,13 @@ func (e *env) next(what string, ok func(Event) bool) Event {
 	}
 }
 
+// waitStatus returns once the conversation has the status: at once when the view already shows
+// it (its event may have been passed over while waiting for another), else on its event.
 func (e *env) waitStatus(status string) {
 	e.t.Helper()
+	if e.view().Status == status {
+		return
+	}
 	e.next("status "+status, func(ev Event) bool { return ev.Type == EventStatus && ev.Status == status })
 }
 
