@@ -345,7 +345,9 @@ func TestToolRetryWithDurableBackoff(t *testing.T) {
 		e := newEnv(t, open, prov, func(st store.Store) []*tools.Tool { return []*tools.Tool{flakyTool(t, 2, 0, runs)} },
 			func(c *Config) { c.RetryBase = time.Second; c.RetryMax = time.Minute })
 		e.send("go")
-		ev := e.next("first failure", func(ev Event) bool { return ev.Type == EventToolCall && ev.ToolCallID == "f1" && strings.Contains(string(ev.Data), "next_attempt_at") })
+		ev := e.next("first failure", func(ev Event) bool {
+			return ev.Type == EventToolCall && ev.ToolCallID == "f1" && strings.Contains(string(ev.Data), "next_attempt_at")
+		})
 		_ = ev
 		steps, err := e.st.Steps(e.ctx, e.conv)
 		if err != nil || len(steps) != 1 || steps[0].Key != "tool:f1" || steps[0].Attempts != 1 || steps[0].NextAttemptAt == nil {
@@ -477,11 +479,17 @@ func TestModelErrorThatIsNotRetryableEndsTheTurn(t *testing.T) {
 func TestCompactionReplacesOldResultsInTheContextOnly(t *testing.T) {
 	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
 		byCount := mustTool(t, tools.Spec{Name: "recent", Description: "keeps one", Executor: tools.Server, Retention: tools.Retention{MaxCount: 1},
-			Func: func(ctx context.Context, call tools.Call, args map[string]any) (any, error) { return map[string]any{"id": call.ToolCallID}, nil }})
+			Func: func(ctx context.Context, call tools.Call, args map[string]any) (any, error) {
+				return map[string]any{"id": call.ToolCallID}, nil
+			}})
 		byAge := mustTool(t, tools.Spec{Name: "young", Description: "one turn", Executor: tools.Server, Retention: tools.Retention{MaxAgeTurns: 1},
-			Func: func(ctx context.Context, call tools.Call, args map[string]any) (any, error) { return map[string]any{"id": call.ToolCallID}, nil }})
+			Func: func(ctx context.Context, call tools.Call, args map[string]any) (any, error) {
+				return map[string]any{"id": call.ToolCallID}, nil
+			}})
 		forever := mustTool(t, tools.Spec{Name: "keep", Description: "never evicts", Executor: tools.Server, Retention: tools.Retention{MaxCount: 1, MaxAgeTurns: 1, NeverEvict: true},
-			Func: func(ctx context.Context, call tools.Call, args map[string]any) (any, error) { return map[string]any{"id": call.ToolCallID}, nil }})
+			Func: func(ctx context.Context, call tools.Call, args map[string]any) (any, error) {
+				return map[string]any{"id": call.ToolCallID}, nil
+			}})
 		prov := newScripted(
 			callTools(tc{"r1", "recent", `{}`}, tc{"y1", "young", `{}`}, tc{"k1", "keep", `{}`}),
 			say("one"),
