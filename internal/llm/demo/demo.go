@@ -40,12 +40,17 @@ import (
 // exported shapes (OpenAI {"function":{"name"}}, Anthropic {"name"}).
 const Format = "demo"
 
-// DefaultPace is a pause between text deltas that reads like typing.
-const DefaultPace = 15 * time.Millisecond
+// DefaultPace is the pause between text deltas when Config.Pace is zero: a few milliseconds,
+// so the page shows the answer arriving word by word.
+const DefaultPace = 8 * time.Millisecond
+
+// NoPace streams without pausing (tests).
+const NoPace time.Duration = -1
 
 // Config configures the demo model.
 type Config struct {
-	// Pace is the pause between text deltas; 0 streams without pausing (tests).
+	// Pace is the pause between text deltas: 0 is DefaultPace, NoPace (any negative value)
+	// streams without pausing.
 	Pace time.Duration
 	// Clock times the pauses; nil is the wall clock.
 	Clock clock.Clock
@@ -65,7 +70,11 @@ func New(cfg Config) *Provider {
 	if clk == nil {
 		clk = clock.Real{}
 	}
-	return &Provider{pace: cfg.Pace, clock: clk}
+	pace := cfg.Pace
+	if pace == 0 {
+		pace = DefaultPace
+	}
+	return &Provider{pace: pace, clock: clk}
 }
 
 // Name returns "demo".

@@ -268,7 +268,7 @@ func TestDeterministicAndUniqueIDs(t *testing.T) {
 
 func TestStreamsWordSizedDeltas(t *testing.T) {
 	r := registry(t)
-	p := New(Config{})
+	p := New(Config{Pace: NoPace})
 	var text strings.Builder
 	var deltas, calls int
 	resp, err := p.Stream(context.Background(), request(r, user("email bob@example.com about lunch")), func(e llm.Event) error {
@@ -335,12 +335,21 @@ func TestPacingUsesTheClockAndStopsOnCancel(t *testing.T) {
 func TestEmitErrorStops(t *testing.T) {
 	stop := errors.New("stop")
 	n := 0
-	_, err := New(Config{}).Stream(context.Background(), llm.Request{Messages: []llm.Message{user("hello")}}, func(llm.Event) error {
+	_, err := New(Config{Pace: NoPace}).Stream(context.Background(), llm.Request{Messages: []llm.Message{user("hello")}}, func(llm.Event) error {
 		n++
 		return stop
 	})
 	if !errors.Is(err, stop) || n != 1 {
 		t.Fatalf("err %v after %d emits", err, n)
+	}
+}
+
+func TestDefaultPaceIsAFewMilliseconds(t *testing.T) {
+	if p := New(Config{}); p.pace != DefaultPace || DefaultPace <= 0 || DefaultPace > 50*time.Millisecond {
+		t.Errorf("zero Config paces at %v", p.pace)
+	}
+	if p := New(Config{Pace: NoPace}); p.pace > 0 {
+		t.Errorf("NoPace paces at %v", p.pace)
 	}
 }
 
