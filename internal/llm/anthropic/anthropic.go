@@ -340,16 +340,19 @@ func messages(in []llm.Message) ([]anthropic.MessageParam, error) {
 					blocks = append(blocks, anthropic.NewToolUseBlock(tc.ID, args, tc.Name))
 					continue
 				}
+				if len(tc.Result) == 0 {
+					// A server tool use whose result never arrived (a cut or paused answer):
+					// the API refuses a server_tool_use without its result, so leave it out.
+					continue
+				}
 				use, err := json.Marshal(map[string]any{"type": "server_tool_use", "id": tc.ID, "name": tc.Name, "input": args})
 				if err != nil {
 					return nil, fmt.Errorf("anthropic provider: message %d: encode server tool use %s: %w", i, tc.ID, err)
 				}
 				su := param.Override[anthropic.ServerToolUseBlockParam](json.RawMessage(use))
-				blocks = append(blocks, anthropic.ContentBlockParamUnion{OfServerToolUse: &su})
-				if len(tc.Result) > 0 {
-					res := param.Override[anthropic.WebSearchToolResultBlockParam](tc.Result)
-					blocks = append(blocks, anthropic.ContentBlockParamUnion{OfWebSearchToolResult: &res})
-				}
+				res := param.Override[anthropic.WebSearchToolResultBlockParam](tc.Result)
+				blocks = append(blocks, anthropic.ContentBlockParamUnion{OfServerToolUse: &su},
+					anthropic.ContentBlockParamUnion{OfWebSearchToolResult: &res})
 			}
 			add(anthropic.MessageParamRoleAssistant, blocks...)
 		case llm.RoleTool:

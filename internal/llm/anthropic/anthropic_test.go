@@ -351,6 +351,23 @@ func TestGroupsToolResultsAndMarksErrors(t *testing.T) {
 	}
 }
 
+func TestServerToolUseWithoutResultIsNotReplayed(t *testing.T) {
+	s := newServer(t, sse(messageStart(1), messageDelta("end_turn", 1), messageStop))
+	req := llm.Request{Messages: []llm.Message{
+		{Role: llm.RoleUser, Content: "search"},
+		{Role: llm.RoleAssistant, Content: "Searching.", ToolCalls: []llm.ToolCall{{ID: "srvtoolu_x", Name: "web_search", Args: json.RawMessage(`{"query":"q"}`), Provider: true}}},
+		{Role: llm.RoleUser, Content: "well?"},
+	}}
+	if _, _, err := collect(t, s.provider(t, nil), context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	msgs, _ := json.Marshal(s.body(0)["messages"])
+	want := `[{"role":"user","content":[{"type":"text","text":"search"}]},{"role":"assistant","content":[{"type":"text","text":"Searching."}]},{"role":"user","content":[{"type":"text","text":"well?"}]}]`
+	if !jsonEqual(t, msgs, []byte(want)) {
+		t.Errorf("messages = %s", msgs)
+	}
+}
+
 func TestMapsHTTPFailures(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	errBody := func(typ, msg string) string {

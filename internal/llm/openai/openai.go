@@ -114,7 +114,8 @@ func (p *Provider) Stream(ctx context.Context, req llm.Request, emit func(llm.Ev
 			if ch.Index != 0 {
 				continue // n > 1 is never requested; ignore any extra choice
 			}
-			if d := ch.Delta.Content; d != "" {
+			// A refusal is the model's answer too: show it as text.
+			if d := ch.Delta.Content + ch.Delta.Refusal; d != "" {
 				text.WriteString(d)
 				if err := emit(llm.Event{Type: llm.EventTextDelta, Text: d}); err != nil {
 					return llm.Response{}, err

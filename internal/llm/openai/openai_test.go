@@ -465,6 +465,14 @@ func jsonEqual(t *testing.T, a, b []byte) bool {
 	return string(xb) == string(yb)
 }
 
+func TestRefusalIsShownAsText(t *testing.T) {
+	s := newServer(t, sse(delta(`{"role":"assistant","content":null,"refusal":""}`, ""), delta(`{"refusal":"I can't help with that."}`, ""), delta(`{}`, "stop"), "[DONE]"))
+	_, resp, err := collect(t, s.provider(t, nil), context.Background(), userReq("x"))
+	if err != nil || resp.Text != "I can't help with that." {
+		t.Fatalf("%v %+v", err, resp)
+	}
+}
+
 func TestCallsWithoutIndexStaySeparate(t *testing.T) {
 	// Some OpenAI-compatible servers send each complete call in one chunk and omit "index".
 	s := newServer(t, sse(
