@@ -94,11 +94,39 @@ type block struct {
 	delta bool // input_json_delta fragments arrived
 }
 
+// maxContinuations bounds how many times one Stream continues a paused turn.
+const maxContinuations = 3
+
 // Stream sends req and streams the answer. Text deltas are emitted as they arrive; tool calls
 // (local tool_use and provider server_tool_use, each with its result attached) are emitted in
 // block order once the answer is complete (message_stop). A stream that ends before
 // message_stop is a retryable error.
+//
+// An answer that stops with "pause_turn" (the provider paused a long server-tool turn) is
+// continued here, by sending it back as the last assistant message, up to maxContinuations
+// times; the parts come back as one answer, so the agent never sees a paused turn as final.
 func (p *Provider) Stream(ctx context.Context, req llm.Request, emit func(llm.Event) error) (llm.Response, error) {
+	var total llm.Response
+	msgs := req.Messages
+	for i := 0; ; i++ {
+		part, err := p.streamOnce(ctx, llm.Request{System: req.System, Messages: msgs, Tools: req.Tools, MaxTokens: req.MaxTokens}, emit)
+		if err != nil {
+			return llm.Response{}, err
+		}
+		total.Text += part.Text
+		total.ToolCalls = append(total.ToolCalls, part.ToolCalls...)
+		total.Usage.InputTokens += part.Usage.InputTokens
+		total.Usage.OutputTokens += part.Usage.OutputTokens
+		total.StopReason = part.StopReason
+		if part.StopReason != "pause_turn" || i == maxContinuations {
+			return total, nil
+		}
+		msgs = append(append([]llm.Message(nil), msgs...), llm.Message{Role: llm.RoleAssistant, Content: part.Text, ToolCalls: part.ToolCalls})
+	}
+}
+
+// streamOnce makes one request and streams its answer.
+func (p *Provider) streamOnce(ctx context.Context, req llm.Request, emit func(llm.Event) error) (llm.Response, error) {
 	params, err := p.params(req)
 	if err != nil {
 		return llm.Response{}, err

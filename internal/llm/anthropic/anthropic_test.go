@@ -351,6 +351,44 @@ func TestGroupsToolResultsAndMarksErrors(t *testing.T) {
 	}
 }
 
+func TestPausedTurnIsContinued(t *testing.T) {
+	s := newServer(t,
+		sse(
+			messageStart(100),
+			blockStart(0, `{"type":"text","text":""}`), textDelta(0, "Searching."), blockStop(0),
+			blockStart(1, `{"type":"server_tool_use","id":"srvtoolu_014hJH82Qum7Td6UV8gDXThB","name":"web_search","input":{}}`),
+			jsonDelta(1, `{"query":"weather NYC today"}`), blockStop(1),
+			blockStart(2, webSearchResult), blockStop(2),
+			messageDelta("pause_turn", 40),
+			messageStop,
+		),
+		sse(
+			messageStart(300),
+			blockStart(0, `{"type":"text","text":""}`), textDelta(0, " Sunny."), blockStop(0),
+			messageDelta("end_turn", 5),
+			messageStop,
+		),
+	)
+	evs, resp, err := collect(t, s.provider(t, nil), context.Background(), userReq("weather?"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Text != "Searching. Sunny." || resp.StopReason != "end_turn" || len(resp.ToolCalls) != 1 || !resp.ToolCalls[0].Provider ||
+		resp.Usage != (llm.Usage{InputTokens: 400, OutputTokens: 45}) {
+		t.Fatalf("merged response = %+v", resp)
+	}
+	if len(evs) != 3 || evs[1].Type != llm.EventToolCall || evs[2].Text != " Sunny." {
+		t.Errorf("events = %+v", evs)
+	}
+	msgs := s.body(1)["messages"].([]any)
+	last, _ := json.Marshal(msgs[len(msgs)-1])
+	want := `{"role":"assistant","content":[{"type":"text","text":"Searching."},` +
+		`{"type":"server_tool_use","id":"srvtoolu_014hJH82Qum7Td6UV8gDXThB","name":"web_search","input":{"query":"weather NYC today"}},` + webSearchResult + `]}`
+	if len(msgs) != 2 || !jsonEqual(t, last, []byte(want)) {
+		t.Errorf("continuation sent %d messages, last %s", len(msgs), last)
+	}
+}
+
 func TestServerToolUseWithoutResultIsNotReplayed(t *testing.T) {
 	s := newServer(t, sse(messageStart(1), messageDelta("end_turn", 1), messageStop))
 	req := llm.Request{Messages: []llm.Message{
