@@ -42,7 +42,7 @@ CREATE TABLE conversations (
 	created_at INTEGER NOT NULL,
 	updated_at INTEGER NOT NULL
 );
-CREATE INDEX conversations_owner ON conversations (owner_id, updated_at);
+CREATE INDEX conversations_owner ON conversations (owner_id);
 CREATE INDEX conversations_active ON conversations (status) WHERE status <> 'idle';
 
 CREATE TABLE entries (
