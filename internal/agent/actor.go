@@ -111,10 +111,13 @@ type actor struct {
 	graceAt    map[string]time.Time
 	lastActive time.Time
 	events     []Event
-	stopping   bool // no new work; exit when inflight reaches 0
-	discard    bool // results of in-flight work are dropped (hard stop, a failed write)
-	broken     bool // a write failed: the actor exits and is revived from the log
-	doneClosed bool
+	// statusEvents are published after the other events of the same message, so a subscriber
+	// that sees "idle" has already seen the message that ended the turn.
+	statusEvents []Event
+	stopping     bool // no new work; exit when inflight reaches 0
+	discard      bool // results of in-flight work are dropped (hard stop, a failed write)
+	broken       bool // a write failed: the actor exits and is revived from the log
+	doneClosed   bool
 }
 
 func newActor(m *Manager, id string) *actor {
@@ -242,7 +245,11 @@ func (a *actor) settle() {
 	for _, e := range a.events {
 		a.m.hub.publish(e)
 	}
+	for _, e := range a.statusEvents {
+		a.m.hub.publish(e)
+	}
 	a.events = a.events[:0]
+	a.statusEvents = a.statusEvents[:0]
 }
 
 func (a *actor) publish(e Event) {
@@ -338,7 +345,7 @@ func (a *actor) commit(b store.Batch, touched []string) error {
 	}
 	a.st.lastSeq = last
 	if a.st.status != prevStatus {
-		a.publish(Event{Seq: last, Type: EventStatus, Status: a.st.status})
+		a.statusEvents = append(a.statusEvents, Event{ConversationID: a.id, Seq: last, Type: EventStatus, Status: a.st.status})
 	}
 	return nil
 }
@@ -400,6 +407,8 @@ func (a *actor) advance() {
 }
 
 func (a *actor) startLLM() {
+	// Text deltas go straight to the hub from the stream; publish what came before them first.
+	a.settle()
 	req := a.buildRequest()
 	ctx, cancel := context.WithCancel(a.m.base)
 	a.llmBusy, a.llmCancel = true, cancel

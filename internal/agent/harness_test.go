@@ -241,13 +241,15 @@ func (e *env) next(what string, ok func(Event) bool) Event {
 }
 
 // waitStatus returns once the conversation has the status: at once when the view already shows
-// it (its event may have been passed over while waiting for another), else on its event.
+// it (its event may have been passed over while waiting for another), else after the status
+// event that brought it.
 func (e *env) waitStatus(status string) {
 	e.t.Helper()
-	if e.view().Status == status {
-		return
+	for e.view().Status != status {
+		// Every status change is published after it shows in the view, so the next status event
+		// (or a stale one still buffered) is the moment to look again.
+		e.next("status "+status, func(ev Event) bool { return ev.Type == EventStatus })
 	}
-	e.next("status "+status, func(ev Event) bool { return ev.Type == EventStatus && ev.Status == status })
 }
 
 func (e *env) waitCall(id, status string) Event {

@@ -27,13 +27,17 @@ func newHub(buffer int) *hub {
 // sub is one subscriber: its channel, delivered in publish order until it is closed.
 type sub struct {
 	c      chan Event
+	size   int
 	convID string
 	closed bool // guarded by hub.mu
 }
 
-func (h *hub) subscribe(convID string) *Subscription {
+func (h *hub) subscribe(convID string) *Subscription { return h.subscribeSize(convID, h.buffer) }
+
+// subscribeSize subscribes with a buffer of n events.
+func (h *hub) subscribeSize(convID string, n int) *Subscription {
 	// One extra slot so the resync notice always fits after the buffer filled up.
-	s := &sub{c: make(chan Event, h.buffer+1), convID: convID}
+	s := &sub{c: make(chan Event, n+1), size: n, convID: convID}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if convID == "" {
@@ -84,7 +88,7 @@ func (h *hub) publish(e Event) {
 }
 
 func (h *hub) sendLocked(s *sub, e Event) {
-	if len(s.c) < h.buffer {
+	if len(s.c) < s.size {
 		s.c <- e // cannot block: only publishers (serialized by mu) fill the buffer
 		return
 	}
