@@ -6,7 +6,9 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"parley/internal/clock"
 	"parley/internal/store"
 )
 
@@ -53,5 +55,34 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 	_, err = Open(ctx, path)
 	if !errors.Is(err, store.ErrSchemaTooNew) {
 		t.Fatalf("open of a newer file: err = %v, want ErrSchemaTooNew", err)
+	}
+}
+
+func TestWithClockStampsAndExpires(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Date(2030, 6, 1, 12, 0, 0, 0, time.UTC)
+	clk := clock.NewFake(t0)
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "parley.db"), WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c, err := s.CreateConversation(ctx, store.Conversation{OwnerID: "u"})
+	if err != nil || !c.CreatedAt.Equal(t0) {
+		t.Fatalf("CreatedAt = %v (err %v), want the fake clock's %v", c.CreatedAt, err, t0)
+	}
+	u, err := s.CreateUser(ctx, store.User{Name: "ana"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateSession(ctx, store.Session{TokenHash: []byte("h"), UserID: u.ID, ExpiresAt: t0.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SessionByHash(ctx, []byte("h")); err != nil {
+		t.Fatalf("session before expiry: %v", err)
+	}
+	clk.Advance(time.Hour)
+	if _, err := s.SessionByHash(ctx, []byte("h")); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("session at its expiry on the store's clock: err = %v, want ErrNotFound", err)
 	}
 }

@@ -451,7 +451,7 @@ type snapshot struct {
 	Claims []store.Expiry
 }
 
-func snap(t *testing.T, open Opener, s store.Store, convID string) snapshot {
+func snap(t *testing.T, s store.Store, convID string) snapshot {
 	t.Helper()
 	ctx := ctxT(t)
 	return snapshot{
@@ -473,7 +473,7 @@ func testBatchAtomicity(t *testing.T, open Opener) {
 	setup.Steps = []store.Step{{Key: "tool:c1", Attempts: 1}}
 	setup.Audit = []store.AuditRecord{{ToolCallID: "c1", Tool: "send_email", ActorID: "ana", Action: "approve", ArgsHash: "aa"}}
 	last := must(s.Append(ctx, c.ID, 0, setup))(t)
-	before := snap(t, open, s, c.ID)
+	before := snap(t, s, c.ID)
 
 	big := store.Batch{
 		Entries: []store.Entry{
@@ -515,7 +515,7 @@ func testBatchAtomicity(t *testing.T, open Opener) {
 	for _, tc := range cases {
 		_, err := s.Append(ctx, c.ID, tc.after, tc.b)
 		wantErr(t, err, tc.want, tc.name)
-		after := snap(t, open, s, c.ID)
+		after := snap(t, s, c.ID)
 		if !equalJSON(t, before, after) {
 			t.Fatalf("%s: a failed batch changed the store\nbefore: %+v\nafter:  %+v", tc.name, before, after)
 		}
@@ -529,7 +529,7 @@ func testBatchAtomicity(t *testing.T, open Opener) {
 	if got := must(s.Append(ctx, c.ID, last, big))(t); got != last+2 {
 		t.Fatalf("Append = %d, want %d", got, last+2)
 	}
-	after := snap(t, open, s, c.ID)
+	after := snap(t, s, c.ID)
 	if after.Conv.Status != store.StatusIdle || len(after.Log) != 3 || len(after.Calls) != 2 || len(after.Audit) != 2 ||
 		len(after.Steps) != 1 || after.Steps[0].Key != "tool:c2" {
 		t.Fatalf("after the good batch: %+v", after)
