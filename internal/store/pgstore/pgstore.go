@@ -5,7 +5,8 @@
 // FOR UPDATE SKIP LOCKED so each one goes to one process per lease.
 //
 // Open applies the embedded migrations (package migrations) under an advisory lock before
-// returning; Migrate does only that, for `web migrate`.
+// returning; Migrate does only that, for `web migrate`. The pool takes pgx's defaults
+// (max(4, CPUs) connections); the URL's pool_max_conns and other pgxpool parameters override them.
 package pgstore
 
 import (

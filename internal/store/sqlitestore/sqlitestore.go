@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,6 +62,9 @@ func WithClock(c clock.Clock) Option { return func(s *Store) { s.Clock = c } }
 // Open opens or creates the database file at path (creating its directory), applies the schema
 // and returns the store. Only one process may use the file at a time.
 func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
+	if path == "" || strings.ContainsAny(path, "?#") {
+		return nil, fmt.Errorf("open embedded store: %q is not a usable file name (empty, or contains ? or #)", path)
+	}
 	if dir := filepath.Dir(path); dir != "" {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("open embedded store: %w", err)

@@ -86,3 +86,12 @@ func TestWithClockStampsAndExpires(t *testing.T) {
 		t.Fatalf("session at its expiry on the store's clock: err = %v, want ErrNotFound", err)
 	}
 }
+
+func TestOpenRejectsUnusablePath(t *testing.T) {
+	for _, p := range []string{"", filepath.Join(t.TempDir(), "a?mode=ro"), filepath.Join(t.TempDir(), "b#c")} {
+		if s, err := Open(context.Background(), p); err == nil {
+			s.Close()
+			t.Errorf("Open(%q) succeeded; the DSN would be misread", p)
+		}
+	}
+}
