@@ -13,11 +13,9 @@ import (
 	"strings"
 )
 
-// The embed pattern takes every file of the package directory; only js/ and css/ are served
-// (see Open), so the Go source embedded alongside stays private. A pattern naming js and css
-// alone would stop the build whenever one of them is still empty.
+// files are the page's assets: hooks.js and the stylesheets.
 //
-//go:embed *.go
+//go:embed js css
 var files embed.FS
 
 // Prefix is the URL path under which Handler serves the files.

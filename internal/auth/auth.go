@@ -42,10 +42,12 @@ func HashPassword(password string, cost int) ([]byte, error) {
 // time as a wrong password and timing does not reveal which names exist.
 var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("parley-dummy-password"), bcrypt.DefaultCost)
 
-// CheckPassword reports whether password matches hash. A nil hash (unknown user) still spends
-// a bcrypt comparison and returns false.
+// CheckPassword reports whether password matches hash. A nil hash (unknown user) or an
+// over-long password still spends a bcrypt comparison and returns false.
 func CheckPassword(hash []byte, password string) bool {
-	if len(hash) == 0 {
+	// bcrypt compares only the first 72 bytes; a longer password was never accepted, so it
+	// must not match the hash of its prefix.
+	if len(hash) == 0 || len(password) > maxPasswordLen {
 		_ = bcrypt.CompareHashAndPassword(dummyHash, []byte(password))
 		return false
 	}
