@@ -102,6 +102,12 @@ type Plan struct {
 // DryRunFunc describes what a call would do without doing it.
 type DryRunFunc func(ctx context.Context, call Call, args map[string]any) (Plan, error)
 
+// PrecheckFunc re-validates a server call's schema-valid arguments against what the tool will do
+// with them (for an http.request tool: the host policy and the request expanded with the
+// arguments) without doing it. It returns nil to let the call run; a *Error refuses it with an
+// error the model reads; any other error is internal.
+type PrecheckFunc func(ctx context.Context, args map[string]any) error
+
 // Spec declares a tool. New checks it and compiles its schemas.
 type Spec struct {
 	Name        string
@@ -133,6 +139,9 @@ type Spec struct {
 	Func Func
 	// DryRun describes a call; nil uses the default plan.
 	DryRun DryRunFunc
+	// Precheck re-validates a server call's arguments before an attempt is recorded (see
+	// Tool.Precheck); nil means schema validation is the whole check.
+	Precheck PrecheckFunc
 	// MaxOutputBytes bounds the model-facing envelope; 0 uses DefaultMaxOutputBytes.
 	MaxOutputBytes int
 }
@@ -205,6 +214,9 @@ func New(s Spec) (*Tool, error) {
 	}
 	if s.Executor != Server && s.Func != nil {
 		return bad(fmt.Sprintf("a %s tool must not have a callback", s.Executor), nil)
+	}
+	if s.Executor != Server && s.Precheck != nil {
+		return bad(fmt.Sprintf("a %s tool must not have a precheck (only server calls run here)", s.Executor), nil)
 	}
 	if s.Timeout < 0 || s.MaxAttempts < 0 || s.MaxOutputBytes < 0 {
 		return bad("timeout, max attempts and max output bytes must not be negative", nil)
@@ -640,6 +652,34 @@ func (t *Tool) outcome(ctx context.Context, call Call, res any, err error) Outco
 		return Outcome{Status: ToolError, Err: e}
 	}
 	return InternalOutcome(call.Logger, t.spec.Name, err)
+}
+
+// HasPrecheck reports whether the tool re-validates calls beyond its schema (Precheck).
+func (t *Tool) HasPrecheck() bool { return t.spec.Precheck != nil }
+
+// Precheck re-validates a server call's arguments, already checked by ValidateArgs, against
+// the tool's own policy, without side effects. The loop calls it before it records an attempt
+// (and so before every retry): a non-nil result is the call's tool error and no attempt is
+// made. It is nil for a tool without a precheck. A panic or an error that is not a *Error is an
+// internal error: logged with a reference, and the returned error carries only the reference.
+func (t *Tool) Precheck(ctx context.Context, args map[string]any) (e *Error) {
+	if t.spec.Precheck == nil {
+		return nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			e = InternalOutcome(nil, t.spec.Name, fmt.Errorf("panic in precheck of %s: %v\n%s", t.spec.Name, r, debug.Stack())).Err
+		}
+	}()
+	err := t.spec.Precheck(ctx, args)
+	if err == nil {
+		return nil
+	}
+	var te *Error
+	if errors.As(err, &te) && te != nil && te.Kind != KindInternal {
+		return te
+	}
+	return InternalOutcome(nil, t.spec.Name, fmt.Errorf("precheck of %s: %w", t.spec.Name, err)).Err
 }
 
 // DryRun describes what the call would do, without side effects. Tools without a DryRun get the

@@ -92,6 +92,7 @@ func TestNewRefuses(t *testing.T) {
 		{"server without callback", Spec{Name: "t", Executor: Server}, "a server tool needs a callback"},
 		{"human with callback", Spec{Name: "t", Executor: Human, Func: noop}, "a human tool must not have a callback"},
 		{"client with callback", Spec{Name: "t", Executor: Client, Func: noop}, "a client tool must not have a callback"},
+		{"client with precheck", Spec{Name: "t", Executor: Client, Precheck: func(context.Context, map[string]any) error { return nil }}, "a client tool must not have a precheck"},
 		{"negative timeout", Spec{Name: "t", Executor: Server, Func: noop, Timeout: -time.Second}, "must not be negative"},
 		{"negative attempts", Spec{Name: "t", Executor: Server, Func: noop, MaxAttempts: -1}, "must not be negative"},
 		{"tiny output bound", Spec{Name: "t", Executor: Server, Func: noop, MaxOutputBytes: 10}, "max output bytes must be at least"},
