@@ -158,6 +158,19 @@ func (r *Registry) List() []Info {
 	return out
 }
 
+// Precheck is the tools.Spec.Precheck of a tool bound to key: before an attempt is recorded,
+// the key must still name an enabled adapter (permission_denied otherwise), so a call to an
+// adapter disabled since start-up is refused without an attempt. ToolFunc checks again when it
+// runs.
+func Precheck(r *Registry, key string) tools.PrecheckFunc {
+	return func(ctx context.Context, args map[string]any) error {
+		if _, err := r.Lookup(key); err != nil {
+			return tools.Errorf(tools.KindPermissionDenied, "adapter %q is not available: %v", key, err)
+		}
+		return nil
+	}
+}
+
 // ToolFunc is the callback of a tool bound to key: at each call it resolves the key in the
 // registry as it is then (refusing an unknown or disabled key with permission_denied), runs the
 // adapter with the model's arguments as params and maps the outcome.

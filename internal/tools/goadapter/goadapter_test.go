@@ -136,6 +136,16 @@ func TestResolvedAtExecution(t *testing.T) {
 	if rp.calls != 2 {
 		t.Fatalf("adapter ran %d times, want 2", rp.calls)
 	}
+	if err := Precheck(r, "billing.reprice")(context.Background(), nil); err != nil {
+		t.Fatalf("precheck of an enabled adapter: %v", err)
+	}
+	_ = r.SetEnabled("billing.reprice", false)
+	if err := Precheck(r, "billing.reprice")(context.Background(), nil); !errors.As(err, &te) || te.Kind != tools.KindPermissionDenied {
+		t.Fatalf("precheck of a disabled adapter: %v", err)
+	}
+	if rp.calls != 2 {
+		t.Fatal("a precheck ran the adapter")
+	}
 	_, err = ToolFunc(r, "billing.unknown")(context.Background(), tools.Call{}, nil)
 	if !errors.As(err, &te) || te.Kind != tools.KindPermissionDenied {
 		t.Fatalf("unknown at execution: %v", err)

@@ -177,13 +177,7 @@ func policyProblems(r *ActionRequest, opts ActionOptions) []Problem {
 	if len(opts.AllowedHosts) == 0 {
 		out = append(out, Problem{Path: "", Message: "allowed_hosts is required: list the hosts this request may reach"})
 	} else if r != nil {
-		allowed := false
-		for _, h := range opts.AllowedHosts {
-			if normalizeHost(h) == r.Host() {
-				allowed = true
-			}
-		}
-		if !allowed {
+		if !hostAllowed(r.Host(), opts.AllowedHosts) {
 			path := "/url"
 			if r.Template != nil {
 				path = "/url_template"
@@ -583,6 +577,56 @@ func (a *Action) DryRun() tools.DryRunFunc {
 		}
 		return tools.Plan{Summary: fmt.Sprintf("Would send %s %s", req.Method, shown), Details: details}, nil
 	}
+}
+
+// Precheck is the check run before an attempt is recorded (ValidateActionInput for the
+// validated request): the host's policy again, then the request expanded with the call's
+// arguments. A host outside allowed_hosts is a blocked_host tool error; any other problem is
+// invalid_args with the problems in details. It sends nothing. Use it as tools.Spec.Precheck.
+func (a *Action) Precheck(ctx context.Context, args map[string]any) error {
+	if a == nil || a.req == nil {
+		return errNoRequest
+	}
+	if ps := policyProblems(a.req, a.opts); len(ps) > 0 {
+		ve := &ValidationError{Problems: ps}
+		kind := tools.KindInvalidArgs
+		for _, p := range ps {
+			if p.Path == "/url" || p.Path == "/url_template" || p.Path == "" {
+				kind = tools.KindBlockedHost
+			}
+		}
+		return tools.NewError(kind, ve.Error(), map[string]any{"problems": problemMaps(ps)})
+	}
+	req, err := a.req.Build(args)
+	if err != nil {
+		return tools.NewError(tools.KindInvalidArgs, err.Error(), nil)
+	}
+	// The expanded URL is what will be dialed: check its host too, not only the template's.
+	u, err := CheckURL(req.URL)
+	if err != nil {
+		return tools.NewError(tools.KindInvalidArgs, "the expanded URL is not valid: "+err.Error(), nil)
+	}
+	if !hostAllowed(normalizeHost(u.Hostname()), a.opts.AllowedHosts) {
+		return tools.Errorf(tools.KindBlockedHost, "host %q is not in allowed_hosts", u.Hostname())
+	}
+	return nil
+}
+
+func hostAllowed(host string, allowed []string) bool {
+	for _, h := range allowed {
+		if normalizeHost(h) == host {
+			return true
+		}
+	}
+	return false
+}
+
+func problemMaps(ps []Problem) []map[string]any {
+	out := make([]map[string]any, len(ps))
+	for i, p := range ps {
+		out[i] = map[string]any{"path": p.Path, "message": p.Message}
+	}
+	return out
 }
 
 // errNoRequest keeps the zero Action from being used by accident.

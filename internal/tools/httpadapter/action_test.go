@@ -235,3 +235,48 @@ func TestActionRefusesPrivateResolution(t *testing.T) {
 		t.Fatalf("PrivateHosts = %v: a public-looking name must stay checked at dial time", p.PrivateHosts)
 	}
 }
+
+// TestActionPrecheck: the per-attempt check passes a good call and refuses, without sending
+// anything, a call whose expansion fails or leaves the policy, with the kind the loop records.
+func TestActionPrecheck(t *testing.T) {
+	req := decodeMap(t, `{"method":"POST","url_template":"https://api.example.test/c/{{ id }}","json":{"note":"{{ note }}"}}`)
+	a, err := NewAction(req, ActionOptions{AllowedHosts: []string{"api.example.test"}, Client: &http.Client{Transport: refuseTransport{t}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Precheck(context.Background(), map[string]any{"id": "7", "note": "hi"}); err != nil {
+		t.Fatalf("valid call refused: %v", err)
+	}
+	for name, c := range map[string]struct {
+		args map[string]any
+		kind tools.Kind
+	}{
+		"missing binding":               {map[string]any{"id": "7"}, tools.KindInvalidArgs},
+		"path traversal":                {map[string]any{"id": "..", "note": "x"}, tools.KindInvalidArgs},
+		"secret key smuggled by an arg": {map[string]any{"id": "7", "note": map[string]any{"api_key": "x"}}, tools.KindInvalidArgs},
+	} {
+		err := a.Precheck(context.Background(), c.args)
+		var te *tools.Error
+		if !errors.As(err, &te) || te.Kind != c.kind {
+			t.Errorf("%s: Precheck = %v, want %s", name, err, c.kind)
+		}
+	}
+
+	// The policy is checked again: an action whose host left allowed_hosts is blocked.
+	moved := &Action{req: a.req, opts: ActionOptions{AllowedHosts: []string{"other.example.test"}}}
+	var te *tools.Error
+	if err := moved.Precheck(context.Background(), map[string]any{"id": "7", "note": "x"}); !errors.As(err, &te) || te.Kind != tools.KindBlockedHost {
+		t.Fatalf("host outside allowed_hosts: %v, want blocked_host", err)
+	}
+	if err := (&Action{}).Precheck(context.Background(), nil); err == nil || errors.As(err, &te) {
+		t.Fatalf("zero Action: %v, want an internal error", err)
+	}
+}
+
+// refuseTransport fails the test if anything is sent.
+type refuseTransport struct{ t *testing.T }
+
+func (r refuseTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	r.t.Errorf("a precheck sent %s %s", req.Method, req.URL)
+	return nil, errors.New("refused")
+}

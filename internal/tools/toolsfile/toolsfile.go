@@ -402,7 +402,7 @@ func build(obj map[string]json.RawMessage, env Env) (*tools.Tool, []httpadapter.
 		if len(ps) > 0 {
 			return nil, ps
 		}
-		spec.Func, spec.DryRun = a.Func(), a.DryRun()
+		spec.Func, spec.DryRun, spec.Precheck = a.Func(), a.DryRun(), a.Precheck
 
 	case "human":
 		spec.Executor = tools.Human
@@ -429,7 +429,7 @@ func build(obj map[string]json.RawMessage, env Env) (*tools.Tool, []httpadapter.
 			add("/description", "a description is required (the adapter %q has none to lend)", key)
 			return nil, ps
 		}
-		spec.Func = goadapter.ToolFunc(env.Adapters, key)
+		spec.Func, spec.Precheck = goadapter.ToolFunc(env.Adapters, key), goadapter.Precheck(env.Adapters, key)
 
 	default:
 		add("/type", "unknown tool type %q", typ)

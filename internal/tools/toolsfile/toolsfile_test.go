@@ -380,6 +380,12 @@ func TestHTTPToolEndToEnd(t *testing.T) {
 	if verr != nil {
 		t.Fatal(verr)
 	}
+	if !tl.HasPrecheck() || tl.Precheck(context.Background(), args) != nil {
+		t.Fatal("an http tool from the file must carry a precheck that passes a good call")
+	}
+	if e := tl.Precheck(context.Background(), map[string]any{"city": "..", "units": "metric"}); e == nil || e.Kind != tools.KindInvalidArgs {
+		t.Fatalf("precheck of a traversing segment: %v, want invalid_args", e)
+	}
 	o := tl.Execute(context.Background(), tools.Call{ToolCallID: "c1"}, args)
 	if o.Status != tools.OK {
 		t.Fatalf("outcome %+v", o)
@@ -412,8 +418,14 @@ func TestGoToolResolvedAtExecution(t *testing.T) {
 	if o.Status != tools.OK || o.Result.(map[string]any)["total"] != int64(120) {
 		t.Fatalf("outcome %+v", o)
 	}
+	if ts[0].Precheck(context.Background(), nil) != nil {
+		t.Fatal("precheck refused an enabled adapter")
+	}
 	if err := e.Adapters.SetEnabled("billing.load_invoice", false); err != nil {
 		t.Fatal(err)
+	}
+	if pe := ts[0].Precheck(context.Background(), nil); pe == nil || pe.Kind != tools.KindPermissionDenied {
+		t.Fatalf("precheck of a disabled adapter: %v, want permission_denied", pe)
 	}
 	o = ts[0].Execute(context.Background(), tools.Call{ToolCallID: "c"}, map[string]any{"invoice_id": "inv_1"})
 	if o.Status != tools.ToolError || o.Err.Kind != tools.KindPermissionDenied {
