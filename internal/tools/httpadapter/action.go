@@ -30,9 +30,10 @@ const (
 // ActionOptions is the host's policy for http.request tools. AllowedHosts is required.
 type ActionOptions struct {
 	// AllowedHosts are the only hosts a request may target (exact, case-insensitive, no port).
-	// A listed host that is private on its face (localhost, a private IP literal) may be dialed
-	// although private; a listed name that resolves to a private address is refused unless
-	// AllowPrivateNetwork is set, so DNS rebinding cannot reach the internal network.
+	// A listed private IP literal may be dialed although private; listed localhost (or a
+	// *.localhost name) may reach loopback addresses only; any other listed name that resolves
+	// to a non-public address is refused at dial time unless AllowPrivateNetwork is set, so DNS
+	// rebinding cannot reach the internal network.
 	AllowedHosts        []string
 	AllowPrivateNetwork bool
 	// AllowBody permits a raw string body (json bodies are always allowed).

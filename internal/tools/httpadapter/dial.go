@@ -29,8 +29,11 @@ var guardian = ssrf.New(ssrf.WithAnyPort())
 // Control hook on the address actually being connected to, after DNS resolution, so a name
 // that resolves (or re-resolves: DNS rebinding) to a private address is refused.
 type DialPolicy struct {
-	// PrivateHosts are host names or IP literals (without port) exempt from the check: the
-	// host's owner listed them on purpose. Matching is exact and case-insensitive.
+	// PrivateHosts are host names or IP literals (without port) the host's owner listed on
+	// purpose. A listed IP literal is exempt from the check (the dial goes to exactly that
+	// address); a listed name (localhost) may reach loopback addresses besides public ones, and
+	// nothing else, so a listed name that resolves to 169.254.169.254 or 10/8 is still refused.
+	// Matching is exact and case-insensitive.
 	PrivateHosts []string
 	// AllowPrivateNetwork lifts the check for every host (a webhook's allow_private_network).
 	AllowPrivateNetwork bool
@@ -44,9 +47,12 @@ type DialPolicy struct {
 // the environment (a proxy would dial on our behalf, past the check), and redirects returned
 // as they are, never followed. It has no overall timeout: each request carries its own.
 func NewClient(p DialPolicy) *http.Client {
+	// exempt maps a listed host to whether it is an IP literal.
 	exempt := map[string]bool{}
 	for _, h := range p.PrivateHosts {
-		exempt[normalizeHost(h)] = true
+		n := normalizeHost(h)
+		_, err := netip.ParseAddr(n)
+		exempt[n] = err == nil
 	}
 	timeout := p.DialTimeout
 	if timeout <= 0 {
@@ -58,7 +64,12 @@ func NewClient(p DialPolicy) *http.Client {
 			return nil, fmt.Errorf("dial %s: %w", addr, err)
 		}
 		d := &net.Dialer{Timeout: timeout, Resolver: p.Resolver}
-		if !p.AllowPrivateNetwork && !exempt[normalizeHost(host)] {
+		literal, listed := exempt[normalizeHost(host)]
+		switch {
+		case p.AllowPrivateNetwork || (listed && literal):
+		case listed:
+			d.Control = checkLoopbackOrPublic
+		default:
 			d.Control = checkAddress
 		}
 		return d.DialContext(ctx, network, addr)
@@ -84,6 +95,17 @@ func checkAddress(network, address string, c syscall.RawConn) error {
 		return fmt.Errorf("%w: %w", ErrBlockedAddress, err)
 	}
 	return nil
+}
+
+// checkLoopbackOrPublic is the Control hook of a listed name: loopback (IPv4 or native IPv6,
+// not IPv4-mapped) or a public address.
+func checkLoopbackOrPublic(network, address string, c syscall.RawConn) error {
+	if ap, err := netip.ParseAddrPort(address); err == nil {
+		if ip := ap.Addr().WithZone(""); ip.IsLoopback() && !ip.Is4In6() {
+			return nil
+		}
+	}
+	return checkAddress(network, address, c)
 }
 
 // CheckAddr reports whether ip is a public address the dialer would connect to.

@@ -109,3 +109,40 @@ func TestDNSRebindingRefused(t *testing.T) {
 		t.Fatalf("server hits = %d, want exactly the one allowed request", count)
 	}
 }
+
+// TestListedNameReachesOnlyLoopback: listing a name exempts it for loopback only, so a listed
+// name whose DNS answer is the cloud metadata address (or any other private one) is refused,
+// while the same name answering 127.0.0.1 connects.
+func TestListedNameReachesOnlyLoopback(t *testing.T) {
+	var hits sync.Mutex
+	count := 0
+	srv := serve(t, func(w http.ResponseWriter, r *http.Request) { hits.Lock(); count++; hits.Unlock() })
+	port := mustURL(t, srv.URL).Port()
+	target := "http://intranet.example.test:" + port + "/"
+	for _, tc := range []struct {
+		name string
+		addr [4]byte
+		ok   bool
+	}{
+		{"loopback answer", [4]byte{127, 0, 0, 1}, true},
+		{"metadata answer", [4]byte{169, 254, 169, 254}, false},
+		{"private answer", [4]byte{10, 0, 0, 1}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := NewClient(DialPolicy{PrivateHosts: []string{"intranet.example.test"}, Resolver: fakeDNS(t, tc.addr)})
+			t.Cleanup(c.CloseIdleConnections)
+			_, aerr := (&HTTP{Client: c}).Do(context.Background(), Request{URL: target}, CallContext{})
+			if tc.ok != (aerr == nil) {
+				t.Fatalf("error = %v, want ok=%v", aerr, tc.ok)
+			}
+			if !tc.ok && aerr.Kind != tools.KindBlockedHost {
+				t.Fatalf("kind = %s, want blocked_host", aerr.Kind)
+			}
+		})
+	}
+	hits.Lock()
+	defer hits.Unlock()
+	if count != 1 {
+		t.Fatalf("server hits = %d, want the one loopback request", count)
+	}
+}
