@@ -309,18 +309,38 @@ func validMethod(m string) bool {
 }
 
 // headerMap renders headers as plain data: lower-case names, values joined by ", ", sensitive
-// values redacted.
+// values redacted. A redirect's Location often carries a token (an OAuth code, a presigned
+// URL's signature): its userinfo and sensitive query values are redacted like a request URL's.
 func headerMap(h http.Header) map[string]any {
 	out := make(map[string]any, len(h))
 	for k, vs := range h {
 		name := strings.ToLower(k)
-		if IsSensitiveHeader(name) {
+		switch {
+		case IsSensitiveHeader(name):
 			out[name] = Redacted
-			continue
+		case name == "location" || name == "content-location":
+			shown := make([]string, len(vs))
+			for i, v := range vs {
+				shown[i] = redactURLString(v)
+			}
+			out[name] = strings.Join(shown, ", ")
+		default:
+			out[name] = strings.Join(vs, ", ")
 		}
-		out[name] = strings.Join(vs, ", ")
 	}
 	return out
+}
+
+// redactURLString redacts a URL given as text; text that does not parse is redacted whole.
+func redactURLString(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return Redacted
+	}
+	if u.User == nil && u.RawQuery == "" {
+		return s
+	}
+	return RedactURL(u)
 }
 
 // decodeBody returns a complete JSON body as plain data and anything else as text.

@@ -133,6 +133,11 @@ func TestHTTPStatusAndTransportErrors(t *testing.T) {
 		}, tools.KindHTTPError, true, 90 * time.Second},
 		{"500 without Retry-After", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) }, tools.KindHTTPError, true, 0},
 		{"timeout", func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }, tools.KindTimeout, true, 0},
+		{"timeout while the body streams", func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.WriteString(w, "first part")
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+		}, tools.KindTimeout, true, 0},
 		{"connection reset mid-answer", func(w http.ResponseWriter, r *http.Request) {
 			conn, _, err := w.(http.Hijacker).Hijack()
 			if err != nil {
@@ -283,5 +288,27 @@ func TestParseRetryAfter(t *testing.T) {
 		if got := ParseRetryAfter(in, now); got != want {
 			t.Errorf("ParseRetryAfter(%q) = %v, want %v", in, got, want)
 		}
+	}
+}
+
+// TestHTTPRedirectLocationRedacted: a Location that carries a token (OAuth code, presigned
+// signature, userinfo) reaches the result with those values redacted.
+func TestHTTPRedirectLocationRedacted(t *testing.T) {
+	loc := "https://app.example.test/cb?access_token=tok-123&state=s1"
+	srv := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Location", loc)
+		w.Header().Add("Content-Location", "https://user:pw-456@cdn.example.test/f")
+		w.WriteHeader(http.StatusFound)
+	})
+	res, aerr := (&HTTP{Client: loopbackClient(t)}).Do(context.Background(), Request{URL: srv.URL}, CallContext{})
+	if aerr != nil {
+		t.Fatal(aerr)
+	}
+	h := res.Payload["headers"].(map[string]any)
+	if got := h["location"].(string); strings.Contains(got, "tok-123") || !strings.Contains(got, "state=s1") || !strings.Contains(got, "app.example.test/cb") {
+		t.Fatalf("location = %q, want the token redacted and the rest kept", got)
+	}
+	if got := h["content-location"].(string); strings.Contains(got, "pw-456") || strings.Contains(got, "user") {
+		t.Fatalf("content-location = %q, want the userinfo dropped", got)
 	}
 }
