@@ -1,22 +1,25 @@
-// Command web is Parley's one binary.
+// Command web is Parley's one binary: `web [serve]`, `web migrate`, `web user add`,
+// `web token create` (package app holds the commands; this is only the process around them).
 package main
 
 import (
-	"fmt"
-	"net/http"
+	"context"
 	"os"
+	"os/signal"
+	"syscall"
+
+	"parley/internal/web/app"
 )
 
 func main() {
-	addr := os.Getenv("PARLEY_ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:8080"
-	}
-	fmt.Printf("parley listening on http://%s\n", addr)
-	if err := http.ListenAndServe(addr, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintln(w, "Parley")
-	})); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
+	// SIGINT or SIGTERM cancels ctx: serve shuts down gracefully within its timeout. A second
+	// signal kills the process the default way, since NotifyContext's stop restores it.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+	code := app.Main(ctx, os.Args[1:], os.Getenv, app.IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr})
+	stop()
+	os.Exit(code)
 }

@@ -1,0 +1,256 @@
+// Package app wires Parley's parts into one runnable value: the store (PostgreSQL or the
+// embedded file), the model provider, the tool registry (built-ins and the tools file), the
+// agent's Manager and the web server. cmd/web is a thin main around Main; tests start the same
+// App on 127.0.0.1:0 with its data in a temporary directory.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"parley/internal/agent"
+	"parley/internal/clock"
+	"parley/internal/llm"
+	"parley/internal/llm/anthropic"
+	"parley/internal/llm/demo"
+	"parley/internal/llm/openai"
+	"parley/internal/store"
+	"parley/internal/store/pgstore"
+	"parley/internal/store/sqlitestore"
+	"parley/internal/tools"
+	"parley/internal/tools/toolsfile"
+	"parley/internal/web"
+)
+
+// App is a configured, listening Parley. New opens everything and binds the address; Run
+// serves until its context ends and then shuts down gracefully; Close releases what New
+// opened (Run calls it on its way out).
+type App struct {
+	cfg      Config
+	log      *slog.Logger
+	clock    clock.Clock
+	store    store.Store
+	manager  *agent.Manager
+	web      *web.Server
+	http     *http.Server
+	listener net.Listener
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Options are test hooks; the binary uses the zero value.
+type Options struct {
+	Logger *slog.Logger
+	Clock  clock.Clock
+	// Provider replaces the one PARLEY_MODEL names.
+	Provider llm.Provider
+	// PasswordCost lowers bcrypt's cost in tests.
+	PasswordCost int
+}
+
+// New opens the store, builds the tools, the model, the agent and the web server, and binds
+// cfg.Addr. On error nothing stays open.
+func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
+	a := &App{cfg: cfg, log: opts.Logger, clock: opts.Clock}
+	if a.log == nil {
+		a.log = NewLogger(cfg.Production, nil)
+	}
+	if a.clock == nil {
+		a.clock = clock.Real{}
+	}
+	defer func() {
+		if err != nil {
+			_ = a.Close()
+		}
+	}()
+	if a.store, err = OpenStore(ctx, cfg, a.log); err != nil {
+		return nil, err
+	}
+	reg, err := a.tools()
+	if err != nil {
+		return nil, err
+	}
+	provider, isDemo := opts.Provider, false
+	if provider == nil {
+		if provider, isDemo, err = a.provider(); err != nil {
+			return nil, err
+		}
+	}
+	a.manager = agent.New(agent.Config{Store: a.store, Provider: provider, Tools: reg, Clock: a.clock, Logger: a.log})
+	a.web = web.New(web.Config{
+		Production: cfg.Production, DemoModel: isDemo, PasswordCost: opts.PasswordCost,
+		MessagesPerMinute: cfg.MessagesPerMinute, MessageBurst: cfg.MessageBurst,
+		APIPerMinute: cfg.APIPerMinute, APIBurst: cfg.APIBurst,
+	}, web.Deps{Store: a.store, Conversations: a.manager, Clock: a.clock, Logger: a.log})
+	a.http = &http.Server{
+		Handler:           a.web.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		// No WriteTimeout: event streams and sockets are long-lived and bound their own writes.
+		IdleTimeout: 2 * time.Minute,
+		ErrorLog:    slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
+	}
+	if a.listener, err = net.Listen("tcp", cfg.Addr); err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	return a, nil
+}
+
+// NewLogger is the app's structured logger: JSON in production, text otherwise, to w (stderr
+// when nil).
+func NewLogger(production bool, w io.Writer) *slog.Logger {
+	if w == nil {
+		w = os.Stderr
+	}
+	if production {
+		return slog.New(slog.NewJSONHandler(w, nil))
+	}
+	return slog.New(slog.NewTextHandler(w, nil))
+}
+
+// OpenStore opens PostgreSQL when cfg.DatabaseURL is set (its errors name host and database,
+// never the password), else the embedded file under cfg.DataDir. Both apply their migrations.
+func OpenStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, error) {
+	if cfg.DatabaseURL != "" {
+		st, err := pgstore.Open(ctx, cfg.DatabaseURL, log)
+		if err != nil {
+			return nil, err
+		}
+		return st, nil
+	}
+	st, err := sqlitestore.Open(ctx, cfg.sqlitePath())
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// outbox adapts the store's outbox to send_email.
+type outbox struct{ st store.Store }
+
+func (o outbox) Send(ctx context.Context, call tools.Call, msg tools.Email) (string, error) {
+	m, err := o.st.AddOutbox(ctx, store.OutboxMessage{
+		ConversationID: call.ConversationID, ToolCallID: call.ToolCallID, To: msg.To, Subject: msg.Subject, Body: msg.Body,
+	})
+	if err != nil {
+		return "", fmt.Errorf("write outbox: %w", err)
+	}
+	return strconv.FormatInt(m.ID, 10), nil
+}
+
+// tools is the registry: the built-ins, then the tools file's tools.
+func (a *App) tools() (*tools.Registry, error) {
+	all := tools.Builtins(tools.BuiltinDeps{Clock: a.clock, Outbox: outbox{a.store}})
+	if a.cfg.ToolsPath != "" {
+		fromFile, err := toolsfile.Load(a.cfg.ToolsPath, toolsfile.Env{Production: a.cfg.Production, Getenv: a.cfg.Getenv})
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, fromFile...)
+	}
+	reg, err := tools.NewRegistry(all...)
+	if err != nil {
+		return nil, fmt.Errorf("tools: %w", err)
+	}
+	return reg, nil
+}
+
+// provider builds the model PARLEY_MODEL names; it reports whether it is the demo.
+func (a *App) provider() (llm.Provider, bool, error) {
+	kind, model, err := a.cfg.model()
+	if err != nil {
+		return nil, false, err
+	}
+	switch kind {
+	case "openai":
+		p, err := openai.New(openai.Config{APIKey: a.cfg.OpenAIKey, BaseURL: a.cfg.OpenAIBaseURL, Model: model, Clock: a.clock})
+		return p, false, err
+	case "anthropic":
+		p, err := anthropic.New(anthropic.Config{APIKey: a.cfg.AnthropicKey, BaseURL: a.cfg.AnthropicBaseURL, Model: model, Clock: a.clock})
+		return p, false, err
+	}
+	if a.cfg.OpenAIKey != "" || a.cfg.AnthropicKey != "" {
+		a.log.Warn("a provider key is set but PARLEY_MODEL is not: using the demo model; set PARLEY_MODEL=openai:<model> or anthropic:<model>")
+	}
+	return demo.New(demo.Config{Clock: a.clock}), true, nil
+}
+
+// URL is the app's base URL, e.g. http://127.0.0.1:41234.
+func (a *App) URL() string { return "http://" + a.listener.Addr().String() }
+
+// Store is the app's store (tests and commands use it).
+func (a *App) Store() store.Store { return a.store }
+
+// Run starts the agent (reviving conversations that were mid-turn) and serves HTTP until ctx
+// ends; then it shuts down within cfg.ShutdownTimeout: stop accepting, end event streams and
+// sockets (going away), let in-flight requests finish, park turns, close the store.
+func (a *App) Run(ctx context.Context) error {
+	if err := a.manager.Start(ctx); err != nil {
+		_ = a.manager.Close(context.Background())
+		_ = a.Close()
+		return fmt.Errorf("start agent: %w", err)
+	}
+	a.log.Info("parley listening", "url", a.URL(), "store", a.storeKind(), "model", a.cfg.Model)
+	served := make(chan error, 1)
+	go func() { served <- a.http.Serve(a.listener) }()
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-served:
+	}
+	a.log.Info("shutting down")
+	shutdownErr := a.shutdown()
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return errors.Join(fmt.Errorf("serve: %w", serveErr), shutdownErr)
+	}
+	return shutdownErr
+}
+
+func (a *App) shutdown() error {
+	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
+	defer cancel()
+	a.web.Shutdown()
+	var errs []error
+	if err := a.http.Shutdown(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("stop HTTP: %w", err))
+		_ = a.http.Close()
+	}
+	if err := a.manager.Close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("stop agent: %w", err))
+	}
+	if err := a.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (a *App) storeKind() string {
+	if a.cfg.DatabaseURL != "" {
+		return "postgresql"
+	}
+	return "embedded:" + a.cfg.sqlitePath()
+}
+
+// Close releases the listener and the store. It is safe to call more than once.
+func (a *App) Close() error {
+	a.closeOnce.Do(func() {
+		if a.listener != nil {
+			_ = a.listener.Close() // already closed after Serve; the error says nothing new
+		}
+		if a.store != nil {
+			if err := a.store.Close(); err != nil {
+				a.closeErr = fmt.Errorf("close store: %w", err)
+			}
+		}
+	})
+	return a.closeErr
+}

@@ -1,0 +1,118 @@
+package app
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is the app's configuration, read from the environment by FromEnv (API.md lists the
+// variables). Tests build it directly.
+type Config struct {
+	Addr        string // PARLEY_ADDR, default 127.0.0.1:8080
+	DatabaseURL string // DATABASE_URL: PostgreSQL when set, else the embedded store
+	DataDir     string // PARLEY_DATA_DIR, default ./data
+	// Model is PARLEY_MODEL: "demo", "openai:<model>" or "anthropic:<model>"; default demo.
+	Model            string
+	OpenAIKey        string // OPENAI_API_KEY
+	OpenAIBaseURL    string // OPENAI_BASE_URL
+	AnthropicKey     string // ANTHROPIC_API_KEY
+	AnthropicBaseURL string // ANTHROPIC_BASE_URL
+	ToolsPath        string // PARLEY_TOOLS: the tools file, none by default
+	Production       bool   // PARLEY_ENV=production
+	// Per-user budgets (0 = the web layer's defaults): PARLEY_MESSAGES_PER_MINUTE,
+	// PARLEY_MESSAGE_BURST, PARLEY_API_PER_MINUTE, PARLEY_API_BURST.
+	MessagesPerMinute float64
+	MessageBurst      int
+	APIPerMinute      float64
+	APIBurst          int
+	// ShutdownTimeout bounds graceful shutdown (PARLEY_SHUTDOWN_TIMEOUT, a Go duration; 15s).
+	ShutdownTimeout time.Duration
+	// Getenv reads other variables (webhook secrets named by the tools file).
+	Getenv func(string) string
+}
+
+// FromEnv reads the configuration through getenv (os.Getenv in the binary).
+func FromEnv(getenv func(string) string) (Config, error) {
+	c := Config{
+		Addr:             orDefault(getenv("PARLEY_ADDR"), "127.0.0.1:8080"),
+		DatabaseURL:      getenv("DATABASE_URL"),
+		DataDir:          orDefault(getenv("PARLEY_DATA_DIR"), "./data"),
+		Model:            orDefault(getenv("PARLEY_MODEL"), "demo"),
+		OpenAIKey:        getenv("OPENAI_API_KEY"),
+		OpenAIBaseURL:    getenv("OPENAI_BASE_URL"),
+		AnthropicKey:     getenv("ANTHROPIC_API_KEY"),
+		AnthropicBaseURL: getenv("ANTHROPIC_BASE_URL"),
+		ToolsPath:        getenv("PARLEY_TOOLS"),
+		ShutdownTimeout:  15 * time.Second,
+		Getenv:           getenv,
+	}
+	switch env := getenv("PARLEY_ENV"); env {
+	case "", "development":
+	case "production":
+		c.Production = true
+	default:
+		return Config{}, fmt.Errorf("PARLEY_ENV must be production or development, not %q", env)
+	}
+	var err error
+	num := func(name string, dst *float64) {
+		if v := getenv(name); v != "" && err == nil {
+			f, perr := strconv.ParseFloat(v, 64)
+			if perr != nil || f <= 0 {
+				err = fmt.Errorf("%s must be a positive number, not %q", name, v)
+			}
+			*dst = f
+		}
+	}
+	integer := func(name string, dst *int) {
+		if v := getenv(name); v != "" && err == nil {
+			n, perr := strconv.Atoi(v)
+			if perr != nil || n <= 0 {
+				err = fmt.Errorf("%s must be a positive whole number, not %q", name, v)
+			}
+			*dst = n
+		}
+	}
+	num("PARLEY_MESSAGES_PER_MINUTE", &c.MessagesPerMinute)
+	integer("PARLEY_MESSAGE_BURST", &c.MessageBurst)
+	num("PARLEY_API_PER_MINUTE", &c.APIPerMinute)
+	integer("PARLEY_API_BURST", &c.APIBurst)
+	if v := getenv("PARLEY_SHUTDOWN_TIMEOUT"); v != "" && err == nil {
+		d, perr := time.ParseDuration(v)
+		if perr != nil || d <= 0 {
+			err = fmt.Errorf("PARLEY_SHUTDOWN_TIMEOUT must be a duration such as 15s, not %q", v)
+		}
+		c.ShutdownTimeout = d
+	}
+	if err != nil {
+		return Config{}, err
+	}
+	if _, _, err := c.model(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// model splits Model into provider and model name.
+func (c Config) model() (provider, name string, err error) {
+	if c.Model == "" || c.Model == "demo" {
+		return "demo", "", nil
+	}
+	p, m, ok := strings.Cut(c.Model, ":")
+	if !ok || m == "" || (p != "openai" && p != "anthropic") {
+		return "", "", fmt.Errorf("PARLEY_MODEL must be demo, openai:<model> or anthropic:<model>, not %q", c.Model)
+	}
+	return p, m, nil
+}
+
+// sqlitePath is the embedded store's file.
+func (c Config) sqlitePath() string { return filepath.Join(c.DataDir, "parley.db") }
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
