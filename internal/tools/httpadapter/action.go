@@ -269,7 +269,7 @@ func parseRequest(m map[string]any) (*ActionRequest, []Problem) {
 					add(hp, "a header value must be a string")
 				case !validHeaderName(hk) || strings.ContainsAny(s, "\r\n\x00"):
 					add(hp, "not a valid header")
-				case IsSensitiveHeader(hk):
+				case IsSensitiveHeader(hk) || LooksLikeCredential(s):
 					add(hp, "header %q carries secrets: name a credential in credential_refs instead", hk)
 				case hopHeaders[strings.ToLower(hk)]:
 					add(hp, "header %q is set by the transport", hk)

@@ -3,6 +3,7 @@ package httpadapter
 import (
 	"encoding/json"
 	"errors"
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -35,6 +36,17 @@ func IsSensitiveHeader(name string) bool {
 	return false
 }
 
+// credentialSchemeRE matches a value that is an HTTP credential whatever header carries it:
+// an auth scheme followed by a token ("Bearer sk-…", "Basic dXNlcjpw…").
+var credentialSchemeRE = regexp.MustCompile(`(?i)^\s*(bearer|basic|digest|token|apikey|api-key|hmac|aws4-hmac-sha256|negotiate|ntlm)\s+\S`)
+
+// LooksLikeCredential reports whether a header value is a credential on its face (an
+// authorization scheme and a token), so a secret cannot slip in under an innocent header name.
+func LooksLikeCredential(value string) bool { return credentialSchemeRE.MatchString(value) }
+
+// ValidHeaderName reports whether name is a valid HTTP header field name (an RFC 9110 token).
+func ValidHeaderName(name string) bool { return validHeaderName(name) }
+
 // sensitiveKeys are payload keys that carry secrets, normalized (lower-case, no '_' or '-').
 var sensitiveKeys = map[string]bool{
 	"password": true, "passwd": true, "pass": true, "pwd": true, "secret": true, "token": true,
@@ -42,6 +54,7 @@ var sensitiveKeys = map[string]bool{
 	"bearertoken": true, "sessiontoken": true, "clientsecret": true, "privatekey": true,
 	"authorization": true, "cookie": true, "sessionid": true, "credential": true, "credentials": true,
 	"apisecret": true, "secretkey": true, "accesskey": true, "secretaccesskey": true,
+	"passphrase": true, "jwt": true,
 }
 
 var sensitiveKeySuffixes = []string{"password", "secret", "apikey", "accesstoken", "privatekey", "secretkey"}

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -129,15 +130,20 @@ func CheckURL(raw string, production, allowPrivate bool) (*url.URL, error) {
 // CheckHeaders refuses reserved and secret-bearing extra headers.
 func CheckHeaders(h map[string]string) error {
 	var bad []string
-	for k, v := range h {
-		lk := strings.ToLower(k)
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v, lk := h[k], strings.ToLower(k)
 		switch {
 		case reserved[lk]:
 			bad = append(bad, fmt.Sprintf("header %q is set by the webhook itself", k))
-		case httpadapter.IsSensitiveHeader(lk):
-			bad = append(bad, fmt.Sprintf("header %q carries secrets: the signature (secret_env) authenticates the call", k))
-		case strings.ContainsAny(v, "\r\n\x00") || strings.ContainsAny(k, " \t\r\n:"):
+		case !httpadapter.ValidHeaderName(k) || strings.ContainsAny(v, "\r\n\x00"):
 			bad = append(bad, fmt.Sprintf("header %q is not valid", k))
+		case httpadapter.IsSensitiveHeader(lk) || httpadapter.LooksLikeCredential(v):
+			bad = append(bad, fmt.Sprintf("header %q carries secrets: the signature (secret_env) authenticates the call", k))
 		}
 	}
 	if len(bad) > 0 {

@@ -304,6 +304,9 @@ func TestConfigRefusals(t *testing.T) {
 		{"reserved header", Config{URL: "https://hooks.example.test/x", Headers: map[string]string{"Idempotency-Key": "x"}}, "set by the webhook"},
 		{"signature header", Config{URL: "https://hooks.example.test/x", Headers: map[string]string{"webhook-signature": "x"}}, "set by the webhook"},
 		{"secret header", Config{URL: "https://hooks.example.test/x", Headers: map[string]string{"Authorization": "Bearer x"}}, "secrets"},
+		{"credential under an innocent name", Config{URL: "https://hooks.example.test/x", Headers: map[string]string{"X-Upstream": "Bearer sk-1"}}, "secrets"},
+		{"header name with a separator", Config{URL: "https://hooks.example.test/x", Headers: map[string]string{"X(a)": "v"}}, "not valid"},
+		{"header value injection", Config{URL: "https://hooks.example.test/x", Headers: map[string]string{"X-A": "a\r\nX-B: b"}}, "not valid"},
 		{"no secret", Config{URL: "https://hooks.example.test/x"}, "secret"},
 	}
 	for _, tc := range tests {
