@@ -436,13 +436,18 @@ func (a *actor) handleInternal(msg any) {
 		a.inflight--
 		a.llmBusy = false
 		a.llmCancel = nil
-		if a.discard || a.stopping {
+		if a.discard {
 			return
 		}
 		if m.err != nil {
-			a.onLLMError(m.err)
+			// While stopping, a failed (or cancelled) stream is simply retried on revival.
+			if !a.stopping {
+				a.onLLMError(m.err)
+			}
 			return
 		}
+		// A complete answer is recorded even while stopping, so it is not paid for twice; its
+		// calls are dispatched on revival.
 		if m.resp.Text == "" {
 			m.resp.Text = a.stream.String()
 		}

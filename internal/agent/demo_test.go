@@ -1,0 +1,67 @@
+package agent
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"parley/internal/clock"
+	"parley/internal/llm/demo"
+	"parley/internal/store"
+	"parley/internal/tools"
+)
+
+// The demo model drives the demo tools end to end through the loop: a gated send_email, an
+// ask_user question and the browser's geolocation.
+func TestDemoModelDrivesTheDemoTools(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+		var e *env
+		e = newEnv(t, open, newScripted(), func(st store.Store) []*tools.Tool {
+			return tools.Builtins(tools.BuiltinDeps{Outbox: storeOutbox{st}})
+		}, func(c *Config) { c.Provider = demo.New(demo.Config{Pace: demo.NoPace}) })
+		pendingOf := func(kind tools.PendingKind) string {
+			t.Helper()
+			e.waitStatus(store.StatusAwaiting)
+			for id, p := range e.view().Pending {
+				if p.Kind == kind {
+					return id
+				}
+			}
+			t.Fatalf("no %s pending: %+v", kind, e.view().Pending)
+			return ""
+		}
+
+		e.send("email bob@example.test about lunch")
+		id := pendingOf(tools.PendingApproval)
+		if err := e.m.Resolve(e.ctx, e.conv, id, Resolution{Decision: "approve"}, e.owner); err != nil {
+			t.Fatalf("approve: %v", err)
+		}
+		e.waitStatus(store.StatusIdle)
+		if out, _ := e.st.ListOutbox(e.ctx, e.conv); len(out) != 1 || out[0].To != "bob@example.test" {
+			t.Fatalf("outbox %+v", out)
+		}
+
+		e.send("ask me what I want for dinner")
+		id = pendingOf(tools.PendingElicitation)
+		if err := e.m.Resolve(e.ctx, e.conv, id, Resolution{Action: "decline"}, e.owner); err != nil {
+			t.Fatalf("decline: %v", err)
+		}
+		e.waitStatus(store.StatusIdle)
+
+		detach := e.m.AttachClient(e.conv)
+		defer detach()
+		e.send("where am I?")
+		id = pendingOf(tools.PendingClientExec)
+		if err := e.m.Resolve(e.ctx, e.conv, id, Resolution{Result: json.RawMessage(`{"latitude":48.85,"longitude":2.35,"accuracy":20}`)}, e.owner); err != nil {
+			t.Fatalf("client result: %v", err)
+		}
+		e.waitStatus(store.StatusIdle)
+		v := e.view()
+		if len(v.Calls) != 3 || v.Calls[0].Status != store.CallResolved || v.Calls[1].Status != store.CallErrored || v.Calls[2].Status != store.CallResolved {
+			t.Fatalf("calls %+v", v.Calls)
+		}
+		if last := v.Messages[len(v.Messages)-1]; last.Role != "assistant" || !strings.Contains(last.Content, "48.85") && last.Content == "" {
+			t.Fatalf("last message %+v", last)
+		}
+	})
+}
