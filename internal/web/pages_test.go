@@ -1,0 +1,340 @@
+package web
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"parley/internal/agent"
+	"parley/internal/store"
+	"parley/internal/tools"
+	"parley/views/viewstest"
+)
+
+// approvalView is a conversation of owner with one gated call awaiting approval.
+func approvalView(conv store.Conversation, callID string, approvers tools.Approvers) agent.View {
+	return agent.View{ID: conv.ID, OwnerID: conv.OwnerID, Title: conv.Title, Status: store.StatusAwaiting,
+		Calls: []agent.CallView{{Seq: 2, ID: callID, Name: "send_email", Executor: tools.Server, Approval: tools.RequiresApproval,
+			Approvers: approvers, Status: store.CallAwaiting, PendingKind: tools.PendingApproval,
+			Args: json.RawMessage(`{"to":"bob@example.com","subject":"lunch"}`), Plan: &tools.Plan{Summary: "Would send an email"}}},
+		Pending: map[string]agent.PendingView{callID: {Executor: tools.Server, Kind: tools.PendingApproval}}}
+}
+
+const questionSchema = `{"type":"object","properties":{"name":{"type":"string","title":"Name"},"age":{"type":"integer"}},"required":["name"]}`
+
+func questionView(conv store.Conversation, callID string) agent.View {
+	return agent.View{ID: conv.ID, OwnerID: conv.OwnerID, Status: store.StatusAwaiting,
+		Calls: []agent.CallView{{Seq: 2, ID: callID, Name: "ask_user", Executor: tools.Human, Status: store.CallAwaiting,
+			PendingKind: tools.PendingElicitation, Prompt: &tools.Prompt{Message: "Who are you?", Schema: json.RawMessage(questionSchema)}}},
+		Pending: map[string]agent.PendingView{callID: {Executor: tools.Human, Kind: tools.PendingElicitation}}}
+}
+
+func (e *testEnv) setView(v agent.View) {
+	e.conv.mu.Lock()
+	defer e.conv.mu.Unlock()
+	e.conv.views[v.ID] = v
+}
+
+func (e *testEnv) lastResolution(t *testing.T) resolution {
+	t.Helper()
+	e.conv.mu.Lock()
+	defer e.conv.mu.Unlock()
+	if len(e.conv.resolved) == 0 {
+		t.Fatal("nothing was resolved")
+	}
+	return e.conv.resolved[len(e.conv.resolved)-1]
+}
+
+func (e *testEnv) resolvedCount() int {
+	e.conv.mu.Lock()
+	defer e.conv.mu.Unlock()
+	return len(e.conv.resolved)
+}
+
+func (e *testEnv) setResolveErr(err error) {
+	e.conv.mu.Lock()
+	defer e.conv.mu.Unlock()
+	e.conv.resolveErr = err
+}
+
+func TestConversationPagesOwnerOnly(t *testing.T) {
+	e := newTestEnv(t, Config{DemoModel: true})
+	ann, bob := e.user("ann", store.RoleMember), e.user("bob", store.RoleMember)
+	rev := e.user("rita", store.RoleReviewer)
+	conv := e.conversation(ann)
+	tests := []struct {
+		name string
+		c    *client
+		want int
+	}{
+		{"owner", e.browser(ann), http.StatusOK},
+		{"other member", e.browser(bob), http.StatusNotFound},
+		{"reviewer", e.browser(rev), http.StatusNotFound},
+		{"anonymous", e.anon(), http.StatusSeeOther},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, path := range []string{"/conversations/" + conv.ID, "/conversations/" + conv.ID + "/ws"} {
+				res := tc.c.do("GET", path, "", nil)
+				body := readBody(res)
+				want := tc.want
+				if want == http.StatusOK && strings.HasSuffix(path, "/ws") {
+					want = http.StatusUpgradeRequired // authorized, but a plain GET is no WebSocket handshake
+				}
+				if res.StatusCode != want {
+					t.Fatalf("GET %s = %d, want %d", path, res.StatusCode, want)
+				}
+				if tc.want == http.StatusOK && !strings.Contains(path, "/ws") {
+					doc := viewstest.MustParse(body)
+					if _, n := doc.One(`form[data-parley="composer"] textarea[name="text"]`); n != 1 {
+						t.Errorf("no composer")
+					}
+					if _, n := doc.One(`[data-parley="demo-banner"]`); n != 1 {
+						t.Errorf("no demo banner")
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestConversationsListAndCreate(t *testing.T) {
+	e := newTestEnv(t, Config{})
+	ann := e.user("ann", store.RoleMember)
+	b := e.browser(ann)
+	res := b.postForm("/conversations", url.Values{"title": {"Lunch plans"}}, b.csrf)
+	if res.StatusCode != http.StatusSeeOther || !strings.HasPrefix(res.Header.Get("Location"), "/conversations/") {
+		t.Fatalf("create = %d %s", res.StatusCode, res.Header.Get("Location"))
+	}
+	res = b.postForm("/conversations", url.Values{"title": {"no token"}}, "")
+	if res.StatusCode != http.StatusForbidden {
+		t.Errorf("create without CSRF = %d, want 403", res.StatusCode)
+	}
+	doc := viewstest.MustParse(readBody(b.do("GET", "/conversations", "", nil)))
+	links := doc.All(`[data-parley="conversation-link"] a`)
+	if len(links) != 1 || viewstest.Text(links[0]) != "Lunch plans" {
+		t.Fatalf("list = %d links", len(links))
+	}
+}
+
+func TestPostMessage(t *testing.T) {
+	e := newTestEnv(t, Config{})
+	ann, bob := e.user("ann", store.RoleMember), e.user("bob", store.RoleMember)
+	conv := e.conversation(ann)
+	b := e.browser(ann)
+	path := "/conversations/" + conv.ID + "/messages"
+
+	res := b.postForm(path, url.Values{"text": {"hello"}}, b.csrf)
+	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/conversations/"+conv.ID {
+		t.Fatalf("post = %d %s", res.StatusCode, res.Header.Get("Location"))
+	}
+	if len(e.conv.sent) != 1 || e.conv.sent[0].text != "hello" || e.conv.sent[0].by.UserID != ann.ID || e.conv.sent[0].by.Via != "session" {
+		t.Fatalf("sent = %+v", e.conv.sent)
+	}
+	res = b.postForm(path, url.Values{"text": {"  "}}, b.csrf)
+	if loc := res.Header.Get("Location"); !strings.Contains(loc, "notice=empty") {
+		t.Errorf("empty message redirect = %q", loc)
+	}
+	// Over fetch, a busy conversation answers JSON with the notice.
+	e.conv.mu.Lock()
+	e.conv.sendErr = tools.NewError(tools.KindConflict, "a turn is in progress", nil)
+	e.conv.mu.Unlock()
+	res = b.do("POST", path, "application/x-www-form-urlencoded", strings.NewReader(url.Values{"text": {"again"}, "_csrf": {b.csrf}}.Encode()),
+		"X-Parley-Fetch", "1", "Accept", "application/json")
+	var ans fetchAnswer
+	if err := json.Unmarshal([]byte(readBody(res)), &ans); err != nil || ans.OK || ans.Notice != notices["busy"] {
+		t.Errorf("busy answer = %d %+v %v", res.StatusCode, ans, err)
+	}
+	bb := e.browser(bob)
+	if res := bb.postForm(path, url.Values{"text": {"hi"}}, bb.csrf); res.StatusCode != http.StatusNotFound {
+		t.Errorf("another user's post = %d, want 404", res.StatusCode)
+	}
+}
+
+func TestResolveApprovalFromCard(t *testing.T) {
+	e := newTestEnv(t, Config{})
+	ann := e.user("ann", store.RoleMember)
+	conv := e.conversation(ann)
+	e.pendingCall(conv, "call_1", "approval", "owner")
+	e.setView(approvalView(conv, "call_1", tools.ByOwner))
+	b := e.browser(ann)
+	path := "/conversations/" + conv.ID + "/calls/call_1/resolve"
+
+	// Approve without touching the arguments: no edited args are sent.
+	res := b.postForm(path, url.Values{"decision": {"approve"}, "args": {"{\n  \"to\": \"bob@example.com\",\n  \"subject\": \"lunch\"\n}"}, "reason": {""}}, b.csrf)
+	if res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("approve = %d %s", res.StatusCode, readBody(res))
+	}
+	r := e.lastResolution(t)
+	if r.r.Decision != "approve" || r.r.Args != nil || r.by.UserID != ann.ID || r.call != "call_1" {
+		t.Errorf("resolution = %+v", r)
+	}
+	// Edited arguments go to the agent compacted.
+	b.postForm(path, url.Values{"decision": {"approve"}, "args": {`{"to": "carol@example.com", "subject": "lunch"}`}}, b.csrf)
+	if got := string(e.lastResolution(t).r.Args); got != `{"to":"carol@example.com","subject":"lunch"}` {
+		t.Errorf("edited args = %s", got)
+	}
+	// Deny with a reason.
+	b.postForm(path, url.Values{"decision": {"deny"}, "reason": {"not today"}}, b.csrf)
+	if r := e.lastResolution(t).r; r.Decision != "deny" || r.Reason != "not today" {
+		t.Errorf("deny = %+v", r)
+	}
+	// Arguments that are not JSON never reach the agent; the error sits beside the field.
+	n := e.resolvedCount()
+	res = b.postForm(path, url.Values{"decision": {"approve"}, "args": {`{"to": `}}, b.csrf)
+	body := readBody(res)
+	if res.StatusCode != http.StatusUnprocessableEntity || e.resolvedCount() != n {
+		t.Fatalf("bad JSON = %d", res.StatusCode)
+	}
+	doc := viewstest.MustParse(body)
+	if _, c := doc.One(`[data-parley="approval"] [data-parley="field-error"][data-field="args"]`); c != 1 {
+		t.Errorf("no args error beside the field")
+	}
+	// The agent's schema problems are shown beside the arguments too.
+	e.setResolveErr(tools.NewError(tools.KindInvalidArgs, "arguments do not match", map[string]any{
+		"problems": []map[string]any{{"path": "/to", "message": "is not a valid email"}}}))
+	res = b.postForm(path, url.Values{"decision": {"approve"}, "args": {`{"to":"x"}`}}, b.csrf)
+	doc = viewstest.MustParse(readBody(res))
+	if e, c := doc.One(`[data-parley="field-error"][data-field="args"]`); c != 1 || !strings.Contains(viewstest.Text(e), "/to: is not a valid email") {
+		t.Errorf("schema problem not beside the field")
+	}
+	if ta, _ := doc.One(`textarea[name="args"]`); ta == nil || viewstest.Text(ta) != `{"to":"x"}` {
+		t.Errorf("edited args not kept")
+	}
+	// Stale: the page says it was already decided.
+	e.setResolveErr(tools.NewError(tools.KindStale, "already resolved", nil))
+	res = b.postForm(path, url.Values{"decision": {"approve"}}, b.csrf)
+	loc := res.Header.Get("Location")
+	if res.StatusCode != http.StatusSeeOther || !strings.Contains(loc, "notice=stale") {
+		t.Fatalf("stale = %d %s", res.StatusCode, loc)
+	}
+	doc = viewstest.MustParse(readBody(b.do("GET", strings.Split(loc, "#")[0], "", nil)))
+	if n, c := doc.One(`[data-parley="tool-call"][data-tool-call-id="call_1"] [data-parley="notice"]`); c != 1 || !strings.Contains(viewstest.Text(n), "already decided") {
+		t.Errorf("stale notice not in the card")
+	}
+	// Over fetch the stale answer is 409 with the card to put in place.
+	res = b.do("POST", path, "application/x-www-form-urlencoded", strings.NewReader(url.Values{"decision": {"approve"}, "_csrf": {b.csrf}}.Encode()),
+		"X-Parley-Fetch", "1", "Accept", "application/json")
+	var ans fetchAnswer
+	if err := json.Unmarshal([]byte(readBody(res)), &ans); err != nil || res.StatusCode != http.StatusConflict || ans.HTML == nil ||
+		ans.Target != "call-call_1" || !strings.Contains(*ans.HTML, "already decided") {
+		t.Errorf("fetch stale = %d %+v %v", res.StatusCode, ans, err)
+	}
+}
+
+func TestResolveQuestionFromCard(t *testing.T) {
+	e := newTestEnv(t, Config{})
+	ann := e.user("ann", store.RoleMember)
+	conv := e.conversation(ann)
+	e.pendingCall(conv, "q1", "elicitation", "owner")
+	e.setView(questionView(conv, "q1"))
+	b := e.browser(ann)
+	path := "/conversations/" + conv.ID + "/calls/q1/resolve"
+
+	res := b.postForm(path, url.Values{"action": {"accept"}, "name": {"Ann"}, "age": {"41"}}, b.csrf)
+	if res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("accept = %d %s", res.StatusCode, readBody(res))
+	}
+	if r := e.lastResolution(t).r; r.Action != "accept" || string(r.Content) != `{"age":41,"name":"Ann"}` {
+		t.Errorf("answer = %+v %s", r, r.Content)
+	}
+	// A word in a number field is caught before the agent.
+	n := e.resolvedCount()
+	res = b.postForm(path, url.Values{"action": {"accept"}, "name": {"Ann"}, "age": {"old"}}, b.csrf)
+	doc := viewstest.MustParse(readBody(res))
+	if res.StatusCode != http.StatusUnprocessableEntity || e.resolvedCount() != n {
+		t.Fatalf("bad number = %d", res.StatusCode)
+	}
+	if _, c := doc.One(`form[data-parley="elicitation"] [data-field="age"] [data-parley="field-error"]`); c != 1 {
+		t.Errorf("no error beside age")
+	}
+	// The agent's schema errors land beside their fields.
+	e.setResolveErr(tools.NewError(tools.KindInvalidArgs, "answers do not match", map[string]any{
+		"problems": []map[string]any{{"path": "", "message": "missing properties: 'name'"}}}))
+	res = b.postForm(path, url.Values{"action": {"accept"}, "age": {"3"}}, b.csrf)
+	doc = viewstest.MustParse(readBody(res))
+	if _, c := doc.One(`[data-field="name"] [data-parley="field-error"]`); c != 1 {
+		t.Errorf("missing name not shown beside the field")
+	}
+	if in, _ := doc.One(`input[name="age"]`); in == nil {
+		t.Error("no age input")
+	} else if v, _ := viewstest.Attr(in, "value"); v != "3" {
+		t.Errorf("age not kept: %q", v)
+	}
+	e.setResolveErr(nil)
+	b.postForm(path, url.Values{"action": {"decline"}}, b.csrf)
+	if r := e.lastResolution(t).r; r.Action != "decline" || r.Content != nil {
+		t.Errorf("decline = %+v", r)
+	}
+}
+
+func TestResolveAuthorization(t *testing.T) {
+	e := newTestEnv(t, Config{})
+	ann, bob := e.user("ann", store.RoleMember), e.user("bob", store.RoleMember)
+	rita := e.user("rita", store.RoleReviewer)
+	conv := e.conversation(ann)
+	e.pendingCall(conv, "gate", "approval", "reviewer")
+	e.pendingCall(conv, "mine", "approval", "owner")
+	v := approvalView(conv, "gate", tools.ByReviewer)
+	v.Calls = append(v.Calls, approvalView(conv, "mine", tools.ByOwner).Calls...)
+	e.setView(v)
+	tests := []struct {
+		name, call string
+		c          *client
+		want       int
+		loc        string
+	}{
+		{"reviewer decides a reviewer-gated call from the inbox", "gate", e.browser(rita), http.StatusSeeOther, "/inbox"},
+		{"reviewer cannot touch an owner-gated call of another", "mine", e.browser(rita), http.StatusNotFound, ""},
+		{"another member learns nothing", "gate", e.browser(bob), http.StatusNotFound, ""},
+		{"unknown call of the owner", "nope", e.browser(ann), http.StatusNotFound, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res := tc.c.postForm("/conversations/"+conv.ID+"/calls/"+tc.call+"/resolve", url.Values{"decision": {"approve"}, "return": {"/inbox"}}, tc.c.csrf)
+			if res.StatusCode != tc.want || (tc.loc != "" && res.Header.Get("Location") != tc.loc) {
+				t.Errorf("= %d %s, want %d %s", res.StatusCode, res.Header.Get("Location"), tc.want, tc.loc)
+			}
+		})
+	}
+	if r := e.lastResolution(t); r.call != "gate" || r.by.UserID != rita.ID || r.by.Role != store.RoleReviewer {
+		t.Errorf("resolution = %+v", r)
+	}
+	res := e.browser(ann).postForm("/conversations/"+conv.ID+"/calls/gate/resolve", url.Values{"decision": {"approve"}}, "")
+	if res.StatusCode != http.StatusForbidden {
+		t.Errorf("missing CSRF = %d, want 403", res.StatusCode)
+	}
+}
+
+func TestInboxPage(t *testing.T) {
+	e := newTestEnv(t, Config{})
+	ann := e.user("ann", store.RoleMember)
+	rita := e.user("rita", store.RoleReviewer)
+	conv := e.conversation(ann)
+	e.pendingCall(conv, "g1", "approval", "reviewer")
+	e.pendingCall(conv, "g2", "approval", "reviewer")
+	e.pendingCall(conv, "own", "approval", "owner")
+	doc := viewstest.MustParse(readBody(e.browser(rita).do("GET", "/inbox", "", nil)))
+	inbox, n := doc.One(`[data-parley="inbox"]`)
+	if n != 1 {
+		t.Fatal("no inbox")
+	}
+	cards := viewstest.In(inbox, `[data-parley="approval"]`)
+	if len(cards) != 2 {
+		t.Fatalf("reviewer sees %d approvals, want the 2 reviewer-gated ones", len(cards))
+	}
+	if txt := viewstest.Text(inbox); !strings.Contains(txt, "ann") || !strings.Contains(txt, "t") {
+		t.Errorf("entry lacks requester or title: %q", txt)
+	}
+	// The owner's own inbox has the call they may decide, not the reviewer-gated ones.
+	doc = viewstest.MustParse(readBody(e.browser(ann).do("GET", "/inbox", "", nil)))
+	cards = doc.All(`[data-parley="inbox"] [data-parley="approval"]`)
+	if len(cards) != 1 {
+		t.Fatalf("owner sees %d approvals, want 1", len(cards))
+	}
+	if id, _ := viewstest.Attr(cards[0], "data-tool-call-id"); id != "own" {
+		t.Errorf("owner's approval = %q", id)
+	}
+}
