@@ -526,7 +526,8 @@ func (a *Action) Request() *ActionRequest { return a.req }
 
 // Func is the tool callback: expand the request with the model's arguments, check it again,
 // send it once, and answer {"http_response": …} or a tool error (Retryable for timeouts, 429,
-// 5xx and connection failures), redacted and with bodies only when persisted.
+// 5xx and connection failures), redacted and with bodies only when persisted (and then with
+// the values of secret-bearing JSON keys redacted).
 func (a *Action) Func() tools.Func {
 	return func(ctx context.Context, call tools.Call, args map[string]any) (any, error) {
 		req, err := a.req.Build(args)
@@ -535,9 +536,13 @@ func (a *Action) Func() tools.Func {
 		}
 		res, aerr := Invoke(ctx, a.adapter, req, CallContext{ToolCallID: call.ToolCallID, ConversationID: call.ConversationID, Attempt: call.Attempt})
 		if aerr != nil {
-			if !a.opts.PersistResponseBody && aerr.Details != nil {
-				delete(aerr.Details, "body")
-				delete(aerr.Details, "body_truncated")
+			if aerr.Details != nil {
+				if a.opts.PersistResponseBody {
+					aerr.Details["body"] = RedactKeys(aerr.Details["body"])
+				} else {
+					delete(aerr.Details, "body")
+					delete(aerr.Details, "body_truncated")
+				}
 			}
 			return nil, aerr.ToolError()
 		}
@@ -547,7 +552,9 @@ func (a *Action) Func() tools.Func {
 			"trailers": res.Payload["trailers"],
 		}
 		if a.opts.PersistResponseBody {
-			resp["body"] = res.Payload["body"]
+			// A persisted JSON body goes to the log and the model: a token it carries (an
+			// OAuth answer's access_token) is redacted like a request's secret keys.
+			resp["body"] = RedactKeys(res.Payload["body"])
 			resp["body_truncated"] = res.Payload["body_truncated"]
 		}
 		return map[string]any{"http_response": resp}, nil

@@ -283,3 +283,40 @@ func (r refuseTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	r.t.Errorf("a precheck sent %s %s", req.Method, req.URL)
 	return nil, errors.New("refused")
 }
+
+// TestActionRedactsPersistedBodies: a persisted JSON body (success or error) keeps its data but
+// not the secrets it carries, so an OAuth-style answer never puts a token in the log.
+func TestActionRedactsPersistedBodies(t *testing.T) {
+	srv := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if strings.HasSuffix(r.URL.Path, "/fail") {
+			w.WriteHeader(400)
+			fmt.Fprint(w, `{"error":"bad","client_secret":"cs-err-1"}`)
+			return
+		}
+		fmt.Fprint(w, `{"access_token":"tok-ok-1","expires_in":3600,"items":[{"name":"a","refresh_token":"rt-1"}]}`)
+	})
+	a, err := NewAction(decodeMap(t, `{"method":"POST","url_template":"`+srv.URL+`/{{ p }}"}`),
+		ActionOptions{AllowedHosts: []string{"127.0.0.1"}, PersistResponseBody: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := a.Func()(context.Background(), tools.Call{ToolCallID: "c"}, map[string]any{"p": "ok"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := out.(map[string]any)["http_response"].(map[string]any)["body"].(map[string]any)
+	enc, _ := json.Marshal(out)
+	if strings.Contains(string(enc), "tok-ok-1") || strings.Contains(string(enc), "rt-1") || body["expires_in"] != int64(3600) || body["access_token"] != Redacted {
+		t.Fatalf("persisted body %s: want the tokens redacted and the rest kept", enc)
+	}
+	_, err = a.Func()(context.Background(), tools.Call{ToolCallID: "c"}, map[string]any{"p": "fail"})
+	var te *tools.Error
+	if !errors.As(err, &te) {
+		t.Fatalf("400: %v", err)
+	}
+	enc, _ = json.Marshal(te.Details)
+	if strings.Contains(string(enc), "cs-err-1") || !strings.Contains(string(enc), `"bad"`) {
+		t.Fatalf("error details %s: want the secret redacted and the message kept", enc)
+	}
+}

@@ -94,6 +94,30 @@ func sensitivePaths(v any, path string) []string {
 	return out
 }
 
+// RedactKeys returns a copy of v (decoded JSON) with the value of every secret-bearing key
+// (IsSensitiveKey) replaced by Redacted, at any depth. Other values are shared, not copied.
+func RedactKeys(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			if IsSensitiveKey(k) {
+				out[k] = Redacted
+				continue
+			}
+			out[k] = RedactKeys(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = RedactKeys(e)
+		}
+		return out
+	}
+	return v
+}
+
 // escapePointer escapes a key for a JSON pointer (RFC 6901).
 func escapePointer(k string) string {
 	return strings.NewReplacer("~", "~0", "/", "~1").Replace(k)
