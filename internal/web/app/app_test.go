@@ -1,0 +1,241 @@
+package app
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"parley/internal/store/pgtest"
+)
+
+// running is an App started by a test, with a token of its member "ada".
+type running struct {
+	url, token string
+	app        *App
+	stop       func() error // cancels Run and returns its error; fails if shutdown overruns
+}
+
+func start(t *testing.T, databaseURL string) *running {
+	t.Helper()
+	env := map[string]string{
+		"PARLEY_ADDR": "127.0.0.1:0", "PARLEY_DATA_DIR": t.TempDir(), "DATABASE_URL": databaseURL,
+		"PARLEY_MODEL": "demo", "PARLEY_SHUTDOWN_TIMEOUT": "10s",
+	}
+	getenv := func(k string) string { return env[k] }
+	ctx := context.Background()
+	var out, errOut bytes.Buffer
+	std := IO{Stdin: strings.NewReader("a long password\n"), Stdout: &out, Stderr: &errOut}
+	if code := Main(ctx, []string{"user", "add", "--name", "ada", "--role", "member", "--password-stdin"}, getenv, std); code != 0 {
+		t.Fatalf("user add: %d %s", code, errOut.String())
+	}
+	out.Reset()
+	if code := Main(ctx, []string{"token", "create", "--user", "ada"}, getenv, std); code != 0 {
+		t.Fatalf("token create: %d %s", code, errOut.String())
+	}
+	token := strings.TrimSpace(out.String())
+	cfg, err := FromEnv(getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(ctx, cfg, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), PasswordCost: bcrypt.MinCost})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	stopped := false
+	var runErr error
+	stop := func() error {
+		if stopped {
+			return runErr
+		}
+		stopped = true
+		cancel()
+		select {
+		case runErr = <-done:
+		case <-time.After(15 * time.Second):
+			t.Fatal("the app did not shut down within 15 s")
+		}
+		return runErr
+	}
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	return &running{url: a.URL(), token: token, app: a, stop: stop}
+}
+
+func (r *running) call(t *testing.T, method, path, body string) (int, map[string]any) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, _ := http.NewRequest(method, r.url+path, rd)
+	req.Header.Set("Authorization", "Bearer "+r.token)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var out map[string]any
+	if err := json.NewDecoder(res.Body).Decode(&out); err != nil {
+		t.Fatalf("%s %s: %d, body not JSON: %v", method, path, res.StatusCode, err)
+	}
+	return res.StatusCode, out
+}
+
+// entries follows a conversation's event stream and delivers the log entries' types.
+func (r *running) entries(t *testing.T, conv string) (<-chan string, *http.Response) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", r.url+"/api/v1/conversations/"+conv+"/events", nil)
+	req.Header.Set("Authorization", "Bearer "+r.token)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("events: %v", err)
+	}
+	ch := make(chan string, 64)
+	go func() {
+		defer close(ch)
+		sc := bufio.NewScanner(res.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		name := ""
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, "event: "):
+				name = line[7:]
+			case strings.HasPrefix(line, "data: ") && name == "entry":
+				var e struct{ Type string }
+				_ = json.Unmarshal([]byte(line[6:]), &e)
+				ch <- e.Type
+			case strings.HasPrefix(line, "data: ") && name == "shutdown":
+				ch <- "shutdown"
+			}
+		}
+	}()
+	return ch, res
+}
+
+func waitEntry(t *testing.T, ch <-chan string, want string) {
+	t.Helper()
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case got, ok := <-ch:
+			if !ok {
+				t.Fatalf("stream ended before %s", want)
+			}
+			if got == want {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no %s entry within 20 s", want)
+		}
+	}
+}
+
+// TestEndToEnd completes a demo turn with a gated send_email through the JSON API, on the
+// embedded store and on PostgreSQL: message → the call waits for approval → approve → the
+// email is in the outbox and the model summed up; a second approval is stale; shutting down
+// ends the open event stream and Run returns in time.
+func TestEndToEnd(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		url  func(t *testing.T) string
+	}{
+		{"sqlite", func(*testing.T) string { return "" }},
+		{"postgres", func(t *testing.T) string { return pgtest.NewURL(t) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := start(t, tc.url(t))
+			status, body := r.call(t, "POST", "/api/v1/conversations", `{"title":"lunch"}`)
+			if status != 201 {
+				t.Fatalf("create: %d %v", status, body)
+			}
+			conv := body["id"].(string)
+			events, stream := r.entries(t, conv)
+			defer stream.Body.Close()
+			if status, body := r.call(t, "POST", "/api/v1/conversations/"+conv+"/messages", `{"text":"email bob@example.com about lunch"}`); status != 202 {
+				t.Fatalf("message: %d %v", status, body)
+			}
+			waitEntry(t, events, "tool_call")
+			var callID string
+			for deadline := time.Now().Add(20 * time.Second); callID == "" && time.Now().Before(deadline); {
+				_, body = r.call(t, "GET", "/api/v1/conversations/"+conv, "")
+				for id, p := range body["pending"].(map[string]any) {
+					if p.(map[string]any)["kind"] == "approval" {
+						callID = id
+					}
+				}
+				if callID == "" {
+					waitEntry(t, events, "assistant_message") // the turn's text lands after the call
+				}
+			}
+			if callID == "" || body["status"] != "awaiting" {
+				t.Fatalf("no pending approval: %v", body)
+			}
+			_, approvals := r.call(t, "GET", "/api/v1/approvals", "")
+			if list := approvals["approvals"].([]any); len(list) != 1 || list[0].(map[string]any)["tool_call_id"] != callID {
+				t.Fatalf("approvals: %v", approvals)
+			}
+			resolve := "/api/v1/conversations/" + conv + "/calls/" + callID + "/resolve"
+			if status, body := r.call(t, "POST", resolve, `{"action":"accept"}`); status != 422 {
+				t.Fatalf("wrong kind of resolution: %d %v", status, body)
+			}
+			if status, body := r.call(t, "POST", resolve, `{"decision":"approve"}`); status != 200 || body["ok"] != true {
+				t.Fatalf("approve: %d %v", status, body)
+			}
+			if status, body := r.call(t, "POST", resolve, `{"decision":"approve"}`); status != 409 || body["error"].(map[string]any)["kind"] != "stale" {
+				t.Fatalf("second approve: %d %v", status, body)
+			}
+			waitEntry(t, events, "tool_result")
+			waitEntry(t, events, "assistant_message")
+			_, body = r.call(t, "GET", "/api/v1/conversations/"+conv, "")
+			calls := body["tool_calls"].([]any)
+			call := calls[0].(map[string]any)
+			if call["status"] != "resolved" || call["result"].(map[string]any)["ok"] != true {
+				t.Fatalf("call after approval: %v", call)
+			}
+			out, err := r.app.Store().ListOutbox(context.Background(), conv)
+			if err != nil || len(out) != 1 || out[0].To != "bob@example.com" {
+				t.Fatalf("outbox: %v %+v", err, out)
+			}
+			if status, _ := r.call(t, "GET", "/healthz", ""); status != 200 {
+				t.Fatalf("healthz: %d", status)
+			}
+			// Shutdown with the stream still open.
+			began := time.Now()
+			if err := r.stop(); err != nil {
+				t.Fatalf("shutdown: %v", err)
+			}
+			if d := time.Since(began); d > 5*time.Second {
+				t.Fatalf("shutdown took %v with a stream open", d)
+			}
+			waitEntry(t, events, "shutdown")
+		})
+	}
+}
+
+func httpGet(url string) (int, error) {
+	res, err := http.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	res.Body.Close()
+	return res.StatusCode, nil
+}

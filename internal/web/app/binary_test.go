@@ -1,0 +1,126 @@
+package app
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	binOnce sync.Once
+	binDir  string
+	binErr  error
+)
+
+// TestMain removes the binary the tests built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// buildBinary compiles cmd/web once for the tests that run it.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		if binDir, binErr = os.MkdirTemp("", "parley-web-bin"); binErr != nil {
+			return
+		}
+		out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, "web"), "parley/cmd/web").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return filepath.Join(binDir, "web")
+}
+
+// TestUnreachableDatabase: the binary exits non-zero within seconds with one line naming the
+// host and the database, never the password, and no stack trace.
+func TestUnreachableDatabase(t *testing.T) {
+	bin := buildBinary(t)
+	for _, args := range [][]string{{}, {"serve"}, {"migrate"}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env = append(os.Environ(), "DATABASE_URL=postgres://parley:s3cret-pw@127.0.0.1:1/parleydb?sslmode=disable",
+			"PARLEY_ADDR=127.0.0.1:0", "PARLEY_DATA_DIR="+t.TempDir())
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		began := time.Now()
+		err := cmd.Run()
+		took := time.Since(began)
+		cancel()
+		ee, ok := err.(*exec.ExitError)
+		if !ok || ee.ExitCode() == 0 {
+			t.Fatalf("%v: exit %v", args, err)
+		}
+		msg := stderr.String()
+		if took > 10*time.Second {
+			t.Errorf("%v: took %v", args, took)
+		}
+		if strings.Count(strings.TrimSpace(msg), "\n") != 0 || !strings.Contains(msg, "127.0.0.1:1") || !strings.Contains(msg, "parleydb") {
+			t.Errorf("%v: stderr is not one line naming host and database: %q", args, msg)
+		}
+		if strings.Contains(msg+stdout.String(), "s3cret-pw") || strings.Contains(msg, "goroutine") || strings.Contains(msg, "panic") {
+			t.Errorf("%v: leaked the password or a trace: %q", args, msg)
+		}
+	}
+}
+
+// TestBinaryServesAndStopsOnSIGTERM: the binary prints where it listens, answers /healthz,
+// and exits 0 soon after SIGTERM.
+func TestBinaryServesAndStopsOnSIGTERM(t *testing.T) {
+	bin := buildBinary(t)
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "PARLEY_ADDR=127.0.0.1:0", "PARLEY_DATA_DIR="+t.TempDir(), "DATABASE_URL=", "PARLEY_MODEL=demo")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "parley listening on http://127.0.0.1:") {
+		_ = cmd.Process.Kill()
+		t.Fatalf("first line %q: %v (%s)", line, err, stderr.String())
+	}
+	url := strings.TrimSpace(strings.TrimPrefix(line, "parley listening on "))
+	res, err := httpGet(url + "/healthz")
+	if err != nil || res != 200 {
+		_ = cmd.Process.Kill()
+		t.Fatalf("healthz: %d %v", res, err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("still running 10 s after SIGTERM")
+	}
+	if !strings.Contains(stderr.String(), "shutting down") {
+		t.Fatalf("no shutdown log: %s", stderr.String())
+	}
+}

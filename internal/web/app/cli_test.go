@@ -1,0 +1,81 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+// TestFromEnv: defaults, and every malformed variable is refused with its name.
+func TestFromEnv(t *testing.T) {
+	c, err := FromEnv(func(string) string { return "" })
+	if err != nil || c.Addr != "127.0.0.1:8080" || c.DataDir != "./data" || c.Model != "demo" || c.Production {
+		t.Fatalf("defaults: %+v %v", c, err)
+	}
+	for _, tc := range []struct{ k, v, want string }{
+		{"PARLEY_ENV", "staging", "PARLEY_ENV"},
+		{"PARLEY_MODEL", "gpt-4", "PARLEY_MODEL"},
+		{"PARLEY_MODEL", "openai:", "PARLEY_MODEL"},
+		{"PARLEY_MODEL", "mistral:large", "PARLEY_MODEL"},
+		{"PARLEY_MESSAGES_PER_MINUTE", "-1", "PARLEY_MESSAGES_PER_MINUTE"},
+		{"PARLEY_API_BURST", "many", "PARLEY_API_BURST"},
+		{"PARLEY_SHUTDOWN_TIMEOUT", "5", "PARLEY_SHUTDOWN_TIMEOUT"},
+	} {
+		_, err := FromEnv(func(k string) string {
+			if k == tc.k {
+				return tc.v
+			}
+			return ""
+		})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s=%s: %v", tc.k, tc.v, err)
+		}
+	}
+	c, err = FromEnv(func(k string) string {
+		return map[string]string{"PARLEY_ENV": "production", "PARLEY_MODEL": "anthropic:claude-x", "PARLEY_API_PER_MINUTE": "30"}[k]
+	})
+	if err != nil || !c.Production || c.APIPerMinute != 30 {
+		t.Fatalf("%+v %v", c, err)
+	}
+	if p, m, _ := c.model(); p != "anthropic" || m != "claude-x" {
+		t.Fatalf("model %s %s", p, m)
+	}
+}
+
+// TestCommands: the user and token commands, and their refusals, each one line on stderr.
+func TestCommands(t *testing.T) {
+	dir := t.TempDir()
+	getenv := func(k string) string { return map[string]string{"PARLEY_DATA_DIR": dir}[k] }
+	run := func(stdin string, args ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		code := Main(context.Background(), args, getenv, IO{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errOut})
+		return code, out.String(), errOut.String()
+	}
+	for _, tc := range []struct {
+		stdin string
+		args  []string
+		code  int
+		out   string
+	}{
+		{"", []string{"migrate"}, 0, "migrations applied"},
+		{"pw\n", []string{"user", "add", "--name", "ada", "--role", "admin"}, 1, "--password-stdin"},
+		{"long enough\n", []string{"user", "add", "--name", "ada", "--role", "root", "--password-stdin"}, 1, "--role must be"},
+		{"short\n", []string{"user", "add", "--name", "ada", "--password-stdin"}, 1, "8 to 72"},
+		{"long enough\n", []string{"user", "add", "--name", "ada", "--role", "admin", "--password-stdin"}, 0, "created user ada (admin"},
+		{"long enough\n", []string{"user", "add", "--name", "ada", "--password-stdin"}, 1, "exists already"},
+		{"", []string{"token", "create", "--user", "nobody"}, 1, `no user named "nobody"`},
+		{"", []string{"token", "create", "--user", "ada"}, 0, "pt_"},
+		{"", []string{"frobnicate"}, 1, `unknown command "frobnicate"`},
+		{"", []string{"help"}, 0, "web user add"},
+	} {
+		code, out, errOut := run(tc.stdin, tc.args...)
+		text := out + errOut
+		if code != tc.code || !strings.Contains(text, tc.out) {
+			t.Errorf("%v: %d %q, want %d and %q", tc.args, code, text, tc.code, tc.out)
+		}
+		if code == 1 && !strings.HasPrefix(errOut, "web: ") && !strings.Contains(errOut, "usage:") {
+			t.Errorf("%v: stderr %q", tc.args, errOut)
+		}
+	}
+}
