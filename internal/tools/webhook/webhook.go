@@ -281,12 +281,18 @@ func (w *Webhook) Func() tools.Func {
 	}
 }
 
-// DryRun describes the POST a call would make.
+// DryRun describes the POST a call would make. The plan is shown on approval cards to people
+// who need not hold the endpoint's secret: it names the scheme and host, never the path or
+// query, which for chat and automation hooks are the credential.
 func (w *Webhook) DryRun() tools.DryRunFunc {
 	return func(ctx context.Context, call tools.Call, args map[string]any) (tools.Plan, error) {
+		shown := (&url.URL{Scheme: w.url.Scheme, Host: w.url.Host}).String()
+		if w.url.Path != "" && w.url.Path != "/" || w.url.RawQuery != "" {
+			shown += "/…"
+		}
 		return tools.Plan{
-			Summary: fmt.Sprintf("Would POST the arguments to %s", httpadapter.RedactURL(w.url)),
-			Details: map[string]any{"url": httpadapter.RedactURL(w.url), "arguments": args},
+			Summary: fmt.Sprintf("Would POST the arguments to %s (webhook %s)", shown, w.cfg.Tool),
+			Details: map[string]any{"url": shown, "arguments": args},
 		}, nil
 	}
 }

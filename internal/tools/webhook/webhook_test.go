@@ -370,3 +370,21 @@ func TestSignStandardMatchesReference(t *testing.T) {
 		t.Fatalf("SignStandard = %q, reference = %q", got, want)
 	}
 }
+
+// TestDryRunHidesThePath: a hook URL's path and query are its credential (chat and automation
+// hooks), so the approval card's plan shows only the scheme and host, and the arguments.
+func TestDryRunHidesThePath(t *testing.T) {
+	w, err := New(Config{Tool: "notify", URL: "https://hooks.example.test/services/T0/B0/s3cretpath?sig=abc123", Secret: []byte("k")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := w.DryRun()(context.Background(), tools.Call{}, map[string]any{"text": "hi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc, _ := json.Marshal(plan)
+	if strings.Contains(string(enc), "s3cretpath") || strings.Contains(string(enc), "abc123") ||
+		!strings.Contains(plan.Summary, "https://hooks.example.test/…") || plan.Details["arguments"].(map[string]any)["text"] != "hi" {
+		t.Fatalf("plan %s: want host only, and the arguments", enc)
+	}
+}
