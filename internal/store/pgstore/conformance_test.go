@@ -1,6 +1,7 @@
 package pgstore_test
 
 import (
+	"strings"
 	"testing"
 
 	"parley/internal/store"
@@ -18,5 +19,23 @@ func TestConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 			return s
-		}))
+		}),
+		storetest.WithFailingAudit(failAudit))
+}
+
+// failAudit makes the database refuse audit records with the given action.
+func failAudit(t *testing.T, s store.Store, action string) {
+	t.Helper()
+	ddl := `CREATE FUNCTION refuse_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'audit action % refused by the test trigger', NEW.action; END $$;
+	CREATE TRIGGER refuse_audit BEFORE INSERT ON audit FOR EACH ROW
+		WHEN (NEW.action = ` + pgQuote(action) + `) EXECUTE FUNCTION refuse_audit()`
+	if _, err := s.(*pgstore.Store).Pool().Exec(t.Context(), ddl); err != nil {
+		t.Fatalf("install the audit trigger: %v", err)
+	}
+}
+
+// pgQuote is a PostgreSQL string literal (trigger conditions take no parameters).
+func pgQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }

@@ -2,6 +2,7 @@ package sqlitestore_test
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"parley/internal/store"
@@ -18,5 +19,16 @@ func TestConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 			return s
-		}))
+		}),
+		storetest.WithFailingAudit(failAudit))
+}
+
+// failAudit makes the file refuse audit records with the given action.
+func failAudit(t *testing.T, s store.Store, action string) {
+	t.Helper()
+	ddl := `CREATE TRIGGER refuse_audit BEFORE INSERT ON audit WHEN NEW.action = '` + strings.ReplaceAll(action, "'", "''") + `'
+		BEGIN SELECT RAISE(ABORT, 'audit action refused by the test trigger'); END`
+	if _, err := s.(*sqlitestore.Store).DB.Exec(t.Context(), ddl); err != nil {
+		t.Fatalf("install the audit trigger: %v", err)
+	}
 }

@@ -51,8 +51,28 @@ func PerTest(create func(t *testing.T) string, open func(t *testing.T, addr stri
 	}
 }
 
+// Option configures Run.
+type Option func(*suite)
+
+type suite struct {
+	failAudit func(t *testing.T, s store.Store, action string)
+}
+
+// WithFailingAudit gives the suite install, which makes the database behind s refuse every later
+// insert of an audit record whose Action is action (a trigger that raises an error). Audit rows
+// are the last thing an Append writes, so the suite can fail a batch after every other row of it
+// was written, inside the database, and check that none of them stays. Every store passes one:
+// without it the FailedLastStatement test fails.
+func WithFailingAudit(install func(t *testing.T, s store.Store, action string)) Option {
+	return func(c *suite) { c.failAudit = install }
+}
+
 // Run runs every conformance test against the store open returns.
-func Run(t *testing.T, open Opener) {
+func Run(t *testing.T, open Opener, opts ...Option) {
+	var cfg suite
+	for _, o := range opts {
+		o(&cfg)
+	}
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, open Opener)
@@ -66,6 +86,7 @@ func Run(t *testing.T, open Opener) {
 		{"AppendRace", testAppendRace},
 		{"AppendRaceTwoHandles", testAppendRaceTwoHandles},
 		{"BatchAtomicity", testBatchAtomicity},
+		{"FailedLastStatement", func(t *testing.T, open Opener) { testFailedLastStatement(t, open, cfg.failAudit) }},
 		{"LargeAndUnicode", testLargeAndUnicode},
 		{"Timestamps", testTimestamps},
 		{"ToolCallsUpsert", testToolCallsUpsert},
@@ -463,19 +484,25 @@ func snap(t *testing.T, s store.Store, convID string) snapshot {
 	}
 }
 
-func testBatchAtomicity(t *testing.T, open Opener) {
-	s, ctx := open(t), ctxT(t)
-	c := newConv(t, s, "ana", "atomic")
-	base := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+// atomicBase is the time the atomicity tests schedule timers at.
+var atomicBase = time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+
+// atomicSetup gives c a first batch that every later batch of the atomicity tests changes: an
+// awaiting call c1 with a timer, a step and an audit record. It returns the log's sequence.
+func atomicSetup(t *testing.T, s store.Store, convID string) int64 {
+	t.Helper()
 	setup := callBatch("c1")
 	setup.Status = store.StatusAwaiting
-	setup.Schedule = []store.Expiry{{ToolCallID: "c1", At: base}}
+	setup.Schedule = []store.Expiry{{ToolCallID: "c1", At: atomicBase}}
 	setup.Steps = []store.Step{{Key: "tool:c1", Attempts: 1}}
 	setup.Audit = []store.AuditRecord{{ToolCallID: "c1", Tool: "send_email", ActorID: "ana", Action: "approve", ArgsHash: "aa"}}
-	last := must(s.Append(ctx, c.ID, 0, setup))(t)
-	before := snap(t, s, c.ID)
+	return must(s.Append(ctxT(t), convID, 0, setup))(t)
+}
 
-	big := store.Batch{
+// atomicBig touches every part of the store a batch can: two entries, two calls, the status, a
+// timer scheduled and one cancelled, a step upserted and one done, an audit record.
+func atomicBig() store.Batch {
+	return store.Batch{
 		Entries: []store.Entry{
 			entry(store.EntryDecision, "c1", `{"approved":true}`),
 			entry(store.EntryToolCall, "c2", `{}`),
@@ -485,12 +512,47 @@ func testBatchAtomicity(t *testing.T, open Opener) {
 			{ToolCallID: "c2", Status: store.CallAwaiting, PendingKind: "approval"},
 		},
 		Status:    store.StatusIdle,
-		Schedule:  []store.Expiry{{ToolCallID: "c2", At: base}},
+		Schedule:  []store.Expiry{{ToolCallID: "c2", At: atomicBase}},
 		Cancel:    []string{"c1"},
 		Steps:     []store.Step{{Key: "tool:c2", Attempts: 3}},
 		DoneSteps: []string{"tool:c1"},
 		Audit:     []store.AuditRecord{{ToolCallID: "c1", Tool: "send_email", ActorID: "bob", Action: "deny", ArgsHash: "bb"}},
 	}
+}
+
+// checkUnchanged fails the test when the store differs from before, timers included: c1 is
+// still scheduled at atomicBase and no c2 timer exists.
+func checkUnchanged(t *testing.T, s store.Store, convID string, before snapshot, what string) {
+	t.Helper()
+	if after := snap(t, s, convID); !equalJSON(t, before, after) {
+		t.Fatalf("%s: a failed batch changed the store\nbefore: %+v\nafter:  %+v", what, before, after)
+	}
+	claimed := must(s.ClaimDueExpiries(ctxT(t), atomicBase.Add(time.Hour), time.Nanosecond, 10))(t)
+	if len(claimed) != 1 || claimed[0].ToolCallID != "c1" {
+		t.Fatalf("%s: timers after the failed batch = %+v, want only c1", what, claimed)
+	}
+}
+
+// checkBigApplied fails the test unless atomicBig was applied whole after atomicSetup.
+func checkBigApplied(t *testing.T, s store.Store, convID string) {
+	t.Helper()
+	after := snap(t, s, convID)
+	if after.Conv.Status != store.StatusIdle || len(after.Log) != 3 || len(after.Calls) != 2 || len(after.Audit) != 2 ||
+		len(after.Steps) != 1 || after.Steps[0].Key != "tool:c2" {
+		t.Fatalf("after the good batch: %+v", after)
+	}
+	claimed := must(s.ClaimDueExpiries(ctxT(t), atomicBase.Add(2*time.Hour), time.Minute, 10))(t)
+	if len(claimed) != 1 || claimed[0].ToolCallID != "c2" || claimed[0].ConversationID != convID {
+		t.Fatalf("timers after the good batch = %+v, want only c2", claimed)
+	}
+}
+
+func testBatchAtomicity(t *testing.T, open Opener) {
+	s, ctx := open(t), ctxT(t)
+	c := newConv(t, s, "ana", "atomic")
+	last := atomicSetup(t, s, c.ID)
+	before := snap(t, s, c.ID)
+	big := atomicBig()
 	cases := []struct {
 		name  string
 		after int64
@@ -500,7 +562,7 @@ func testBatchAtomicity(t *testing.T, open Opener) {
 		{"stale sequence", last - 1, big, store.ErrConflict},
 		{"future sequence", last + 1, big, store.ErrConflict},
 		// The same call logged twice: the tool_call entry for c1 exists, so the batch fails at
-		// its last entry, after every other row was written — and none may stay.
+		// its entries (FailedLastStatement fails one after every row was written).
 		{"duplicate tool call id", last, func() store.Batch {
 			b := big
 			b.Entries = append(slices.Clone(big.Entries), entry(store.EntryToolCall, "c1", `{}`))
@@ -515,29 +577,39 @@ func testBatchAtomicity(t *testing.T, open Opener) {
 	for _, tc := range cases {
 		_, err := s.Append(ctx, c.ID, tc.after, tc.b)
 		wantErr(t, err, tc.want, tc.name)
-		after := snap(t, s, c.ID)
-		if !equalJSON(t, before, after) {
-			t.Fatalf("%s: a failed batch changed the store\nbefore: %+v\nafter:  %+v", tc.name, before, after)
-		}
-		// The timers too: c1 is still scheduled at base and no c2 timer exists.
-		claimed := must(s.ClaimDueExpiries(ctx, base.Add(time.Hour), time.Nanosecond, 10))(t)
-		if len(claimed) != 1 || claimed[0].ToolCallID != "c1" {
-			t.Fatalf("%s: timers after the failed batch = %+v, want only c1", tc.name, claimed)
-		}
+		checkUnchanged(t, s, c.ID, before, tc.name)
 	}
 	// The same batch at the right sequence applies whole.
 	if got := must(s.Append(ctx, c.ID, last, big))(t); got != last+2 {
 		t.Fatalf("Append = %d, want %d", got, last+2)
 	}
-	after := snap(t, s, c.ID)
-	if after.Conv.Status != store.StatusIdle || len(after.Log) != 3 || len(after.Calls) != 2 || len(after.Audit) != 2 ||
-		len(after.Steps) != 1 || after.Steps[0].Key != "tool:c2" {
-		t.Fatalf("after the good batch: %+v", after)
+	checkBigApplied(t, s, c.ID)
+}
+
+// testFailedLastStatement fails a batch inside the database at its audit insert — after its
+// sequence check, entries, calls, timers and steps were written — and checks that none of it
+// stays: a store that committed part of a batch, or ran its statements outside one transaction,
+// fails here.
+func testFailedLastStatement(t *testing.T, open Opener, failAudit func(t *testing.T, s store.Store, action string)) {
+	if failAudit == nil {
+		t.Fatal("storetest.Run needs WithFailingAudit: without it a batch that fails after its first writes is never tried")
 	}
-	claimed := must(s.ClaimDueExpiries(ctx, base.Add(2*time.Hour), time.Minute, 10))(t)
-	if len(claimed) != 1 || claimed[0].ToolCallID != "c2" || claimed[0].ConversationID != c.ID {
-		t.Fatalf("timers after the good batch = %+v, want only c2", claimed)
+	s, ctx := open(t), ctxT(t)
+	c := newConv(t, s, "ana", "atomic")
+	last := atomicSetup(t, s, c.ID)
+	before := snap(t, s, c.ID)
+	failAudit(t, s, "refused-by-trigger")
+	bad := atomicBig()
+	bad.Audit = append(slices.Clone(bad.Audit), store.AuditRecord{ToolCallID: "c2", Tool: "send_email", ActorID: "bob", Action: "refused-by-trigger"})
+	if _, err := s.Append(ctx, c.ID, last, bad); err == nil {
+		t.Fatal("Append of a batch whose audit insert the database refuses succeeded")
 	}
+	checkUnchanged(t, s, c.ID, before, "batch refused at its audit insert")
+	// The failed batch did not take the sequence: the batch without the refused record applies.
+	if got := must(s.Append(ctx, c.ID, last, atomicBig()))(t); got != last+2 {
+		t.Fatalf("Append after the refused batch = %d, want %d", got, last+2)
+	}
+	checkBigApplied(t, s, c.ID)
 }
 
 func equalJSON(t *testing.T, a, b any) bool {
