@@ -32,10 +32,16 @@ func TestDialerRefusesPrivateTargets(t *testing.T) {
 		"http://172.16.0.1/",
 		"http://192.168.1.1/",
 		"http://169.254.169.254/latest/meta-data/",
-		"http://100.64.0.1/", // CGNAT
-		"http://224.0.0.1/",  // multicast
-		"http://[fe80::1]/",  // link-local
-		"http://[fc00::1]/",  // unique local
+		"http://100.64.0.1/",                              // CGNAT
+		"http://224.0.0.1/",                               // multicast
+		"http://[fe80::1]/",                               // link-local
+		"http://[fc00::1]/",                               // unique local
+		"http://[::ffff:7f00:1]:" + port + "/",            // mapped loopback, hex form
+		"http://[0:0:0:0:0:ffff:127.0.0.1]:" + port + "/", // mapped loopback, long form
+		"http://[::127.0.0.1]:" + port + "/",              // IPv4-compatible (deprecated)
+		"http://[64:ff9b::7f00:1]:" + port + "/",          // NAT64 of loopback
+		"http://[2002:7f00:1::1]:" + port + "/",           // 6to4 of loopback
+		"http://[::]:" + port + "/",                       // unspecified
 	}
 	for _, target := range targets {
 		t.Run(target, func(t *testing.T) {
@@ -47,6 +53,26 @@ func TestDialerRefusesPrivateTargets(t *testing.T) {
 	}
 	if n := hits.Load(); n != 0 {
 		t.Fatalf("a refused target reached the server %d times", n)
+	}
+}
+
+// TestObscureIPv4SpellingsNeverReachLoopback: decimal, octal, hex and short forms of 127.0.0.1
+// are not IP literals to Go, so they are looked up as names; whichever resolver answers, the
+// request must fail and the loopback server must not be reached.
+func TestObscureIPv4SpellingsNeverReachLoopback(t *testing.T) {
+	var hits atomic.Int32
+	srv := serve(t, func(w http.ResponseWriter, r *http.Request) { hits.Add(1) })
+	port := mustURL(t, srv.URL).Port()
+	c := NewClient(DialPolicy{})
+	t.Cleanup(c.CloseIdleConnections)
+	for _, host := range []string{"2130706433", "0177.0.0.1", "0x7f.0.0.1", "127.1", "0x7f000001"} {
+		_, aerr := (&HTTP{Client: c}).Do(context.Background(), Request{URL: "http://" + host + ":" + port + "/"}, CallContext{})
+		if aerr == nil {
+			t.Errorf("%s: request succeeded", host)
+		}
+	}
+	if n := hits.Load(); n != 0 {
+		t.Fatalf("an obscure spelling reached the loopback server %d times", n)
 	}
 }
 
