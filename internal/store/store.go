@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -20,7 +21,15 @@ var (
 	ErrConflict = errors.New("conflict")
 	// ErrSchemaTooNew means the database was migrated by a newer binary.
 	ErrSchemaTooNew = errors.New("database schema is newer than this binary")
+	// ErrSchemaBehind means the database lacks migrations this binary needs (it was restored
+	// from an older backup or its migrations were removed after this process started).
+	ErrSchemaBehind = errors.New("database schema is older than this binary")
 )
+
+// TokenTouchEvery is how stale an API token's LastUsedAt may get: TouchAPIToken writes only
+// when the recorded use is older than this, so a busy token costs one write a minute, not one
+// per request.
+const TokenTouchEvery = time.Minute
 
 // Role of a user.
 type Role string
@@ -229,6 +238,9 @@ type Store interface {
 	APITokenByHash(ctx context.Context, hash []byte) (APIToken, error) // ErrNotFound when missing or revoked
 	ListAPITokens(ctx context.Context, userID string) ([]APIToken, error)
 	RevokeAPIToken(ctx context.Context, userID, id string) error
+	// TouchAPIToken records that the token id was used now, when its LastUsedAt is unset or at
+	// least TokenTouchEvery old. A missing or revoked token is left alone and is not an error.
+	TouchAPIToken(ctx context.Context, id string) error
 	GetSetting(ctx context.Context, key string) (string, error) // ErrNotFound when unset
 	SetSetting(ctx context.Context, key, value string) error
 
@@ -269,5 +281,24 @@ type Store interface {
 
 	// Ping answers when the store is reachable.
 	Ping(ctx context.Context) error
+	// SchemaVersion reports the schema version the database is at (have) and the one this
+	// binary was built for (want); a readiness check wants them equal (see Ready).
+	SchemaVersion(ctx context.Context) (have, want int, err error)
 	Close() error
+}
+
+// Ready reports whether s can serve requests: it answers and its schema is the one this binary
+// was built for. The error wraps ErrSchemaTooNew or ErrSchemaBehind when the versions differ,
+// and the store's own error when it does not answer.
+func Ready(ctx context.Context, s Store) error {
+	have, want, err := s.SchemaVersion(ctx)
+	switch {
+	case err != nil:
+		return fmt.Errorf("store not ready: %w", err)
+	case have > want:
+		return fmt.Errorf("store not ready: schema version %d, this binary knows up to %d: %w", have, want, ErrSchemaTooNew)
+	case have < want:
+		return fmt.Errorf("store not ready: schema version %d, this binary needs %d: %w", have, want, ErrSchemaBehind)
+	}
+	return nil
 }

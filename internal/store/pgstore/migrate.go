@@ -57,13 +57,16 @@ func loadMigrations(fsys fs.FS) ([]migration, error) {
 // migrationsFS is the embedded migrations directory.
 func migrationsFS() fs.FS { return migrations.FS }
 
-// migrate applies the embedded migrations.
-func migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
+// migrate applies the embedded migrations and returns the newest one's version.
+func migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (int, error) {
 	ms, err := loadMigrations(migrationsFS())
 	if err != nil {
-		return err
+		return 0, err
 	}
-	return applyMigrations(ctx, pool, ms, logger)
+	if len(ms) == 0 {
+		return 0, fmt.Errorf("no migrations are embedded")
+	}
+	return ms[len(ms)-1].version, applyMigrations(ctx, pool, ms, logger)
 }
 
 // applyMigrations applies every migration newer than the database's version, each in its own

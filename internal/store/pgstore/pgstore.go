@@ -36,6 +36,7 @@ const ConnectTimeout = 5 * time.Second
 type Store struct {
 	sqlcore.Core
 	pool      *pgxpool.Pool
+	want      int // the newest embedded migration
 	closeOnce sync.Once
 }
 
@@ -59,13 +60,15 @@ func Open(ctx context.Context, databaseURL string, logger *slog.Logger, opts ...
 	if err != nil {
 		return nil, err
 	}
-	if err := migrate(ctx, pool, logger); err != nil {
+	want, err := migrate(ctx, pool, logger)
+	if err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("migrate %s: %w", Redact(databaseURL), err)
 	}
 	s := &Store{
 		Core: sqlcore.Core{DB: &db{pool: pool}, Dialect: sqlcore.Dialect{SkipLocked: "FOR UPDATE SKIP LOCKED"}, Clock: clock.Real{}},
 		pool: pool,
+		want: want,
 	}
 	for _, o := range opts {
 		o(s)
@@ -98,10 +101,24 @@ func Migrate(ctx context.Context, databaseURL string) error {
 		return err
 	}
 	defer pool.Close()
-	if err := migrate(ctx, pool, slog.Default()); err != nil {
+	if _, err := migrate(ctx, pool, slog.Default()); err != nil {
 		return fmt.Errorf("migrate %s: %w", Redact(databaseURL), err)
 	}
 	return nil
+}
+
+// SchemaVersion implements store.Store: have is the newest version in schema_migrations (0 when
+// the table is missing), want the newest migration embedded in this binary.
+func (s *Store) SchemaVersion(ctx context.Context) (have, want int, err error) {
+	err = s.pool.QueryRow(ctx, `SELECT COALESCE(max(version), 0) FROM schema_migrations`).Scan(&have)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table: never migrated
+		return 0, s.want, nil
+	}
+	if err != nil {
+		return 0, s.want, fmt.Errorf("read schema version: %w", err)
+	}
+	return have, s.want, nil
 }
 
 // Close closes the pool. Closing twice is harmless.

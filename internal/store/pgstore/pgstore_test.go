@@ -14,6 +14,7 @@ import (
 	"parley/internal/clock"
 	"parley/internal/store"
 	"parley/internal/store/pgtest"
+	"parley/internal/store/storetest"
 )
 
 func TestRedact(t *testing.T) {
@@ -230,22 +231,37 @@ func TestWithClockStampsAndExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	c, err := s.CreateConversation(ctx, store.Conversation{OwnerID: "u"})
-	if err != nil || !c.CreatedAt.Equal(t0) {
-		t.Fatalf("CreatedAt = %v (err %v), want the fake clock's %v", c.CreatedAt, err, t0)
-	}
-	u, err := s.CreateUser(ctx, store.User{Name: "ana"})
+	storetest.CheckClock(t, s, clk, t0)
+}
+
+// TestReadyNamesSchemaDrift checks that store.Ready (the /readyz check) reports a database
+// that another binary moved on, or that lost its migrations, while this process runs.
+func TestReadyNamesSchemaDrift(t *testing.T) {
+	url := pgtest.NewURL(t)
+	s, err := Open(t.Context(), url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CreateSession(ctx, store.Session{TokenHash: []byte("h"), UserID: u.ID, ExpiresAt: t0.Add(time.Hour)}); err != nil {
-		t.Fatal(err)
+	defer s.Close()
+	conn := connectT(t, url)
+	steps := []struct {
+		sql  string
+		want error
+	}{
+		{``, nil},
+		{`INSERT INTO schema_migrations (version, name) VALUES (9999, '9999_future.up.sql')`, store.ErrSchemaTooNew},
+		{`DELETE FROM schema_migrations`, store.ErrSchemaBehind},
+		{`DROP TABLE schema_migrations`, store.ErrSchemaBehind},
 	}
-	if _, err := s.SessionByHash(ctx, []byte("h")); err != nil {
-		t.Fatalf("session before expiry: %v", err)
-	}
-	clk.Advance(time.Hour)
-	if _, err := s.SessionByHash(ctx, []byte("h")); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("session at its expiry on the store's clock: err = %v, want ErrNotFound", err)
+	for _, st := range steps {
+		if st.sql != "" {
+			if _, err := conn.Exec(t.Context(), st.sql); err != nil {
+				t.Fatal(err)
+			}
+		}
+		err := store.Ready(t.Context(), s)
+		if st.want == nil && err != nil || st.want != nil && !errors.Is(err, st.want) {
+			t.Fatalf("after %q: Ready = %v, want %v", st.sql, err, st.want)
+		}
 	}
 }

@@ -104,6 +104,26 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
+// SchemaVersion implements store.Store: have is the file's PRAGMA user_version, want the
+// version of the embedded schema.
+func (s *Store) SchemaVersion(ctx context.Context) (have, want int, err error) {
+	rows, err := s.DB.Query(ctx, `PRAGMA user_version`)
+	if err != nil {
+		return 0, schemaVersion, fmt.Errorf("read schema version: %w", err)
+	}
+	defer rows.Close()
+	var v int64
+	if rows.Next() {
+		if err := rows.Scan(&v); err != nil {
+			return 0, schemaVersion, fmt.Errorf("read schema version: %w", err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, schemaVersion, fmt.Errorf("read schema version: %w", err)
+	}
+	return int(v), schemaVersion, nil
+}
+
 // migrate applies the schema to a new file and refuses a file written by a newer binary.
 func migrate(ctx context.Context, w *sql.DB) (err error) {
 	tx, err := w.BeginTx(ctx, nil) // IMMEDIATE: two handles opening a new file do not both create it

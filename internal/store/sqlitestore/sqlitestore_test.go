@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"parley/internal/clock"
 	"parley/internal/store"
+	"parley/internal/store/storetest"
 )
 
 func TestOpenCreatesDirAndReopens(t *testing.T) {
@@ -59,7 +61,7 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 }
 
 func TestWithClockStampsAndExpires(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	t0 := time.Date(2030, 6, 1, 12, 0, 0, 0, time.UTC)
 	clk := clock.NewFake(t0)
 	s, err := Open(ctx, filepath.Join(t.TempDir(), "parley.db"), WithClock(clk))
@@ -67,24 +69,7 @@ func TestWithClockStampsAndExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	c, err := s.CreateConversation(ctx, store.Conversation{OwnerID: "u"})
-	if err != nil || !c.CreatedAt.Equal(t0) {
-		t.Fatalf("CreatedAt = %v (err %v), want the fake clock's %v", c.CreatedAt, err, t0)
-	}
-	u, err := s.CreateUser(ctx, store.User{Name: "ana"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.CreateSession(ctx, store.Session{TokenHash: []byte("h"), UserID: u.ID, ExpiresAt: t0.Add(time.Hour)}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.SessionByHash(ctx, []byte("h")); err != nil {
-		t.Fatalf("session before expiry: %v", err)
-	}
-	clk.Advance(time.Hour)
-	if _, err := s.SessionByHash(ctx, []byte("h")); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("session at its expiry on the store's clock: err = %v, want ErrNotFound", err)
-	}
+	storetest.CheckClock(t, s, clk, t0)
 }
 
 func TestOpenRejectsUnusablePath(t *testing.T) {
@@ -92,6 +77,29 @@ func TestOpenRejectsUnusablePath(t *testing.T) {
 		if s, err := Open(context.Background(), p); err == nil {
 			s.Close()
 			t.Errorf("Open(%q) succeeded; the DSN would be misread", p)
+		}
+	}
+}
+
+// TestReadyNamesSchemaDrift checks that store.Ready (the /readyz check) reports a file whose
+// schema version is not the binary's.
+func TestReadyNamesSchemaDrift(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "parley.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, st := range []struct {
+		version int
+		want    error
+	}{{schemaVersion, nil}, {schemaVersion + 1, store.ErrSchemaTooNew}, {0, store.ErrSchemaBehind}} {
+		if _, err := s.DB.Exec(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, st.version)); err != nil {
+			t.Fatal(err)
+		}
+		err := store.Ready(ctx, s)
+		if st.want == nil && err != nil || st.want != nil && !errors.Is(err, st.want) {
+			t.Fatalf("at version %d: Ready = %v, want %v", st.version, err, st.want)
 		}
 	}
 }

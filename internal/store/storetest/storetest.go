@@ -99,6 +99,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 		{"Outbox", testOutbox},
 		{"Audit", testAudit},
 		{"Ping", testPing},
+		{"SchemaVersion", testSchemaVersion},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })
@@ -259,6 +260,25 @@ func testAPITokens(t *testing.T, open Opener) {
 	}
 	if ts := must(s.ListAPITokens(ctx, bob.ID))(t); len(ts) != 0 {
 		t.Fatalf("bob's tokens = %+v, want none", ts)
+	}
+
+	// TouchAPIToken stamps a live token once (CheckClock tests the next minute), never a revoked
+	// one, and ignores a missing one.
+	before := time.Now().Add(-time.Second)
+	for _, id := range []string{t2.ID, t2.ID, t1.ID, "nope"} {
+		if err := s.TouchAPIToken(ctx, id); err != nil {
+			t.Fatalf("TouchAPIToken(%s): %v", id, err)
+		}
+	}
+	ts = must(s.ListAPITokens(ctx, ana.ID))(t)
+	if used := ts[0].LastUsedAt; used == nil || used.Before(before) || used.Location() != time.UTC {
+		t.Fatalf("LastUsedAt of a touched token = %v, want a UTC time after %v", used, before)
+	}
+	if ts[1].LastUsedAt != nil {
+		t.Fatalf("a revoked token was touched: LastUsedAt = %v", ts[1].LastUsedAt)
+	}
+	if got := must(s.APITokenByHash(ctx, []byte("h2")))(t); got.LastUsedAt == nil || !got.LastUsedAt.Equal(*ts[0].LastUsedAt) {
+		t.Fatalf("APITokenByHash LastUsedAt = %v, want %v", got.LastUsedAt, ts[0].LastUsedAt)
 	}
 }
 
@@ -1046,5 +1066,22 @@ func testPing(t *testing.T, open Opener) {
 	s := open(t)
 	if err := s.Ping(ctxT(t)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func testSchemaVersion(t *testing.T, open Opener) {
+	s, ctx := open(t), ctxT(t)
+	have, want, err := s.SchemaVersion(ctx)
+	if err != nil || have != want || want < 1 {
+		t.Fatalf("SchemaVersion of a store just opened = %d, %d, %v; want equal versions of at least 1", have, want, err)
+	}
+	if err := store.Ready(ctx, s); err != nil {
+		t.Fatalf("Ready: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Ready(ctx, s); err == nil {
+		t.Fatal("Ready of a closed store = nil, want an error")
 	}
 }

@@ -355,6 +355,17 @@ func (c *Core) RevokeAPIToken(ctx context.Context, userID, id string) error {
 	return nil
 }
 
+// TouchAPIToken implements store.Store. Most calls change nothing (the token was used within
+// store.TokenTouchEvery), and an UPDATE that matches no row writes nothing.
+func (c *Core) TouchAPIToken(ctx context.Context, id string) error {
+	now := c.now()
+	if _, err := c.DB.Exec(ctx, `UPDATE api_tokens SET last_used_at = $1 WHERE id = $2 AND revoked_at IS NULL AND (last_used_at IS NULL OR last_used_at <= $3)`,
+		now, id, ts(now.Add(-store.TokenTouchEvery))); err != nil {
+		return fmt.Errorf("touch API token %q: %w", id, err)
+	}
+	return nil
+}
+
 // GetSetting implements store.Store.
 func (c *Core) GetSetting(ctx context.Context, key string) (string, error) {
 	var v string
