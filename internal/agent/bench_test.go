@@ -127,13 +127,15 @@ func percentile(d []time.Duration, p float64) time.Duration {
 
 // BenchmarkResolveAckPostgres measures how long Resolve takes to acknowledge an approval (the
 // decision durable in PostgreSQL) with 16 concurrent resolvers over 200 pending conversations,
-// beside a bare single-row INSERT commit through the same pool in the same run. Each resolve
-// also sets its conversation's turn going (tool run, LLM call, more appends), so the
-// acknowledgements compete with that work as they would in production.
+// beside a bare single-row INSERT commit through the same pool in the same run: each resolver
+// alternates a resolve and a bare INSERT, so both see the same load. Each resolve also sets its
+// conversation's turn going (tool run, LLM call, more appends), which competes with later
+// acknowledgements as it would in production. The pool has 32 connections (pool_max_conns in
+// the URL); pgx's default (4 on this machine) makes every figure a queue for connections.
 func BenchmarkResolveAckPostgres(b *testing.B) {
 	const convs, workers = 200, 16
 	ctx := context.Background()
-	pg, err := pgstore.Open(ctx, pgtest.NewURL(b), nil)
+	pg, err := pgstore.Open(ctx, pgtest.NewURL(b)+"&pool_max_conns=32", nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -182,9 +184,16 @@ func BenchmarkResolveAckPostgres(b *testing.B) {
 						b.Error(err)
 						return
 					}
+					a := time.Since(start)
+					start = time.Now()
+					if _, err := pg.Pool().Exec(ctx, `INSERT INTO bare (conversation_id, data) VALUES ($1, $2)`, c, []byte(`{"decision":"approve"}`)); err != nil {
+						b.Error(err)
+						return
+					}
 					d := time.Since(start)
 					mu.Lock()
-					ack = append(ack, d)
+					ack = append(ack, a)
+					bare = append(bare, d)
 					mu.Unlock()
 				}
 			}()
@@ -193,31 +202,6 @@ func BenchmarkResolveAckPostgres(b *testing.B) {
 		b.StopTimer()
 		waitAll(b, sub, e.convs, store.StatusIdle)
 		sub.Close()
-
-		// The floor: the same number of single-row autocommit INSERTs, 16 at a time.
-		rows := make(chan int, convs)
-		for j := range convs {
-			rows <- j
-		}
-		close(rows)
-		for range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range rows {
-					start := time.Now()
-					if _, err := pg.Pool().Exec(ctx, `INSERT INTO bare (conversation_id, data) VALUES ($1, $2)`, "bench", []byte(`{"decision":"approve"}`)); err != nil {
-						b.Error(err)
-						return
-					}
-					d := time.Since(start)
-					mu.Lock()
-					bare = append(bare, d)
-					mu.Unlock()
-				}
-			}()
-		}
-		wg.Wait()
 		b.StartTimer()
 	}
 	ap50, ap99 := percentile(ack, 0.50), percentile(ack, 0.99)
@@ -231,29 +215,71 @@ func BenchmarkResolveAckPostgres(b *testing.B) {
 }
 
 // BenchmarkLoopPerToolCall measures one turn with one server tool call (user message, LLM call,
-// tool run, LLM call, answer: four appends) on the embedded store with an in-process model.
+// tool run, LLM call, answer) on the embedded store with an in-process model. The turn makes
+// four appends; "store-floor" makes four appends of the same entries with nothing else, so the
+// difference is the loop's own overhead.
 func BenchmarkLoopPerToolCall(b *testing.B) {
 	ctx := context.Background()
-	clk := clock.NewFake(time.Now())
-	st, err := sqlitestore.Open(ctx, filepath.Join(b.TempDir(), "bench.db"), sqlitestore.WithClock(clk))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = st.Close() })
-	e := newBenchEnv(b, st, clk, gatedModel{}, benchTools(b, false), 1, nil)
-	sub := e.m.Subscribe(e.convs[0])
-	defer sub.Close()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if err := e.m.Send(ctx, e.convs[0], e.owner, "act"); err != nil {
+	open := func(b *testing.B) (store.Store, *clock.Fake) {
+		clk := clock.NewFake(time.Now())
+		st, err := sqlitestore.Open(ctx, filepath.Join(b.TempDir(), "bench.db"), sqlitestore.WithClock(clk))
+		if err != nil {
 			b.Fatal(err)
 		}
-		for ev := range sub.C {
-			if ev.Type == EventStatus && ev.Status == store.StatusIdle {
-				break
+		b.Cleanup(func() { _ = st.Close() })
+		return st, clk
+	}
+	b.Run("turn", func(b *testing.B) {
+		st, clk := open(b)
+		e := newBenchEnv(b, st, clk, gatedModel{}, benchTools(b, false), 1, nil)
+		sub := e.m.Subscribe(e.convs[0])
+		defer sub.Close()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if err := e.m.Send(ctx, e.convs[0], e.owner, "act"); err != nil {
+				b.Fatal(err)
+			}
+			for ev := range sub.C {
+				if ev.Type == EventStatus && ev.Status == store.StatusIdle {
+					break
+				}
 			}
 		}
-	}
+	})
+	b.Run("store-floor", func(b *testing.B) {
+		st, _ := open(b)
+		u, err := st.CreateUser(ctx, store.User{Name: "floor", Role: store.RoleMember, PasswordHash: []byte("x")})
+		if err != nil {
+			b.Fatal(err)
+		}
+		c, err := st.CreateConversation(ctx, store.Conversation{OwnerID: u.ID})
+		if err != nil {
+			b.Fatal(err)
+		}
+		seq := int64(0)
+		appendOne := func(bt store.Batch) {
+			n, err := st.Append(ctx, c.ID, seq, bt)
+			if err != nil {
+				b.Fatal(err)
+			}
+			seq = n
+		}
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			id := fmt.Sprint("act_", i)
+			appendOne(store.Batch{Status: store.StatusGenerating, Entries: []store.Entry{{Type: store.EntryUserMessage, Data: mustJSON(userMessageData{Text: "act"})}}})
+			appendOne(store.Batch{Status: store.StatusDispatching,
+				Entries: []store.Entry{
+					{Type: store.EntryAssistantMessage, Data: mustJSON(assistantMessageData{ToolCalls: []assistantCallData{{ID: id, Name: "act", Args: json.RawMessage(`{"n":1}`)}}})},
+					{Type: store.EntryToolCall, ToolCallID: id, Data: mustJSON(toolCallData{Name: "act", Args: json.RawMessage(`{"n":1}`)})},
+				},
+				Calls: []store.ToolCall{{ConversationID: c.ID, ToolCallID: id, Name: "act", Executor: "server", Approval: "auto", Approvers: "owner", Status: store.CallRunning, Args: json.RawMessage(`{"n":1}`)}}})
+			appendOne(store.Batch{Status: store.StatusGenerating,
+				Entries: []store.Entry{{Type: store.EntryToolResult, ToolCallID: id, Data: mustJSON(resultData{Envelope: json.RawMessage(`{"ok":true,"result":{"n":1}}`), Status: store.CallResolved})}},
+				Calls:   []store.ToolCall{{ConversationID: c.ID, ToolCallID: id, Name: "act", Executor: "server", Approval: "auto", Approvers: "owner", Status: store.CallResolved, Args: json.RawMessage(`{"n":1}`), Result: json.RawMessage(`{"ok":true,"result":{"n":1}}`)}}})
+			appendOne(store.Batch{Status: store.StatusIdle, Entries: []store.Entry{{Type: store.EntryAssistantMessage, Data: mustJSON(assistantMessageData{Text: "done"})}}})
+		}
+	})
 }
 
 // BenchmarkMemory reports the heap held for 10,000 hibernated conversations (each with a
@@ -296,10 +322,10 @@ func memoryFigures(b *testing.B) (hibernated, live float64) {
 			b.Fatal(err)
 		}
 	}
-	base := heap()
-	// Revive every one (rebuilding its state from the log), then let them hibernate.
 	sub := e.m.hub.subscribeSize("", 8*nLive)
 	defer sub.Close()
+	base := heap()
+	// Revive every one (rebuilding its state from the log), then let them hibernate.
 	for _, c := range e.convs[:nHib] {
 		if _, err := e.m.View(ctx, c); err != nil {
 			b.Fatal(err)
@@ -323,6 +349,7 @@ func memoryFigures(b *testing.B) (hibernated, live float64) {
 	for _, a := range actors {
 		<-a.done
 	}
+	actors = nil // the benchmark's own references must not count
 	hibernated = heap() - base
 	// 1,000 live conversations, each awaiting an approval reached through the loop.
 	base = heap()
