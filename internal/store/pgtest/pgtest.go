@@ -9,13 +9,16 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // DefaultURL is the server tests use when TEST_DATABASE_URL is unset.
@@ -33,32 +36,79 @@ func AdminURL() string {
 	return DefaultURL
 }
 
-// NewURL creates an empty database with a random name, returns a URL for it (the admin URL with
-// the database name replaced) and drops it WITH (FORCE) when the test ends. It fails the test with
-// a message naming the server when PostgreSQL does not answer.
+// NewURL creates an empty database with a random name, returns a connection string for it (the
+// admin one with the database replaced; a URL or a keyword/value string like the admin one) and
+// drops it WITH (FORCE) when the test ends. It fails the test with a message naming the server
+// and saying what to do when PostgreSQL does not answer or refuses the user.
 func NewURL(t testing.TB) string {
 	t.Helper()
 	admin := AdminURL()
 	name := "parley_test_" + randomHex(8)
-	u, err := url.Parse(admin)
+	dsn, err := withDatabase(admin, name)
 	if err != nil {
-		t.Fatalf("pgtest: TEST_DATABASE_URL is not a URL: %v", err)
+		t.Fatalf("pgtest: TEST_DATABASE_URL: %v", err)
 	}
-	u.Path = "/" + name
 
 	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, admin)
 	if err != nil {
-		t.Fatalf("pgtest: PostgreSQL does not answer at %s (set TEST_DATABASE_URL or run scripts/ensure-postgres.sh): %v",
-			redacted(u), err)
+		t.Fatalf("pgtest: %s", connectFailure(admin, err))
 	}
 	defer conn.Close(context.Background())
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		t.Fatalf("pgtest: create database %s: %v", name, err)
+		hint := ""
+		if pgCode(err) == "42501" { // insufficient_privilege
+			hint = " (the TEST_DATABASE_URL user needs CREATEDB: ALTER ROLE … CREATEDB)"
+		}
+		t.Fatalf("pgtest: create database %s on %s: %v%s", name, describe(admin), err, hint)
 	}
 	t.Cleanup(func() { drop(t, admin, name) })
-	return u.String()
+	return dsn
+}
+
+// withDatabase returns the connection string admin with its database replaced by name. A
+// keyword/value string gets a second dbname, which wins (libpq's and pgx's rule).
+func withDatabase(admin, name string) (string, error) {
+	if strings.HasPrefix(admin, "postgres://") || strings.HasPrefix(admin, "postgresql://") {
+		u, err := url.Parse(admin)
+		if err != nil {
+			return "", fmt.Errorf("not a URL: %w", err)
+		}
+		u.Path, u.RawPath = "/"+name, ""
+		return u.String(), nil
+	}
+	if _, err := pgconn.ParseConfig(admin); err != nil {
+		return "", errors.New("not a postgres:// URL or a keyword/value connection string")
+	}
+	return admin + " dbname=" + name, nil
+}
+
+// connectFailure says why the admin connection failed and what to do, without the password.
+func connectFailure(admin string, err error) string {
+	where := describe(admin)
+	if code := pgCode(err); strings.HasPrefix(code, "28") { // invalid authorization: password, pg_hba, role
+		return fmt.Sprintf("PostgreSQL at %s refused the login (SQLSTATE %s: %s): put the password in TEST_DATABASE_URL "+
+			"(postgres://user:password@host:port/db) or PGPASSWORD, or run scripts/ensure-postgres.sh as root to trust 127.0.0.1",
+			where, code, pgMessage(err))
+	}
+	return fmt.Sprintf("PostgreSQL does not answer at %s (set TEST_DATABASE_URL or run scripts/ensure-postgres.sh): %v", where, err)
+}
+
+func pgCode(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+func pgMessage(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Message
+	}
+	return err.Error()
 }
 
 func drop(t testing.TB, admin, name string) {
@@ -75,13 +125,14 @@ func drop(t testing.TB, admin, name string) {
 	}
 }
 
-// redacted prints u without its password, for messages.
-func redacted(u *url.URL) string {
-	c := *u
-	if c.User != nil {
-		c.User = url.User(c.User.Username())
+// describe names the server, database and user of a connection string for messages, never
+// its password.
+func describe(dsn string) string {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return "(unparseable TEST_DATABASE_URL)"
 	}
-	return fmt.Sprintf("%s (database %q)", c.Host, c.Path)
+	return fmt.Sprintf("%s:%d (database %q, user %q)", cfg.Host, cfg.Port, cfg.Database, cfg.User)
 }
 
 func randomHex(n int) string {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 func TestNewURLIsolatedAndDropped(t *testing.T) {
@@ -50,11 +51,60 @@ func TestNewURLIsolatedAndDropped(t *testing.T) {
 	}
 }
 
-func TestRedactedHidesPassword(t *testing.T) {
-	u, _ := url.Parse("postgres://alice:s3cret@db.example:5432/parley")
-	got := redacted(u)
-	if want := `db.example:5432 (database "/parley")`; got != want {
-		t.Fatalf("redacted = %q, want %q", got, want)
+func TestDescribeHidesPassword(t *testing.T) {
+	for _, dsn := range []string{
+		"postgres://alice:s3cret@db.example:5432/parley",
+		"host=db.example port=5432 user=alice password=s3cret dbname=parley",
+	} {
+		if got, want := describe(dsn), `db.example:5432 (database "parley", user "alice")`; got != want {
+			t.Errorf("describe(%q) = %q, want %q", dsn, got, want)
+		}
+	}
+}
+
+func TestWithDatabase(t *testing.T) {
+	cases := []struct{ admin, want string }{
+		{"postgres://u:p%40ss@h:5432/postgres?sslmode=disable", "postgres://u:p%40ss@h:5432/parley_x?sslmode=disable"},
+		{"postgresql://h/postgres", "postgresql://h/parley_x"},
+		{"host=h user=u dbname=postgres sslmode=disable", "host=h user=u dbname=postgres sslmode=disable dbname=parley_x"},
+	}
+	for _, tc := range cases {
+		got, err := withDatabase(tc.admin, "parley_x")
+		if err != nil || got != tc.want {
+			t.Errorf("withDatabase(%q) = %q, %v; want %q", tc.admin, got, err, tc.want)
+			continue
+		}
+		cfg, err := pgconn.ParseConfig(got)
+		if err != nil || cfg.Database != "parley_x" {
+			t.Errorf("withDatabase(%q) = %q, which connects to %q (%v)", tc.admin, got, cfg.Database, err)
+		}
+	}
+	if _, err := withDatabase("host='unterminated", "x"); err == nil {
+		t.Error("withDatabase accepted an unparseable connection string")
+	}
+}
+
+// TestNewURLKeywordValue runs NewURL with a keyword/value TEST_DATABASE_URL, the other form
+// libpq users write.
+func TestNewURLKeywordValue(t *testing.T) {
+	cfg, err := pgconn.ParseConfig(AdminURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := fmt.Sprintf("host=%s port=%d user=%s dbname=%s sslmode=disable", cfg.Host, cfg.Port, cfg.User, cfg.Database)
+	if cfg.Password != "" {
+		kv += " password='" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(cfg.Password) + "'"
+	}
+	t.Setenv("TEST_DATABASE_URL", kv)
+	dsn := NewURL(t)
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var db string
+	if err := conn.QueryRow(t.Context(), `SELECT current_database()`).Scan(&db); err != nil || !strings.HasPrefix(db, "parley_test_") {
+		t.Fatalf("connected to %q (%v), want a parley_test_ database", db, err)
 	}
 }
 
@@ -71,8 +121,9 @@ func (f *fatalRecorder) Fatalf(format string, args ...any) {
 	runtime.Goexit()
 }
 
-func TestNewURLFailsWhenServerAbsent(t *testing.T) {
-	t.Setenv("TEST_DATABASE_URL", "postgres://postgres:hunter2@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=2")
+// newURLFailure runs NewURL against admin and returns its failure message.
+func newURLFailure(t *testing.T, admin string) string {
+	t.Setenv("TEST_DATABASE_URL", admin)
 	rec := &fatalRecorder{TB: t}
 	done := make(chan struct{})
 	go func() {
@@ -80,10 +131,31 @@ func TestNewURLFailsWhenServerAbsent(t *testing.T) {
 		NewURL(rec)
 	}()
 	<-done
-	if !strings.Contains(rec.msg, "does not answer at 127.0.0.1:1") {
-		t.Fatalf("want a failure naming the server, got %q", rec.msg)
-	}
 	if strings.Contains(rec.msg, "hunter2") {
 		t.Fatalf("failure message leaks the password: %q", rec.msg)
+	}
+	return rec.msg
+}
+
+func TestNewURLFailsWhenServerAbsent(t *testing.T) {
+	msg := newURLFailure(t, "postgres://postgres:hunter2@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=2")
+	if !strings.Contains(msg, "does not answer at 127.0.0.1:1") {
+		t.Fatalf("want a failure naming the server, got %q", msg)
+	}
+}
+
+// TestNewURLFailsWhenLoginRefused is the fresh machine whose server wants another user or a
+// password: the message says so and how to fix it, rather than "does not answer".
+func TestNewURLFailsWhenLoginRefused(t *testing.T) {
+	cfg, err := pgconn.ParseConfig(AdminURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := fmt.Sprintf("postgres://parley_no_such_role:hunter2@%s:%d/postgres?sslmode=disable", cfg.Host, cfg.Port)
+	msg := newURLFailure(t, refused)
+	for _, want := range []string{"refused the login", "SQLSTATE 28", "TEST_DATABASE_URL", `user "parley_no_such_role"`} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("failure %q does not contain %q", msg, want)
+		}
 	}
 }
