@@ -32,11 +32,7 @@ func (s *Server) renderTokens(c echo.Context, status int, created, createdName s
 		if t.RevokedAt != nil {
 			continue
 		}
-		r := views.TokenRow{ID: t.ID, Name: t.Name, CreatedAt: t.CreatedAt.UTC().Format(dateFormat), LastUsed: "never"}
-		if t.LastUsedAt != nil {
-			r.LastUsed = t.LastUsedAt.UTC().Format(dateFormat)
-		}
-		rows = append(rows, r)
+		rows = append(rows, views.TokenRow{ID: t.ID, Name: t.Name, CreatedAt: t.CreatedAt.UTC().Format(dateFormat)})
 	}
 	return s.render(c, status, views.TokensPage(s.layoutData(c, "API tokens"), rows, created, createdName))
 }

@@ -155,6 +155,8 @@ func newTestEnv(t *testing.T, cfg Config) *testEnv {
 	t.Cleanup(func() {
 		srv.Shutdown()
 		ts.Close()
+		// Clients keep idle keep-alive connections whose goroutines goleak would report.
+		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 	})
 	return &testEnv{t: t, srv: srv, st: st, clk: clk, conv: fc, ts: ts, users: map[string]store.User{}}
 }

@@ -1,7 +1,9 @@
 package web
 
 import (
+	"context"
 	"net/http"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -64,9 +66,15 @@ func (s *Server) home(c echo.Context) error {
 	return c.Redirect(http.StatusSeeOther, "/conversations")
 }
 
+// healthTimeout bounds the store's answer to a health check, so a hung database reads as down
+// rather than as a hung probe.
+const healthTimeout = 3 * time.Second
+
 // healthz answers 200 when the store does.
 func (s *Server) healthz(c echo.Context) error {
-	if err := s.store.Ping(c.Request().Context()); err != nil {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), healthTimeout)
+	defer cancel()
+	if err := s.store.Ping(ctx); err != nil {
 		s.log.WarnContext(c.Request().Context(), "health check: store unreachable", "err", err)
 		return c.JSON(http.StatusServiceUnavailable, errorBody{Error: errorJSON{
 			Kind: "unavailable", Message: "the store does not answer", Details: map[string]any{}}})

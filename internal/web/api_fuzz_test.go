@@ -1,0 +1,65 @@
+package web
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/labstack/echo/v4"
+
+	"parley/internal/agent"
+	"parley/internal/tools"
+)
+
+// FuzzResolveBody: whatever a client sends as a resolve body, decoding and the shape check
+// either accept it as exactly one kind of resolution or refuse it with a 4xx kind; they never
+// panic and never call it internal.
+func FuzzResolveBody(f *testing.F) {
+	for _, seed := range []string{
+		`{"decision":"approve"}`, `{"decision":"approve","args":{"to":"x"}}`, `{"decision":"deny","reason":"no"}`,
+		`{"action":"accept","content":{"a":1}}`, `{"action":"cancel"}`, `{"result":{"lat":1}}`, `{"error":{"message":"x"}}`,
+		`{"decision":"approve","action":"accept"}`, `{"args":null}`, `{"error":null}`, `[]`, `{`, `null`, `{"result":1}{}`,
+		`{"error":{"message":"x","code":1}}`, `{"decision":5}`,
+	} {
+		f.Add(seed)
+	}
+	e := echo.New()
+	f.Fuzz(func(t *testing.T, body string) {
+		req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Body = http.MaxBytesReader(nil, req.Body, 1<<16)
+		c := e.NewContext(req, httptest.NewRecorder())
+		var r agent.Resolution
+		if err := decodeJSON(c, &r, false); err != nil {
+			te, internal := classify(err)
+			if internal || statusOf(te.Kind) >= 500 || statusOf(te.Kind) < 400 {
+				t.Fatalf("decode %q: %v", body, err)
+			}
+			return
+		}
+		kind, terr := resolutionKind(r)
+		if terr != nil {
+			if terr.Kind != tools.KindInvalidArgs {
+				t.Fatalf("shape %q: %v", body, terr)
+			}
+			return
+		}
+		switch kind {
+		case tools.PendingApproval:
+			if r.Decision != "approve" && r.Decision != "deny" {
+				t.Fatalf("accepted approval %q", body)
+			}
+		case tools.PendingElicitation:
+			if r.Action != "accept" && r.Action != "decline" && r.Action != "cancel" {
+				t.Fatalf("accepted elicitation %q", body)
+			}
+		case tools.PendingClientExec:
+			if present(r.Result) == (r.Error != nil) {
+				t.Fatalf("accepted client result %q", body)
+			}
+		default:
+			t.Fatalf("kind %q for %q", kind, body)
+		}
+	})
+}
