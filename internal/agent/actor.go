@@ -917,9 +917,9 @@ func (a *actor) hibernate() bool {
 	if a.m.actors[a.id] == a {
 		delete(a.m.actors, a.id)
 	}
+	a.m.hibernations.Add(1)
 	close(a.done)
 	a.doneClosed = true
-	a.m.hibernations.Add(1)
 	return true
 }
 

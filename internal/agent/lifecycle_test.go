@@ -306,8 +306,8 @@ func TestHibernationAndRevival(t *testing.T) {
 			t.Fatalf("resolve a hibernated conversation: %v", err)
 		}
 		e.waitStatus(store.StatusIdle)
-		if got := e.m.starts.Load(); got != 3 {
-			t.Fatalf("%d actor starts, want 3", got)
+		if s := e.m.Stats(); s.ActorStarts != 3 || s.Hibernations != 2 || s.LiveActors != 1 {
+			t.Fatalf("stats %+v, want 3 starts, 2 hibernations, 1 live", s)
 		}
 	})
 }

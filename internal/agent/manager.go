@@ -210,7 +210,25 @@ func (m *Manager) View(ctx context.Context, convID string) (View, error) {
 		}
 		return View{}, m.internalError("load conversation", err)
 	}
-	return viewOf(st, "", nil), nil
+	return viewOf(st, ""), nil
+}
+
+// Stats are counters for metrics.
+type Stats struct {
+	LiveActors            int   // actors in memory now
+	ActorStarts           int64 // actors started (revivals included) since New
+	Hibernations          int64 // actors that left memory after IdleTimeout
+	DroppedSubscribers    int64 // subscribers closed with EventResync for lagging
+	AttachedConversations int   // conversations with at least one live socket
+}
+
+// Stats reports the manager's counters.
+func (m *Manager) Stats() Stats {
+	m.mu.Lock()
+	live, attached := len(m.actors), len(m.clients)
+	m.mu.Unlock()
+	return Stats{LiveActors: live, ActorStarts: m.starts.Load(), Hibernations: m.hibernations.Load(),
+		DroppedSubscribers: m.hub.dropped.Load(), AttachedConversations: attached}
 }
 
 // Subscribe returns a subscription to one conversation's events, or to every conversation's

@@ -2,18 +2,17 @@ package agent
 
 import (
 	"encoding/json"
-	"time"
 
 	"parley/internal/store"
 	"parley/internal/tools"
 )
 
 // view renders the live state.
-func (a *actor) view() View { return viewOf(a.st, a.stream.String(), a.graceAt) }
+func (a *actor) view() View { return viewOf(a.st, a.stream.String()) }
 
 // viewOf renders a conversation state as the page and the API show it. It copies everything,
 // so the caller may keep it while the actor moves on.
-func viewOf(st *convState, streaming string, _ map[string]time.Time) View {
+func viewOf(st *convState, streaming string) View {
 	v := View{
 		ID: st.conv.ID, OwnerID: st.conv.OwnerID, Title: st.conv.Title, Status: st.status, LastSeq: st.lastSeq,
 		Messages: append([]Message(nil), st.messages...), Streaming: streaming, LastError: st.lastError,
