@@ -100,7 +100,7 @@ var (
 	errForbidden     = tools.NewError(tools.KindPermissionDenied, "you may not do this", nil)
 	errBadCSRF       = tools.NewError(tools.KindPermissionDenied, "missing or invalid CSRF token", nil)
 	errConversation  = tools.NewError(tools.KindNotFound, "no such conversation", nil)
-	errUnknownAction = tools.NewError(tools.KindNotFound, "no such page", nil)
+	errUnknownAction = tools.NewError(tools.KindNotFound, "no such API endpoint", nil)
 )
 
 // rateLimitedError is a 429 with the wait the caller must respect.
@@ -124,6 +124,9 @@ func classify(err error) (e *tools.Error, internal bool) {
 		msg := http.StatusText(he.Code)
 		if s, ok := he.Message.(string); ok && s != "" {
 			msg = s
+		}
+		if msg == "" {
+			msg = "request refused"
 		}
 		return tools.NewError(kindOfStatus(he.Code), strings.ToLower(msg[:1])+msg[1:], nil), false
 	}

@@ -1,0 +1,67 @@
+package web
+
+import (
+	"bytes"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/labstack/echo/v4"
+
+	"parley/internal/store"
+	"parley/internal/tools"
+)
+
+// TestStatusOfKinds pins the kind → status mapping API.md relies on.
+func TestStatusOfKinds(t *testing.T) {
+	for kind, want := range map[tools.Kind]int{
+		tools.KindBadRequest: 400, tools.KindNotAuthenticated: 401, tools.KindPermissionDenied: 403,
+		tools.KindNotFound: 404, tools.KindStale: 409, tools.KindConflict: 409, tools.KindTooLarge: 413,
+		tools.KindUnsupportedMedia: 415, tools.KindInvalidArgs: 422, tools.KindRateLimited: 429,
+		tools.KindInternal: 500, tools.KindServiceUnavailable: 503, tools.KindDenied: 422,
+	} {
+		if got := statusOf(kind); got != want {
+			t.Errorf("%s → %d, want %d", kind, got, want)
+		}
+	}
+	for _, k := range tools.Kinds {
+		if s := statusOf(k); s < 400 {
+			t.Errorf("%s maps to %d", k, s)
+		}
+	}
+}
+
+// TestPanicsAndInternalErrors: a panic or a plain error in a handler is a 500 whose body has a
+// reference and no detail; the log has the reference and the cause.
+func TestPanicsAndInternalErrors(t *testing.T) {
+	e := newTestEnv(t, Config{})
+	var logs bytes.Buffer
+	e.srv.log = slog.New(slog.NewTextHandler(&logs, nil))
+	e.srv.echo.GET("/api/v1/boom", func(echo.Context) error { panic("kaboom in handler") }, e.srv.requireUser)
+	u := e.user("ada", store.RoleMember)
+	res := e.script(u).api("GET", "/api/v1/boom", "")
+	if res.StatusCode != http.StatusInternalServerError {
+		t.Fatalf("status %d", res.StatusCode)
+	}
+	eb := decodeEnvelope(t, res)
+	ref, _ := eb.Error.Details["ref"].(string)
+	if eb.Error.Kind != tools.KindInternal || ref == "" || strings.Contains(eb.Error.Message, "kaboom") {
+		t.Fatalf("envelope %+v", eb.Error)
+	}
+	if !strings.Contains(logs.String(), ref) || !strings.Contains(logs.String(), "kaboom in handler") {
+		t.Fatalf("log lacks the reference or cause: %s", logs.String())
+	}
+	if strings.Contains(logs.String(), "Bearer") || strings.Contains(logs.String(), "pt_") {
+		t.Fatal("the log has the token")
+	}
+	// A page gets the same as HTML.
+	res = e.browser(u).do("GET", "/api/v1/nope", "", nil)
+	if res.StatusCode != 404 {
+		t.Fatalf("unknown API path: %d", res.StatusCode)
+	}
+	res = e.browser(u).do("GET", "/no/such/page", "", nil)
+	if body := readBody(res); res.StatusCode != 404 || !strings.Contains(body, `data-parley="error"`) {
+		t.Fatalf("unknown page: %d %s", res.StatusCode, body)
+	}
+}
