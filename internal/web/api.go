@@ -169,12 +169,11 @@ func (s *Server) apiResolve(c echo.Context) error {
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("load tool call %s/%s: %w", id, callID, err)
 	}
-	if conv.OwnerID != u.ID {
-		reviewable := callFound && isReviewer(u) && call.Approval == string(tools.RequiresApproval) &&
-			call.Approvers == string(tools.ByReviewer)
-		if !reviewable {
-			return errConversation
-		}
+	owner := conv.OwnerID == u.ID
+	reviewable := callFound && isReviewer(u) && call.Approval == string(tools.RequiresApproval) &&
+		call.Approvers == string(tools.ByReviewer)
+	if !owner && !reviewable {
+		return errConversation
 	}
 	if !callFound {
 		return tools.NewError(tools.KindNotFound, "no such tool call", nil)
@@ -186,6 +185,11 @@ func (s *Server) apiResolve(c echo.Context) error {
 	kind, terr := resolutionKind(r)
 	if terr != nil {
 		return terr
+	}
+	if !owner && kind != tools.PendingApproval {
+		// A reviewer decides the gate; what runs after it (a question, a browser tool) is the
+		// owner's alone.
+		return errConversation
 	}
 	if call.Status == store.CallAwaiting && call.PendingKind != "" && tools.PendingKind(call.PendingKind) != kind {
 		return tools.NewError(tools.KindInvalidArgs,

@@ -55,6 +55,8 @@ func TestAuthorization(t *testing.T) {
 			"owner-cookie": 200, "owner-token": 200, "other": 404, "reviewer": 404, "admin-cookie": 404, "anonymous": 403, "owner-no-csrf": 403, "wrong-csrf": 403}},
 		{"resolve reviewer approval", "POST", base + conv2.ID + "/calls/rev-call/resolve", `{"decision":"deny","reason":"no"}`, map[string]int{
 			"owner-cookie": 200, "owner-token": 200, "other": 404, "reviewer": 200, "admin-cookie": 200, "anonymous": 403, "owner-no-csrf": 403, "wrong-csrf": 403}},
+		{"reviewer sends a browser result to a reviewer-gated call", "POST", base + conv2.ID + "/calls/rev-call/resolve", `{"result":{"lat":1}}`, map[string]int{
+			"other": 404, "reviewer": 404, "admin-cookie": 404}},
 		{"answer someone's question", "POST", base + conv3.ID + "/calls/ask-call/resolve", `{"action":"decline"}`, map[string]int{
 			"owner-cookie": 200, "owner-token": 200, "other": 404, "reviewer": 404, "admin-cookie": 404}},
 		{"events", "GET", base + conv.ID + "/events", "", map[string]int{

@@ -5,6 +5,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"parley/internal/store/pgtest"
 )
 
 // TestFromEnv: defaults, and every malformed variable is refused with its name.
@@ -43,10 +45,20 @@ func TestFromEnv(t *testing.T) {
 	}
 }
 
-// TestCommands: the user and token commands, and their refusals, each one line on stderr.
+// TestCommands: the user and token commands, and their refusals, each one line on stderr, on
+// both stores.
 func TestCommands(t *testing.T) {
-	dir := t.TempDir()
-	getenv := func(k string) string { return map[string]string{"PARLEY_DATA_DIR": dir}[k] }
+	t.Run("sqlite", func(t *testing.T) {
+		dir := t.TempDir()
+		testCommands(t, func(k string) string { return map[string]string{"PARLEY_DATA_DIR": dir}[k] })
+	})
+	t.Run("postgres", func(t *testing.T) {
+		url := pgtest.NewURL(t)
+		testCommands(t, func(k string) string { return map[string]string{"DATABASE_URL": url}[k] })
+	})
+}
+
+func testCommands(t *testing.T, getenv func(string) string) {
 	run := func(stdin string, args ...string) (int, string, string) {
 		var out, errOut bytes.Buffer
 		code := Main(context.Background(), args, getenv, IO{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errOut})
