@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"parley/internal/clock"
 	"parley/internal/store"
+	"parley/internal/store/internal/sqlcore"
 	"parley/internal/store/pgtest"
 	"parley/internal/store/storetest"
 )
@@ -172,41 +174,105 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 	}
 }
 
-// TestListPendingUsesIndex checks the reviewer inbox query is answered from tool_calls_pending,
-// not by scanning every call.
-func TestListPendingUsesIndex(t *testing.T) {
+// sqlRecorder is a pgx tracer that keeps the statements a store runs, so a test can EXPLAIN
+// exactly those.
+type sqlRecorder struct {
+	mu    sync.Mutex
+	stmts []pgx.TraceQueryStartData
+}
+
+func (r *sqlRecorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stmts = append(r.stmts, d)
+	return ctx
+}
+
+func (r *sqlRecorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// last returns the newest recorded statement that contains substr.
+func (r *sqlRecorder) last(t *testing.T, substr string) pgx.TraceQueryStartData {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := len(r.stmts) - 1; i >= 0; i-- {
+		if strings.Contains(r.stmts[i].SQL, substr) {
+			return r.stmts[i]
+		}
+	}
+	t.Fatalf("no statement containing %q was run", substr)
+	return pgx.TraceQueryStartData{}
+}
+
+// TestHotQueriesUseTheirIndexes checks, on tables big enough that a scan would lose, that the
+// statements the store really runs (recorded, then EXPLAINed with the same arguments) for the
+// reviewer inbox, start-up revival and the expiry poller use their indexes.
+func TestHotQueriesUseTheirIndexes(t *testing.T) {
 	url := pgtest.NewURL(t)
-	s, err := Open(t.Context(), url, nil)
+	migrated, err := Open(t.Context(), url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	migrated.Close()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &sqlRecorder{}
+	cfg.ConnConfig.Tracer = rec
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s := &Store{Core: sqlcore.Core{DB: &db{pool: pool}, Dialect: sqlcore.Dialect{SkipLocked: "FOR UPDATE SKIP LOCKED"}, Clock: clock.Real{}}, pool: pool}
+
 	conn := connectT(t, url)
-	if _, err := conn.Exec(t.Context(), `INSERT INTO conversations SELECT 'c'||i, 'u', 't', 'idle', 0, now(), now() FROM generate_series(1, 200) i;
+	if _, err := conn.Exec(t.Context(), `
+		INSERT INTO conversations SELECT 'c'||i, 'u', 't', CASE WHEN i % 100 = 0 THEN 'awaiting' ELSE 'idle' END, 0, now(), now()
+			FROM generate_series(1, 20000) i;
 		INSERT INTO tool_calls SELECT 'c'||(i % 200 + 1), 'call'||i, 'n', 'server', 'never', '', CASE WHEN i % 100 = 0 THEN 'awaiting' ELSE 'resolved' END,
 			CASE WHEN i % 100 = 0 THEN 'approval' ELSE '' END, NULL, NULL, NULL, NULL, i, now(), now() FROM generate_series(1, 20000) i;
-		ANALYZE tool_calls; ANALYZE conversations`); err != nil {
+		INSERT INTO expiries SELECT 'c'||(i % 200 + 1), 'call'||i, '2030-01-01'::timestamptz + i * interval '1 minute', NULL
+			FROM generate_series(1, 20000) i;
+		ANALYZE conversations; ANALYZE tool_calls; ANALYZE expiries`); err != nil {
 		t.Fatal(err)
 	}
-	ps, err := s.ListPending(t.Context(), store.PendingFilter{Kind: "approval"})
-	if err != nil || len(ps) != 200 {
-		t.Fatalf("ListPending = %d rows, %v; want 200", len(ps), err)
+	ctx := t.Context()
+	if cs, err := s.ListActive(ctx); err != nil || len(cs) != 200 {
+		t.Fatalf("ListActive = %d rows, %v; want 200", len(cs), err)
 	}
-	var plan strings.Builder
-	rows, err := conn.Query(t.Context(), `EXPLAIN SELECT tc.tool_call_id FROM tool_calls tc JOIN conversations c ON c.id = tc.conversation_id
-		WHERE tc.status = 'awaiting' AND tc.pending_kind = 'approval' ORDER BY tc.created_at DESC, tc.seq DESC LIMIT 50`)
-	if err != nil {
-		t.Fatal(err)
+	if ps, err := s.ListPending(ctx, store.PendingFilter{Kind: "approval", Limit: 50}); err != nil || len(ps) != 50 {
+		t.Fatalf("ListPending = %d rows, %v; want 50", len(ps), err)
 	}
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
+	due := time.Date(2030, 1, 1, 0, 10, 0, 0, time.UTC)
+	if es, err := s.ClaimDueExpiries(ctx, due, time.Minute, 100); err != nil || len(es) != 10 {
+		t.Fatalf("ClaimDueExpiries = %d, %v; want 10", len(es), err)
+	}
+	for _, tc := range []struct{ what, sql, index string }{
+		{"ListActive", "FROM conversations WHERE status", "conversations_active"},
+		{"ListPending", "FROM tool_calls tc JOIN conversations", "tool_calls_pending"},
+		{"ClaimDueExpiries", "UPDATE expiries SET claimed_until", "expiries_due"},
+	} {
+		st := rec.last(t, tc.sql)
+		rows, err := conn.Query(ctx, "EXPLAIN "+st.SQL, st.Args...)
+		if err != nil {
+			t.Fatalf("%s: EXPLAIN: %v", tc.what, err)
+		}
+		var plan strings.Builder
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan.WriteString(line + "\n")
+		}
+		if err := rows.Err(); err != nil {
 			t.Fatal(err)
 		}
-		plan.WriteString(line + "\n")
-	}
-	if !strings.Contains(plan.String(), "tool_calls_pending") {
-		t.Fatalf("ListPending's plan does not use tool_calls_pending:\n%s", plan.String())
+		if !strings.Contains(plan.String(), tc.index) {
+			t.Errorf("%s's plan does not use %s:\n%s", tc.what, tc.index, plan.String())
+		}
 	}
 }
 

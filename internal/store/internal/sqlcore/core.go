@@ -438,9 +438,11 @@ func (c *Core) ListConversations(ctx context.Context, ownerID string) ([]store.C
 	return cs, nil
 }
 
-// ListActive implements store.Store.
+// ListActive implements store.Store. The status is a literal, not a parameter: the partial
+// index conversations_active (WHERE status <> 'idle') serves only queries whose condition
+// implies its own, which a generic plan's "status <> $1" does not.
 func (c *Core) ListActive(ctx context.Context) ([]store.Conversation, error) {
-	cs, err := queryAll(ctx, c.DB, `SELECT `+convCols+` FROM conversations WHERE status <> $1 ORDER BY updated_at, id`, []any{store.StatusIdle}, scanConv)
+	cs, err := queryAll(ctx, c.DB, `SELECT `+convCols+` FROM conversations WHERE status <> '`+store.StatusIdle+`' ORDER BY updated_at, id`, nil, scanConv)
 	if err != nil {
 		return nil, fmt.Errorf("list active conversations: %w", err)
 	}
