@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
 	"testing"
 
@@ -89,5 +90,21 @@ func testCommands(t *testing.T, getenv func(string) string) {
 		if code == 1 && !strings.HasPrefix(errOut, "web: ") && !strings.Contains(errOut, "usage:") {
 			t.Errorf("%v: stderr %q", tc.args, errOut)
 		}
+	}
+}
+
+// TestBadToolsFileStopsStartup: serve refuses a tools file with problems and lists each by path.
+func TestBadToolsFileStopsStartup(t *testing.T) {
+	dir := t.TempDir()
+	path := dir + "/tools.json"
+	bad := `{"tools":[{"name":"x","type":"webhook","description":"d","parameters":{"type":"object"},"url":"ftp://nope"},{"type":"human"}]}`
+	if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"PARLEY_DATA_DIR": dir, "PARLEY_TOOLS": path, "PARLEY_ADDR": "127.0.0.1:0"}
+	var out, errOut bytes.Buffer
+	code := Main(context.Background(), []string{"serve"}, func(k string) string { return env[k] }, IO{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errOut})
+	if code != 1 || !strings.Contains(errOut.String(), "/tools/0") || !strings.Contains(errOut.String(), "/tools/1") || strings.Contains(out.String(), "listening") {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, out.String(), errOut.String())
 	}
 }
