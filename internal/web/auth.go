@@ -68,6 +68,12 @@ func bearerToken(r *http.Request) string {
 	return ""
 }
 
+// tokenPath reports whether a Bearer token may authenticate a request for path: the JSON API
+// and the sockets (API.md).
+func tokenPath(path string) bool {
+	return strings.HasPrefix(path, "/api/") || strings.HasSuffix(path, "/ws")
+}
+
 // authenticate identifies the caller from a Bearer token or the session cookie. A request with
 // an invalid token is refused outright (a script must learn its token is wrong); a stale
 // session cookie is cleared and the request continues anonymously.
@@ -76,6 +82,11 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		r := c.Request()
 		ctx := r.Context()
 		if tok := bearerToken(r); tok != "" {
+			if !tokenPath(r.URL.Path) {
+				// Tokens are for programs; the account pages (where a token could mint more
+				// tokens or change roles without CSRF) take a signed-in browser only.
+				return tools.NewError(tools.KindNotAuthenticated, "API tokens work on /api/ and the WebSocket only", nil)
+			}
 			t, err := s.store.APITokenByHash(ctx, auth.Hash(tok))
 			if errors.Is(err, store.ErrNotFound) {
 				return tools.NewError(tools.KindNotAuthenticated, "the API token is invalid or revoked", nil)

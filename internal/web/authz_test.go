@@ -64,15 +64,15 @@ func TestAuthorization(t *testing.T) {
 		{"approvals", "GET", "/api/v1/approvals", "", map[string]int{
 			"owner-cookie": 200, "owner-token": 200, "other": 200, "reviewer": 200, "anonymous": 401}},
 		{"tokens page", "GET", "/tokens", "", map[string]int{
-			"owner-cookie": 200, "anonymous": 303}},
+			"owner-cookie": 200, "owner-token": 401, "anonymous": 303}},
 		{"admin page", "GET", "/admin/users", "", map[string]int{
-			"owner-cookie": 403, "reviewer": 403, "admin-cookie": 200, "anonymous": 303}},
+			"owner-cookie": 403, "reviewer": 401, "admin-cookie": 200, "anonymous": 303}},
 		{"set role", "POST", "/admin/users/" + other.ID + "/role", "role=reviewer", map[string]int{
-			"owner-cookie": 403, "reviewer": 403, "admin-cookie": 303, "anonymous": 403, "wrong-csrf": 403}},
+			"owner-cookie": 403, "reviewer": 401, "admin-cookie": 303, "anonymous": 403, "wrong-csrf": 403}},
 		{"close sign-up", "POST", "/admin/signup", "open=true", map[string]int{
-			"owner-cookie": 403, "reviewer": 403, "admin-cookie": 303, "anonymous": 403}},
+			"owner-cookie": 403, "reviewer": 401, "admin-cookie": 303, "anonymous": 403}},
 		{"create token", "POST", "/tokens", "name=ci", map[string]int{
-			"owner-cookie": 201, "owner-token": 201, "anonymous": 403, "owner-no-csrf": 403, "wrong-csrf": 403}},
+			"owner-cookie": 201, "owner-token": 401, "anonymous": 403, "owner-no-csrf": 403, "wrong-csrf": 403}},
 		{"unknown API route", "GET", "/api/v1/nope", "", map[string]int{
 			"owner-token": 404, "anonymous": 401}},
 	}
