@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,14 +13,68 @@ import (
 )
 
 // Bench runs the store benchmarks on s as sub-benchmarks of b: BareInsertCommit (bare, the
-// floor: one single-row INSERT committed on the same database, supplied by the store's own
-// benchmark file), AppendOne, AppendTurn, Log100 and ClaimDueExpiries.
-func Bench(b *testing.B, s store.Store, bare func(b *testing.B)) {
-	b.Run("BareInsertCommit", bare)
+// floor: one single-row INSERT of BareRow committed on the same database, supplied by the
+// store's own benchmark file), AppendOne, AppendTurn, Log100, ClaimDueExpiries, and
+// Interleaved, which compares the first three under the same load.
+func Bench(b *testing.B, s store.Store, bare func(ctx context.Context) error) {
+	b.Run("BareInsertCommit", func(b *testing.B) {
+		ctx := context.Background()
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := bare(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("AppendOne", func(b *testing.B) { benchAppendOne(b, s) })
 	b.Run("AppendTurn", func(b *testing.B) { benchAppendTurn(b, s) })
 	b.Run("Log100", func(b *testing.B) { benchLog100(b, s) })
 	b.Run("ClaimDueExpiries", func(b *testing.B) { benchClaim(b, s) })
+	b.Run("Interleaved", func(b *testing.B) { benchInterleaved(b, s, bare) })
+}
+
+// benchInterleaved runs a bare commit, an AppendOne and an AppendTurn in turn, each iteration,
+// so that all three meet the same load: on a machine whose disk and cores are shared, separate
+// sub-benchmarks run minutes apart and their ratio says more about the neighbours than about
+// the store. It reports each one's median latency (µs) and the appends' medians over the bare
+// one's; ns/op is the sum of the three.
+func benchInterleaved(b *testing.B, s store.Store, bare func(ctx context.Context) error) {
+	ctx := context.Background()
+	one, turn := benchConv(b, s), benchConv(b, s)
+	var oneSeq, turnSeq int64
+	var lat [3][]time.Duration
+	n := 0
+	for b.Loop() {
+		ops := [3]func() error{
+			func() error { return bare(ctx) },
+			func() (err error) {
+				oneSeq, err = s.Append(ctx, one.ID, oneSeq, store.Batch{Entries: []store.Entry{{Type: store.EntryUserMessage, Actor: "bench", Data: BareRow}}})
+				return err
+			},
+			func() (err error) {
+				turnSeq, err = s.Append(ctx, turn.ID, turnSeq, turnBatch(n))
+				return err
+			},
+		}
+		for i, op := range ops {
+			start := time.Now()
+			if err := op(); err != nil {
+				b.Fatal(err)
+			}
+			lat[i] = append(lat[i], time.Since(start))
+		}
+		n++
+	}
+	med := func(d []time.Duration) float64 {
+		slices.Sort(d)
+		return float64(d[len(d)/2].Nanoseconds()) / 1e3
+	}
+	bareMed, oneMed, turnMed := med(lat[0]), med(lat[1]), med(lat[2])
+	b.ReportMetric(bareMed, "bare-µs")
+	b.ReportMetric(oneMed, "one-µs")
+	b.ReportMetric(turnMed, "turn-µs")
+	b.ReportMetric(oneMed/bareMed, "one/bare")
+	b.ReportMetric(turnMed/bareMed, "turn/bare")
 }
 
 // BareRow is the payload the bare insert writes: the size of a typical user message entry.
