@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -231,12 +232,14 @@ func BenchmarkLoopPerToolCall(b *testing.B) {
 	}
 	b.Run("turn", func(b *testing.B) {
 		st, clk := open(b)
-		e := newBenchEnv(b, st, clk, gatedModel{}, benchTools(b, false), 1, nil)
-		sub := e.m.Subscribe(e.convs[0])
+		// A fresh conversation per turn: the cost of one tool call, not of an ever longer context.
+		e := newBenchEnv(b, st, clk, gatedModel{}, benchTools(b, false), b.N, nil)
+		sub := e.m.Subscribe("")
 		defer sub.Close()
 		b.ResetTimer()
+		defer reportCPU(b)()
 		for i := 0; i < b.N; i++ {
-			if err := e.m.Send(ctx, e.convs[0], e.owner, "act"); err != nil {
+			if err := e.m.Send(ctx, e.convs[i], e.owner, "act"); err != nil {
 				b.Fatal(err)
 			}
 			for ev := range sub.C {
@@ -252,11 +255,18 @@ func BenchmarkLoopPerToolCall(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		c, err := st.CreateConversation(ctx, store.Conversation{OwnerID: u.ID})
-		if err != nil {
-			b.Fatal(err)
+		var convs []store.Conversation
+		for range b.N {
+			c, err := st.CreateConversation(ctx, store.Conversation{OwnerID: u.ID})
+			if err != nil {
+				b.Fatal(err)
+			}
+			convs = append(convs, c)
 		}
-		seq := int64(0)
+		var (
+			c   store.Conversation
+			seq int64
+		)
 		appendOne := func(bt store.Batch) {
 			n, err := st.Append(ctx, c.ID, seq, bt)
 			if err != nil {
@@ -265,7 +275,9 @@ func BenchmarkLoopPerToolCall(b *testing.B) {
 			seq = n
 		}
 		b.ResetTimer()
+		defer reportCPU(b)()
 		for i := 0; i < b.N; i++ {
+			c, seq = convs[i], 0
 			id := fmt.Sprint("act_", i)
 			appendOne(store.Batch{Status: store.StatusGenerating, Entries: []store.Entry{{Type: store.EntryUserMessage, Data: mustJSON(userMessageData{Text: "act"})}}})
 			appendOne(store.Batch{Status: store.StatusDispatching,
@@ -280,6 +292,22 @@ func BenchmarkLoopPerToolCall(b *testing.B) {
 			appendOne(store.Batch{Status: store.StatusIdle, Entries: []store.Entry{{Type: store.EntryAssistantMessage, Data: mustJSON(assistantMessageData{Text: "done"})}}})
 		}
 	})
+}
+
+// reportCPU reports the process CPU time (user + system) per operation: on a shared machine it
+// varies far less than wall time, which waits for whatever else runs.
+func reportCPU(b *testing.B) func() {
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			b.Fatal(err)
+		}
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	start := cpu()
+	return func() {
+		b.ReportMetric(float64((cpu()-start).Microseconds())/float64(b.N), "cpu-µs/op")
+	}
 }
 
 // BenchmarkMemory reports the heap held for 10,000 hibernated conversations (each with a
