@@ -917,6 +917,7 @@ func (a *actor) hibernate() bool {
 	if a.m.actors[a.id] == a {
 		delete(a.m.actors, a.id)
 	}
+	a.settle()
 	a.m.hibernations.Add(1)
 	close(a.done)
 	a.doneClosed = true

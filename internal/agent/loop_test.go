@@ -267,6 +267,18 @@ func TestGatedClientCallSuspendsTwice(t *testing.T) {
 			t.Fatalf("result: %v", err)
 		}
 		e.waitStatus(store.StatusIdle)
+
+		// The second suspension has a durable timer of its own.
+		prov.add(callTools(tc{"p2", "pick_file", `{}`}), say("Nobody picked."))
+		e.send("pick again")
+		e.waitCall("p2", store.CallAwaiting)
+		if err := e.m.Resolve(e.ctx, e.conv, "p2", Resolution{Decision: "approve"}, e.owner); err != nil {
+			t.Fatalf("approve: %v", err)
+		}
+		e.next("client_exec", func(ev Event) bool { return ev.Type == EventClientExec && ev.ToolCallID == "p2" })
+		e.clk.Advance(e.m.cfg.DefaultTimeout)
+		e.waitCall("p2", store.CallExpired)
+		e.waitStatus(store.StatusIdle)
 	})
 }
 

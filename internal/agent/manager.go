@@ -84,7 +84,8 @@ func (m *Manager) Start(ctx context.Context) error {
 // Close stops taking requests and drains every actor: LLM streams are cancelled (their step is
 // retried on revival), running server calls may finish and record their results until ctx is
 // done; then they are cancelled and parked (re-dispatched with the same tool_call_id on
-// revival). Close returns ctx.Err() when ctx ran out first.
+// revival). Close returns ctx.Err() when ctx ran out first, once the cancelled work has
+// returned: a tool callback that ignores its context holds Close up.
 func (m *Manager) Close(ctx context.Context) error {
 	m.mu.Lock()
 	if m.closed {

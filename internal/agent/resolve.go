@@ -83,9 +83,11 @@ func (a *actor) resolveApproval(c *call, r Resolution, by Principal) (error, fun
 		d.ArgsHash = canonicalHash(run)
 		audit.Action, audit.ArgsHash = "approve", d.ArgsHash
 		if c.executor == tools.Client {
+			// The second suspension gets its own timer; scheduling replaces the first one.
 			exp := now.Add(a.suspensionTimeout(c.tool))
 			d.ExpiresAt = &exp
 			b.Schedule = []store.Expiry{{ConversationID: a.id, ToolCallID: c.id, At: exp}}
+			b.Cancel = nil
 		}
 		b.Entries = []store.Entry{{Type: store.EntryDecision, ToolCallID: c.id, Actor: by.UserID, Data: mustJSON(d)}}
 	case "deny":
