@@ -1,0 +1,122 @@
+package agent
+
+import (
+	"testing"
+	"time"
+
+	"parley/internal/store"
+	"parley/internal/tools"
+)
+
+// TestWhoMayApprove is the approvers policy as a table: every rule has a row that fails when it
+// is removed.
+func TestWhoMayApprove(t *testing.T) {
+	a := &actor{st: newState(store.Conversation{ID: "c", OwnerID: "owner"})}
+	cases := []struct {
+		approvers tools.Approvers
+		by        Principal
+		want      bool
+	}{
+		{tools.ByOwner, Principal{UserID: "owner", Role: store.RoleMember}, true},
+		{tools.ByOwner, Principal{UserID: "someone", Role: store.RoleMember}, false},
+		{tools.ByOwner, Principal{UserID: "rev", Role: store.RoleReviewer}, true},
+		{tools.ByOwner, Principal{UserID: "adm", Role: store.RoleAdmin}, true},
+		{tools.ByReviewer, Principal{UserID: "owner", Role: store.RoleMember}, false},
+		{tools.ByReviewer, Principal{UserID: "owner", Role: store.RoleReviewer}, false}, // no approving one's own
+		{tools.ByReviewer, Principal{UserID: "rev", Role: store.RoleReviewer}, true},
+		{tools.ByReviewer, Principal{UserID: "owner", Role: store.RoleAdmin}, true}, // admins may always decide
+		{tools.ByReviewer, Principal{UserID: "someone", Role: store.RoleMember}, false},
+		{tools.ByReviewer, System, true},
+	}
+	for _, c := range cases {
+		if got := a.mayApprove(&call{approvers: c.approvers}, c.by); got != c.want {
+			t.Errorf("%s approved by %+v: %v, want %v", c.approvers, c.by, got, c.want)
+		}
+	}
+}
+
+func TestVisibility(t *testing.T) {
+	a := &actor{st: newState(store.Conversation{ID: "c", OwnerID: "owner"})}
+	cases := []struct {
+		by   Principal
+		want bool
+	}{
+		{Principal{UserID: "owner", Role: store.RoleMember}, true},
+		{Principal{UserID: "other", Role: store.RoleMember}, false},
+		{Principal{UserID: "rev", Role: store.RoleReviewer}, true},
+		{Principal{UserID: "adm", Role: store.RoleAdmin}, true},
+		{System, true},
+	}
+	for _, c := range cases {
+		if got := a.visible(c.by); got != c.want {
+			t.Errorf("visible to %+v: %v, want %v", c.by, got, c.want)
+		}
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	m := &Manager{cfg: Config{RetryBase: time.Second, RetryMax: 10 * time.Second}}
+	cases := []struct {
+		failures   int
+		retryAfter time.Duration
+		lo, hi     time.Duration
+	}{
+		{1, 0, 500 * time.Millisecond, time.Second},
+		{2, 0, time.Second, 2 * time.Second},
+		{3, 0, 2 * time.Second, 4 * time.Second},
+		{4, 0, 4 * time.Second, 8 * time.Second},
+		{5, 0, 5 * time.Second, 10 * time.Second}, // capped at RetryMax
+		{60, 0, 5 * time.Second, 10 * time.Second},
+		{1, 42 * time.Second, 42 * time.Second, 42 * time.Second}, // Retry-After wins
+	}
+	for _, c := range cases {
+		seen := map[time.Duration]bool{}
+		for range 50 {
+			d := m.backoff(c.failures, c.retryAfter)
+			if d < c.lo || d > c.hi {
+				t.Fatalf("backoff(%d, %s) = %s, want within [%s, %s]", c.failures, c.retryAfter, d, c.lo, c.hi)
+			}
+			seen[d] = true
+		}
+		if c.lo != c.hi && len(seen) < 2 {
+			t.Errorf("backoff(%d) has no jitter", c.failures)
+		}
+	}
+}
+
+func TestSubscriptionClose(t *testing.T) {
+	h := newHub(4)
+	s := h.subscribe("c")
+	g := h.subscribe("")
+	h.publish(Event{ConversationID: "c", Type: EventStatus})
+	h.publish(Event{ConversationID: "other", Type: EventStatus})
+	s.Close()
+	s.Close() // twice is harmless
+	if ev, ok := <-s.C; !ok || ev.ConversationID != "c" {
+		t.Fatalf("buffered event lost: %+v %v", ev, ok)
+	}
+	if _, ok := <-s.C; ok {
+		t.Fatal("C not closed after Close")
+	}
+	if len(g.C) != 2 {
+		t.Fatalf("the global subscriber has %d events, want both conversations'", len(g.C))
+	}
+	h.publish(Event{ConversationID: "c"}) // no subscriber left for c: nothing blocks
+	h.closeAll()
+	n := 0
+	for range g.C {
+		n++
+	}
+	if n != 3 {
+		t.Fatalf("global got %d events", n)
+	}
+}
+
+func TestCanonicalHashIgnoresKeyOrderAndSpace(t *testing.T) {
+	a := canonicalHash([]byte(`{"b":1,"a":[1,2]}`))
+	b := canonicalHash([]byte(`{ "a": [1, 2], "b": 1 }`))
+	c := canonicalHash([]byte(`{"a":[2,1],"b":1}`))
+	if a != b || a == c || len(a) != 64 {
+		t.Fatalf("hashes %s %s %s", a, b, c)
+	}
+}
