@@ -121,7 +121,7 @@ func argsValue(c agent.CallView, f *FormState) string {
 
 func rowsFor(s string) int {
 	n := strings.Count(s, "\n") + 1
-	return min(max(n, 3), 16)
+	return min(max(n+1, 3), 16) // one spare line: long values wrap
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

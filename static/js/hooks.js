@@ -190,6 +190,10 @@
     });
   };
 
+  Live.prototype.isOpen = function () {
+    return Boolean(this.ws && this.ws.readyState === WebSocket.OPEN);
+  };
+
   Live.prototype.send = function (m) {
     if (this.ws && this.ws.readyState === WebSocket.OPEN) {
       this.ws.send(JSON.stringify(m));
@@ -244,39 +248,69 @@
 
   // Enhanced forms post over fetch with the same fields (the CSRF token is one of them) and apply
   // the JSON answer; anything unexpected falls back to the plain POST the form was built for.
+  //
+  // A question form's inputs are named after its schema's properties, which the model chooses,
+  // and a form's named controls shadow its own properties (form.action is the "action" button).
+  // So form methods and attributes are reached through the prototypes, never as form.x.
+  const attr = (el, name) => Element.prototype.getAttribute.call(el, name);
+  const setAttr = (el, name, v) => Element.prototype.setAttribute.call(el, name, v);
+  const within = (el, sel) => Element.prototype.querySelectorAll.call(el, sel);
+
   function enhanced(form) {
-    return form.dataset.parleyForm === "resolve" || form.dataset.parley === "composer";
+    return attr(form, "data-parley-form") === "resolve" || attr(form, "data-parley") === "composer";
+  }
+
+  function setButtons(form, disabled) {
+    within(form, "button").forEach(function (b) {
+      b.disabled = disabled;
+    });
   }
 
   function showNotice(form, text) {
-    let n = form.querySelector('[data-parley="form-notice"]');
+    let n = within(form, '[data-parley="form-notice"]')[0];
     if (!n) {
       n = document.createElement("p");
       n.className = "notice";
       n.setAttribute("data-parley", "form-notice");
       n.setAttribute("role", "status");
-      form.prepend(n);
+      Element.prototype.prepend.call(form, n);
+    }
+    n.textContent = text;
+  }
+
+  // noticeAfter shows a notice just after an item, outside it, so socket updates of the item
+  // leave it in place.
+  function noticeAfter(id, text) {
+    const el = document.getElementById(id);
+    let n = el.nextElementSibling;
+    if (!n || n.dataset.parleyNoticeFor !== id) {
+      n = document.createElement("p");
+      n.className = "notice";
+      n.setAttribute("data-parley", "notice");
+      n.setAttribute("role", "status");
+      n.dataset.parleyNoticeFor = id;
+      el.after(n);
     }
     n.textContent = text;
   }
 
   function nativeSubmit(form, submitter) {
-    form.dataset.parleyNative = "1";
-    if (submitter && submitter.form === form) form.requestSubmit(submitter);
-    else form.requestSubmit();
+    setAttr(form, "data-parley-native", "1");
+    setButtons(form, false);
+    if (submitter && submitter.form === form) HTMLFormElement.prototype.requestSubmit.call(form, submitter);
+    else HTMLFormElement.prototype.requestSubmit.call(form);
   }
 
   document.addEventListener("submit", function (ev) {
     const form = ev.target;
-    if (!(form instanceof HTMLFormElement) || !enhanced(form) || form.dataset.parleyNative === "1") return;
+    if (!(form instanceof HTMLFormElement) || !enhanced(form) || attr(form, "data-parley-native") === "1") return;
     ev.preventDefault();
     const submitter = ev.submitter || null;
     const body = new URLSearchParams(new FormData(form, submitter));
     const csrf = body.get("_csrf") || "";
-    form.querySelectorAll("button").forEach(function (b) {
-      b.disabled = true;
-    });
-    fetch(form.action, {
+    const composer = attr(form, "data-parley") === "composer";
+    setButtons(form, true);
+    fetch(attr(form, "action"), {
       method: "POST",
       body: body,
       credentials: "same-origin",
@@ -288,18 +322,22 @@
         return resp.json();
       })
       .then(function (ans) {
-        form.querySelectorAll("button").forEach(function (b) {
-          b.disabled = false;
-        });
-        if (ans.html !== undefined && ans.target) {
-          applyHTML({ op: ans.html === "" ? "remove" : "replace", target: ans.target, html: ans.html });
+        setButtons(form, false);
+        // While the socket is live it is the one source of a card's state: a fetch answer may
+        // arrive after a newer socket update, so only an invalid answer (the card with its
+        // errors, which the socket never sends) replaces the card.
+        const live = Boolean(parley.live && parley.live.isOpen());
+        if (ans.target && ans.html !== undefined) {
+          if (ans.html === "") applyHTML({ op: "remove", target: ans.target });
+          else if (!live || (!ans.ok && !ans.notice)) applyHTML({ op: "replace", target: ans.target, html: ans.html });
         }
-        if (ans.ok && form.dataset.parley === "composer") {
-          form.reset();
+        if (ans.ok && composer) {
+          HTMLFormElement.prototype.reset.call(form);
         }
         const notice = ans.notice || (!ans.ok && ans.error && ans.error.message) || "";
-        if (notice && document.body.contains(form)) {
-          showNotice(form, notice);
+        if (notice) {
+          if (ans.target && document.getElementById(ans.target)) noticeAfter(ans.target, notice);
+          else if (document.body.contains(form)) showNotice(form, notice);
         }
       })
       .catch(function () {
@@ -312,9 +350,9 @@
     const t = ev.target;
     if (ev.key !== "Enter" || ev.shiftKey || ev.isComposing || !(t instanceof HTMLTextAreaElement)) return;
     const form = t.form;
-    if (form && form.dataset.parley === "composer") {
+    if (form && attr(form, "data-parley") === "composer") {
       ev.preventDefault();
-      form.requestSubmit();
+      HTMLFormElement.prototype.requestSubmit.call(form);
     }
   });
 

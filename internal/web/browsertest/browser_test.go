@@ -1,0 +1,428 @@
+package browsertest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/chromedp"
+	"golang.org/x/crypto/bcrypt"
+
+	"parley/internal/web/app"
+)
+
+// wait bounds every wait for the page; a click → socket → DOM round trip takes ~0.15 s.
+const wait = 15 * time.Second
+
+// repoRoot is the directory holding go.mod.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("go.mod not found above the test's directory")
+		}
+		dir = parent
+	}
+}
+
+// requireChromium finds Chromium, installing Debian's package with the repository's script
+// when it is missing. It fails (never skips) when there is still none: the browser tests are
+// part of CI, and a silently skipped one would hide a broken page.
+func requireChromium(t *testing.T, root string) {
+	t.Helper()
+	find := func() bool {
+		for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+			if _, err := exec.LookPath(name); err == nil {
+				return true
+			}
+		}
+		return false
+	}
+	if find() {
+		return
+	}
+	out, err := exec.Command(filepath.Join(root, "scripts", "ensure-chromium.sh")).CombinedOutput()
+	if err != nil || !find() {
+		t.Fatalf("Chromium is required for the browser tests (scripts/ensure-chromium.sh: %v)\n%s", err, out)
+	}
+}
+
+// harness is the app on 127.0.0.1:0 with the embedded store and the demo model, and one
+// headless browser.
+type harness struct {
+	t         *testing.T
+	url       string
+	artifacts string
+	root      context.Context // the browser's first tab
+	shot      int
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	root := repoRoot(t)
+	requireChromium(t, root)
+	env := map[string]string{"PARLEY_ADDR": "127.0.0.1:0", "PARLEY_DATA_DIR": t.TempDir(), "PARLEY_MODEL": "demo",
+		"PARLEY_SHUTDOWN_TIMEOUT": "10s"}
+	getenv := func(k string) string { return env[k] }
+	ctx := context.Background()
+	for _, u := range []struct{ name, role string }{{"ann", "member"}, {"rita", "reviewer"}} {
+		var out, errOut bytes.Buffer
+		std := app.IO{Stdin: strings.NewReader("password-" + u.name + "\n"), Stdout: &out, Stderr: &errOut}
+		if code := app.Main(ctx, []string{"user", "add", "--name", u.name, "--role", u.role, "--password-stdin"}, getenv, std); code != 0 {
+			t.Fatalf("user add %s: %d %s", u.name, code, errOut.String())
+		}
+	}
+	cfg, err := app.FromEnv(getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := app.New(ctx, cfg, app.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), PasswordCost: bcrypt.MinCost})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("app run: %v", err)
+		}
+	})
+	waitHealthy(t, a.URL())
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.NoSandbox, chromedp.WindowSize(1100, 1000))
+	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	t.Cleanup(cancelAlloc)
+	// The first tab starts the browser; every user then gets a browser context of their own.
+	first, cancelFirst := chromedp.NewContext(alloc)
+	t.Cleanup(cancelFirst)
+	if err := chromedp.Do(first); err != nil {
+		t.Fatalf("start Chromium: %v", err)
+	}
+	artifacts := filepath.Join(root, "test-artifacts")
+	if err := os.MkdirAll(artifacts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return &harness{t: t, url: a.URL(), artifacts: artifacts, root: first}
+}
+
+func waitHealthy(t *testing.T, url string) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for time.Now().Before(deadline) {
+		res, err := http.Get(url + "/healthz")
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond) // polling a server that is starting; nothing to wait on
+	}
+	t.Fatal("the app never answered /healthz")
+}
+
+// tab is one browser tab.
+type tab struct {
+	h   *harness
+	ctx context.Context
+}
+
+// browserFor opens a tab in a fresh browser context (its own cookies) signed in as name.
+func (h *harness) browserFor(name string) *tab {
+	h.t.Helper()
+	ctx, cancel := chromedp.NewContext(h.root, chromedp.WithNewBrowserContext())
+	h.t.Cleanup(cancel)
+	// The tab lives as long as the context of its first action: open it on ctx itself, never on
+	// a context with a timeout.
+	if err := chromedp.Do(ctx); err != nil {
+		h.t.Fatalf("open tab: %v", err)
+	}
+	tb := &tab{h: h, ctx: ctx}
+	tb.do(chromedp.Navigate(h.url+"/login"),
+		chromedp.SendKeys(chromedp.CSS(`input[name="username"]`), name),
+		chromedp.SendKeys(chromedp.CSS(`input[name="password"]`), "password-"+name),
+		chromedp.Submit(chromedp.CSS(`input[name="password"]`)))
+	tb.until(`location.pathname === "/conversations"`)
+	return tb
+}
+
+// another opens a second tab in the same browser context (same cookies).
+func (tb *tab) another() *tab {
+	ctx, cancel := chromedp.NewContext(tb.ctx)
+	tb.h.t.Cleanup(cancel)
+	if err := chromedp.Do(ctx); err != nil {
+		tb.h.t.Fatalf("open tab: %v", err)
+	}
+	return &tab{h: tb.h, ctx: ctx}
+}
+
+func (tb *tab) do(steps ...chromedp.Action[chromedp.Void]) {
+	tb.h.t.Helper()
+	ctx, cancel := context.WithTimeout(tb.ctx, wait)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		tb.h.t.Fatalf("browser: %v", err)
+	}
+}
+
+// until polls a JavaScript predicate in the page until it is true. It evaluates from Go rather
+// than with chromedp.Poll, whose in-page poll does not survive a navigation (a form post).
+func (tb *tab) until(predicate string) {
+	tb.h.t.Helper()
+	deadline := time.Now().Add(wait)
+	var lastErr error
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(tb.ctx, 2*time.Second)
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](predicate))
+		cancel()
+		if err == nil && ok {
+			return
+		}
+		lastErr = err
+		time.Sleep(15 * time.Millisecond) // the page changes on its own; nothing to wait on but time
+	}
+	dctx, dcancel := context.WithTimeout(tb.ctx, 3*time.Second)
+	defer dcancel()
+	text, _ := chromedp.Run(dctx, chromedp.Evaluate[string](`location.href + "\n" + (document.body ? document.body.innerText.slice(0, 3000) : "")`))
+	tb.shot("failure")
+	tb.h.t.Fatalf("waiting for %s (last error %v)\npage:\n%s", predicate, lastErr, text)
+}
+
+// eval evaluates an expression in the page.
+func eval[T any](tb *tab, expr string) T {
+	tb.h.t.Helper()
+	v, err := chromedp.Run(tb.ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		tb.h.t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+// shot saves a full-page screenshot as test-artifacts/NN-name.png.
+func (tb *tab) shot(name string) {
+	tb.h.t.Helper()
+	ctx, cancel := context.WithTimeout(tb.ctx, 5*time.Second)
+	defer cancel()
+	buf, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		tb.h.t.Logf("screenshot %s: %v", name, err)
+		return
+	}
+	tb.h.shot++
+	path := filepath.Join(tb.h.artifacts, fmt.Sprintf("%02d-%s.png", tb.h.shot, name))
+	if err := os.WriteFile(path, buf, 0o644); err != nil {
+		tb.h.t.Logf("write %s: %v", path, err)
+	}
+}
+
+// newConversation starts a conversation from the list and waits for its live socket.
+func (tb *tab) newConversation(title string) {
+	tb.do(chromedp.Navigate(tb.h.url+"/conversations"),
+		chromedp.SendKeys(chromedp.CSS(`form[data-parley="new-conversation"] input[name="title"]`), title),
+		chromedp.Click(chromedp.CSS(`form[data-parley="new-conversation"] button[type="submit"]`)))
+	tb.until(`location.pathname.startsWith("/conversations/") && document.documentElement.dataset.parleySocket === "open"`)
+}
+
+// say sends a message through the composer.
+func (tb *tab) say(text string) {
+	tb.do(chromedp.SendKeys(chromedp.CSS(`form[data-parley="composer"] textarea[name="text"]`), text),
+		chromedp.Click(chromedp.CSS(`form[data-parley="composer"] button[type="submit"]`)))
+}
+
+// q quotes s as a JavaScript string.
+func q(s string) string { return strconv.Quote(s) }
+
+// newestCallID waits for a tool call of tool that is awaiting kind and returns its id.
+func (tb *tab) newestCallID(tool, pending string) string {
+	sel := fmt.Sprintf(`[data-parley="tool-call"][data-tool="%s"][data-status="awaiting"][data-pending="%s"]`, tool, pending)
+	tb.until(`document.querySelector(` + q(sel) + `) !== null`)
+	return eval[string](tb, `Array.from(document.querySelectorAll(`+q(sel)+`)).pop().dataset.toolCallId`)
+}
+
+func callSel(id string) string {
+	return `[data-parley="tool-call"][data-tool-call-id="` + id + `"]`
+}
+
+// callStatusIs is a predicate: the call's card shows status.
+func callStatusIs(id, status string) string {
+	return `(() => { const c = document.querySelector(` + q(callSel(id)) + `); return c !== null && c.dataset.status === ` + q(status) + `; })()`
+}
+
+func TestBrowser(t *testing.T) {
+	h := newHarness(t)
+	ann := h.browserFor("ann")
+	ann.shot("conversations")
+
+	t.Run("chat streams the demo model's answer", func(t *testing.T) {
+		ann.newConversation("Streaming")
+		// Count text frames landing in the streaming area, to see the answer arrive in pieces.
+		eval[bool](ann, `(() => { window.__streamFrames = 0; new MutationObserver(ms => { for (const m of ms) {
+			if (m.target.id === "streaming") for (const n of m.addedNodes) if (n.nodeType === 3) window.__streamFrames++; } })
+			.observe(document.body, {childList: true, subtree: true}); return true; })()`)
+		ann.say("hello there")
+		ann.until(`document.querySelector('[data-parley="message"][data-role="user"]') !== null`)
+		ann.until(`document.querySelector('[data-parley="message"][data-role="assistant"]') !== null`)
+		if n := eval[int](ann, `window.__streamFrames`); n < 2 {
+			t.Errorf("the answer arrived in %d text frame(s), want it streamed in several", n)
+		}
+		ann.until(`document.querySelector('[data-parley="status"]').dataset.status === "idle"`)
+		ann.shot("chat-streamed")
+	})
+
+	t.Run("approve a gated send_email", func(t *testing.T) {
+		ann.newConversation("Lunch")
+		ann.say("email bob@example.com about lunch")
+		id := ann.newestCallID("send_email", "approval")
+		ann.until(`document.querySelector(` + q(callSel(id)+` [data-parley="approval"] [data-parley="plan"]`) + `) !== null`)
+		ann.shot("approval-card")
+		ann.do(chromedp.Click(chromedp.CSS(callSel(id) + ` button[name="decision"][value="approve"]`)))
+		ann.until(callStatusIs(id, "resolved"))
+		ann.until(`document.querySelector('[data-parley="status"]').dataset.status === "idle"`)
+		ann.shot("approved-done")
+	})
+
+	t.Run("deny with a reason", func(t *testing.T) {
+		ann.newConversation("Dinner")
+		ann.say("email carol@example.com about dinner")
+		id := ann.newestCallID("send_email", "approval")
+		ann.do(chromedp.SendKeys(chromedp.CSS(callSel(id)+` [name="reason"]`), "not this week"),
+			chromedp.Click(chromedp.CSS(callSel(id)+` button[name="decision"][value="deny"]`)))
+		ann.until(callStatusIs(id, "denied"))
+		ann.until(`document.querySelector(` + q(callSel(id)) + `).innerText.includes("not this week")`)
+		ann.shot("denied")
+	})
+
+	t.Run("answer a question form after a validation error", func(t *testing.T) {
+		ann.newConversation("Questions")
+		ann.say("ask me a few questions")
+		id := ann.newestCallID("ask_user", "elicitation")
+		form := callSel(id) + ` form[data-parley="elicitation"]`
+		ann.do(chromedp.Click(chromedp.CSS(form + ` button[name="action"][value="accept"]`)))
+		ann.until(`document.querySelector(` + q(form+` [data-field="name"] [data-parley="field-error"]`) + `) !== null`)
+		ann.shot("question-invalid")
+		ann.do(chromedp.SendKeys(chromedp.CSS(form+` input[name="name"]`), "Ann"),
+			chromedp.SetValue(chromedp.CSS(form+` select[name="favourite_colour"]`), "green"),
+			chromedp.Click(chromedp.CSS(form+` button[name="action"][value="accept"]`)))
+		ann.until(callStatusIs(id, "resolved"))
+		ann.until(`document.querySelector(` + q(callSel(id)) + `).innerText.includes("green")`)
+		ann.shot("question-answered")
+	})
+
+	t.Run("geolocation through the built-in hook", func(t *testing.T) {
+		ann.newConversation("Where")
+		if _, err := chromedp.CallBrowser(ann.ctx, browser.SetPermission, browser.SetPermissionParams{
+			Permission: &browser.PermissionDescriptor{Name: "geolocation"}, Setting: browser.PermissionSettingGranted, Origin: h.url,
+			BrowserContextID: browserContextID(ann)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := chromedp.Call(ann.ctx, emulation.SetGeolocationOverride, emulation.SetGeolocationOverrideParams{
+			Latitude: new(48.8584), Longitude: new(2.2945), Accuracy: new(12.0)}); err != nil {
+			t.Fatal(err)
+		}
+		ann.say("where am I")
+		ann.until(`(() => { const c = document.querySelector('[data-parley="tool-call"][data-tool="geolocation"]'); return c !== null && c.dataset.status === "resolved"; })()`)
+		ann.until(`document.querySelector('[data-parley="tool-call"][data-tool="geolocation"]').innerText.includes("48.8584")`)
+		ann.shot("geolocation-granted")
+	})
+
+	t.Run("geolocation denied is an error, not silence", func(t *testing.T) {
+		ann.newConversation("Where not")
+		if _, err := chromedp.CallBrowser(ann.ctx, browser.SetPermission, browser.SetPermissionParams{
+			Permission: &browser.PermissionDescriptor{Name: "geolocation"}, Setting: browser.PermissionSettingDenied, Origin: h.url,
+			BrowserContextID: browserContextID(ann)}); err != nil {
+			t.Fatal(err)
+		}
+		ann.say("where am I")
+		ann.until(`(() => { const c = document.querySelector('[data-parley="tool-call"][data-tool="geolocation"]'); return c !== null && c.dataset.status === "errored"; })()`)
+		ann.until(`document.querySelector('[data-parley="tool-call"][data-tool="geolocation"] [data-parley="error"]').dataset.kind === "client_error"`)
+		ann.shot("geolocation-denied")
+	})
+
+	t.Run("a second tab deciding the same call is told it was already decided", func(t *testing.T) {
+		ann.newConversation("Two tabs")
+		ann.say("email dave@example.com about tea")
+		id := ann.newestCallID("send_email", "approval")
+		page := eval[string](ann, `location.href`)
+		// The second tab runs without JavaScript: its form is a plain POST that cannot have been
+		// updated by a socket, as a slow or stale tab would be.
+		second := ann.another()
+		if _, err := chromedp.Call(second.ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true}); err != nil {
+			t.Fatal(err)
+		}
+		second.do(chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS(callSel(id)+` button[name="decision"][value="approve"]`)))
+		ann.do(chromedp.Click(chromedp.CSS(callSel(id) + ` button[name="decision"][value="approve"]`)))
+		ann.until(callStatusIs(id, "resolved"))
+		second.do(chromedp.Click(chromedp.CSS(callSel(id) + ` button[name="decision"][value="approve"]`)))
+		second.until(`location.search.includes("notice=stale")`)
+		second.until(`document.querySelector(` + q(callSel(id)+` [data-parley="notice"]`) + `).innerText.includes("already decided")`)
+		if st := eval[string](second, `document.querySelector(`+q(callSel(id))+`).dataset.status`); st != "resolved" && st != "running" {
+			t.Errorf("second tab shows status %q, want the final state", st)
+		}
+		second.until(callStatusIs(id, "resolved"))
+		second.shot("second-tab-stale")
+		ann.until(callStatusIs(id, "resolved"))
+	})
+
+	t.Run("reload while awaiting keeps the card", func(t *testing.T) {
+		ann.newConversation("Reload")
+		ann.say("email erin@example.com about coffee")
+		id := ann.newestCallID("send_email", "approval")
+		ann.do(chromedp.Reload())
+		ann.until(`document.documentElement.dataset.parleySocket === "open"`)
+		ann.until(`document.querySelector(` + q(callSel(id)+`[data-status="awaiting"] [data-parley="approval"] button[name="decision"][value="approve"]`) + `) !== null`)
+		ann.shot("reloaded-awaiting")
+		ann.do(chromedp.Click(chromedp.CSS(callSel(id) + ` button[name="decision"][value="approve"]`)))
+		ann.until(callStatusIs(id, "resolved"))
+	})
+
+	t.Run("the reviewer inbox updates live", func(t *testing.T) {
+		rita := h.browserFor("rita")
+		rita.do(chromedp.Navigate(h.url + "/inbox"))
+		rita.until(`document.documentElement.dataset.parleySocket === "open"`)
+		if n := eval[int](rita, `document.querySelectorAll('[data-parley="inbox"] [data-parley="approval"]').length`); n != 0 {
+			t.Fatalf("inbox starts with %d approvals", n)
+		}
+		chat := rita.another()
+		chat.newConversation("Reviewer's own")
+		chat.say("email frank@example.com about the review")
+		id := chat.newestCallID("send_email", "approval")
+		rita.until(`document.querySelector('[data-parley="inbox"] [data-parley="approval"][data-tool-call-id="` + id + `"]') !== null`)
+		rita.until(`document.querySelector('[data-parley="inbox"]').innerText.includes("Reviewer's own")`)
+		rita.shot("inbox-live")
+		rita.do(chromedp.Click(chromedp.CSS(`[data-parley="inbox"] [data-parley="approval"][data-tool-call-id="` + id + `"] button[name="decision"][value="approve"]`)))
+		rita.until(`document.querySelectorAll('[data-parley="inbox"] [data-parley="approval"]').length === 0`)
+		chat.until(callStatusIs(id, "resolved"))
+		rita.shot("inbox-decided")
+	})
+}
+
+// browserContextID is the browser context of a tab (each signed-in user has their own).
+func browserContextID(tb *tab) cdp.BrowserContextID {
+	if c := chromedp.FromContext(tb.ctx); c != nil {
+		return c.BrowserContextID
+	}
+	return ""
+}
