@@ -69,9 +69,10 @@ func bearerToken(r *http.Request) string {
 }
 
 // tokenPath reports whether a Bearer token may authenticate a request for path: the JSON API
-// and the sockets (API.md).
+// and the sockets (API.md), and the health check, which a monitoring script may call with the
+// same headers as the rest.
 func tokenPath(path string) bool {
-	return strings.HasPrefix(path, "/api/") || strings.HasSuffix(path, "/ws")
+	return strings.HasPrefix(path, "/api/") || strings.HasSuffix(path, "/ws") || path == "/healthz"
 }
 
 // authenticate identifies the caller from a Bearer token or the session cookie. A request with
