@@ -811,7 +811,7 @@ func ToolCallCard(p Page, c agent.CallView) templ.Component {
 					}
 				}
 			} else if c.Status != "running" {
-				templ_7745c5c3_Err = outcome(c).Render(ctx, templ_7745c5c3_Buffer)
+				templ_7745c5c3_Err = outcome(p, c).Render(ctx, templ_7745c5c3_Buffer)
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
@@ -917,7 +917,7 @@ func progressLines(c agent.CallView) templ.Component {
 }
 
 // outcome shows how a finished call ended.
-func outcome(c agent.CallView) templ.Component {
+func outcome(p Page, c agent.CallView) templ.Component {
 	return templruntime.GeneratedTemplate(func(templ_7745c5c3_Input templruntime.GeneratedComponentInput) (templ_7745c5c3_Err error) {
 		templ_7745c5c3_W, ctx := templ_7745c5c3_Input.Writer, templ_7745c5c3_Input.Context
 		if templ_7745c5c3_CtxErr := ctx.Err(); templ_7745c5c3_CtxErr != nil {
@@ -938,7 +938,7 @@ func outcome(c agent.CallView) templ.Component {
 			templ_7745c5c3_Var44 = templ.NopComponent
 		}
 		ctx = templ.ClearChildren(ctx)
-		if d := decisionText(c); d != "" {
+		if d := decisionText(p, c); d != "" {
 			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 69, "<p class=\"decision\" data-parley=\"decision\">")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err

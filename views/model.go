@@ -70,6 +70,8 @@ type Page struct {
 	Form *FormState
 	// Notice is a page-level message (e.g. the composer's error).
 	Notice string
+	// Names maps user ids (who decided a call) to the names shown.
+	Names map[string]string
 }
 
 // formFor returns the form state of one call, nil when the state is about another call.
@@ -259,16 +261,25 @@ func conversationStatusText(s string) string {
 	return s
 }
 
-// decisionText describes a finished call's decision.
-func decisionText(c agent.CallView) string {
+// decisionText describes a finished call's decision, naming who made it.
+func decisionText(p Page, c agent.CallView) string {
 	if c.Decision == "" {
 		return ""
 	}
 	var b strings.Builder
 	b.WriteString(strings.ReplaceAll(c.Decision, "_", " "))
 	if c.DecidedBy != "" {
+		who := c.DecidedBy
+		switch {
+		case p.Names[who] != "":
+			who = p.Names[who]
+		case who == "system":
+			who = "Parley"
+		default:
+			who = "another user"
+		}
 		b.WriteString(" by ")
-		b.WriteString(c.DecidedBy)
+		b.WriteString(who)
 	}
 	return b.String()
 }

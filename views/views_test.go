@@ -497,3 +497,27 @@ func TestTimelineInterleavesByLogOrderAndRevTracksContent(t *testing.T) {
 		t.Errorf("data-rev must be stable for equal content and change with it")
 	}
 }
+
+func TestDecisionNamesWhoDecidedNeverTheirID(t *testing.T) {
+	c := agent.CallView{ID: "c", Name: "send_email", Executor: tools.Server, Status: "resolved", Decision: "approve_edited", DecidedBy: "u9",
+		Result: json.RawMessage(`{"ok":true,"result":{}}`)}
+	tests := []struct {
+		names map[string]string
+		by    string
+		want  string
+	}{
+		{map[string]string{"u9": "bob"}, "u9", "approve edited by bob"},
+		{nil, "u9", "approve edited by another user"},
+		{nil, "system", "approve edited by Parley"},
+	}
+	for _, tc := range tests {
+		c.DecidedBy = tc.by
+		p := page(owner())
+		p.Names = tc.names
+		_, doc := render(t, ToolCallCard(p, c))
+		d, _ := doc.One(`[data-parley="decision"]`)
+		if d == nil || viewstest.Text(d) != tc.want {
+			t.Errorf("decision by %s = %v, want %q", tc.by, d, tc.want)
+		}
+	}
+}

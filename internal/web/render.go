@@ -38,12 +38,32 @@ func (s *Server) answerFetch(c echo.Context, status int, a fetchAnswer) error {
 // pageFor is the rendering context of a conversation's components for the current user.
 func (s *Server) pageFor(c echo.Context, conv agent.View) views.Page {
 	u := currentUser(c)
-	return views.Page{
+	p := views.Page{
 		ConversationID: conv.ID,
 		CSRF:           s.csrfToken(c),
 		Viewer:         views.Viewer{UserID: u.ID, Name: u.Name, Role: u.Role},
 		OwnerID:        conv.OwnerID,
 		Demo:           s.cfg.DemoModel,
+		Names:          map[string]string{u.ID: u.Name},
+	}
+	s.addNames(c.Request().Context(), p.Names, conv)
+	return p
+}
+
+// addNames adds the names of the people who decided v's calls to names. A user that cannot be
+// loaded keeps no name (the card then says "another user"); the page still renders.
+func (s *Server) addNames(ctx context.Context, names map[string]string, v agent.View) {
+	for _, c := range v.Calls {
+		id := c.DecidedBy
+		if id == "" || id == "system" || names[id] != "" {
+			continue
+		}
+		u, err := s.store.UserByID(ctx, id)
+		if err != nil {
+			s.log.DebugContext(ctx, "name of a decider", "user", id, "err", err)
+			continue
+		}
+		names[id] = u.Name
 	}
 }
 

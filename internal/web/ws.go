@@ -26,8 +26,9 @@ const (
 	sendQueueSize = 64
 	writeTimeout  = 5 * time.Second
 	pingInterval  = 25 * time.Second
-	// deltaFlush is how long streaming text is gathered before it goes out as one frame, so a
-	// fast model sends at most ~20 text frames a second per page instead of one per token.
+	// deltaFlush is the shortest gap between two text frames: a delta after a quiet spell goes
+	// out at once, later ones are gathered until deltaFlush has passed, so a fast model sends at
+	// most ~20 text frames a second per page instead of one per token.
 	deltaFlush = 50 * time.Millisecond
 	// maxClientFrame bounds what a page may send (a client tool's result).
 	maxClientFrame = 256 << 10
@@ -238,6 +239,7 @@ type convSocket struct {
 	status     string            // status line HTML last sent
 	pending    strings.Builder   // streaming text not yet flushed
 	streamed   bool              // the page's streaming area has text
+	lastText   time.Time         // when the last text frame was queued
 	clientSent map[string]bool   // client_exec frames sent on this socket
 }
 
@@ -283,9 +285,15 @@ func (cs *convSocket) pump(ctx context.Context) {
 			for {
 				switch ev.Type {
 				case agent.EventTextDelta:
+					// Leading edge: a delta after a quiet spell goes out at once; the ones that
+					// follow within deltaFlush are gathered and sent together when it ends.
 					cs.pending.WriteString(ev.Text)
 					if flush == nil {
-						flush = s.clock.After(deltaFlush)
+						if since := s.clock.Now().Sub(cs.lastText); since >= deltaFlush {
+							cs.flushText()
+						} else {
+							flush = s.clock.After(deltaFlush - since)
+						}
 					}
 				case agent.EventResync:
 					resync = true
@@ -323,6 +331,7 @@ func (cs *convSocket) flushText() {
 	cs.enqueue(frame{Type: "text", Target: "streaming", Text: cs.pending.String()})
 	cs.pending.Reset()
 	cs.streamed = true
+	cs.lastText = cs.s.clock.Now()
 }
 
 // sync renders the view and sends what the page may not have: every item whose data-rev it has
@@ -338,6 +347,7 @@ func (cs *convSocket) sync(ctx context.Context, connect bool) bool {
 		}
 		return false
 	}
+	cs.s.addNames(ctx, cs.page.Names, v)
 	for _, it := range views.Items(v) {
 		html, rev, err := views.ItemHTML(ctx, cs.page, it)
 		if err != nil {

@@ -172,12 +172,17 @@ func TestSocketCoalescesTextAndUpdatesCards(t *testing.T) {
 	for _, d := range []string{"Hel", "lo", " there"} {
 		e.conv.publish(conv.ID, agent.Event{ConversationID: conv.ID, Type: agent.EventTextDelta, Text: d})
 	}
-	// A card changing flushes the gathered text first, as one frame, then sends the card.
+	// The first delta goes out at once; the fake clock stands still, so the next ones wait in
+	// the coalescing window until a card changing flushes them, as one frame, before the card.
+	f := readUntil(t, conn, "text", func(f frame) bool { return f.Type != "html" || f.Target != "streaming" })
+	if f.Type != "text" || f.Text != "Hel" || f.Target != "streaming" {
+		t.Fatalf("first text frame = %+v", f)
+	}
 	e.setView(approvalView(conv, "c1", tools.ByOwner))
 	e.conv.publish(conv.ID, agent.Event{ConversationID: conv.ID, Seq: 2, Type: agent.EventToolCall, ToolCallID: "c1"})
-	f := readUntil(t, conn, "text", func(f frame) bool { return f.Type != "html" || f.Target != "streaming" })
-	if f.Type != "text" || f.Text != "Hello there" || f.Target != "streaming" {
-		t.Fatalf("text frame = %+v", f)
+	f = readFrame(t, conn)
+	if f.Type != "text" || f.Text != "lo there" {
+		t.Fatalf("coalesced text frame = %+v", f)
 	}
 	f = readUntil(t, conn, "card", func(f frame) bool { return f.Type == "html" && f.Target == "call-c1" })
 	if f.Op != "upsert" || f.Parent != "timeline" || f.Rev == "" || !strings.Contains(*f.HTML, `data-parley="approval"`) {
@@ -192,6 +197,13 @@ func TestSocketCoalescesTextAndUpdatesCards(t *testing.T) {
 	f = readUntil(t, conn, "card", func(f frame) bool { return f.Type == "html" && f.Target == "call-c1" })
 	if !strings.Contains(*f.HTML, `data-status="resolved"`) {
 		t.Errorf("updated card = %s", *f.HTML)
+	}
+	// Gathered text also leaves when the window ends (whether the pump saw the delta before or
+	// after the clock moved, the text goes out once the window has passed).
+	e.conv.publish(conv.ID, agent.Event{ConversationID: conv.ID, Type: agent.EventTextDelta, Text: "!"})
+	e.clk.Advance(deltaFlush)
+	if f := readFrame(t, conn); f.Type != "text" || f.Text != "!" {
+		t.Errorf("text after the window = %+v", f)
 	}
 }
 

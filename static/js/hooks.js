@@ -250,7 +250,7 @@
   // the JSON answer; anything unexpected falls back to the plain POST the form was built for.
   //
   // A question form's inputs are named after its schema's properties, which the model chooses,
-  // and a form's named controls shadow its own properties (form.action is the "action" button).
+  // and a form's named controls shadow its own properties (the "action" button hides the action attribute).
   // So form methods and attributes are reached through the prototypes, never as form.x.
   const attr = (el, name) => Element.prototype.getAttribute.call(el, name);
   const setAttr = (el, name, v) => Element.prototype.setAttribute.call(el, name, v);
