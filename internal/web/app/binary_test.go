@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 var (
@@ -21,11 +24,22 @@ var (
 	binErr  error
 )
 
-// TestMain removes the binary the tests built.
+// TestMain removes the binary the tests built and fails the package when a started App left a
+// goroutine behind (test clients' idle keep-alive connections aside).
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if binDir != "" {
 		_ = os.RemoveAll(binDir)
+	}
+	if code == 0 {
+		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+		if err := goleak.Find(
+			goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+			goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
 	}
 	os.Exit(code)
 }
