@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"encoding/json"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -63,5 +64,31 @@ func TestPanicsAndInternalErrors(t *testing.T) {
 	res = e.browser(u).do("GET", "/no/such/page", "", nil)
 	if body := readBody(res); res.StatusCode != 404 || !strings.Contains(body, `data-parley="error"`) {
 		t.Fatalf("unknown page: %d %s", res.StatusCode, body)
+	}
+}
+
+// TestRequestLog: one JSON line per request with method, path, status, duration, the user and
+// the conversation; never the token, the cookie or the query string.
+func TestRequestLog(t *testing.T) {
+	e := newTestEnv(t, Config{})
+	var logs bytes.Buffer
+	e.srv.log = slog.New(slog.NewJSONHandler(&logs, nil))
+	u := e.user("ada", store.RoleMember)
+	conv := e.conversation(u)
+	c := e.script(u)
+	readBody(c.api("GET", "/api/v1/conversations/"+conv.ID+"?secret=hunter2", ""))
+	var line map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "request" {
+			line = m
+		}
+	}
+	if line == nil || line["method"] != "GET" || line["path"] != "/api/v1/conversations/"+conv.ID || line["status"] != float64(200) ||
+		line["conversation_id"] != conv.ID || line["user_id"] != u.ID || line["duration"] == nil {
+		t.Fatalf("request log %v in %s", line, logs.String())
+	}
+	if strings.Contains(logs.String(), c.bearer) || strings.Contains(logs.String(), "hunter2") {
+		t.Fatalf("secret in the log: %s", logs.String())
 	}
 }
