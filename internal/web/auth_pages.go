@@ -167,6 +167,8 @@ func (s *Server) signup(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	s.signupMu.Lock()
+	defer s.signupMu.Unlock()
 	n, err := s.store.CountUsers(ctx)
 	if err != nil {
 		return fmt.Errorf("count users: %w", err)

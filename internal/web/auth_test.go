@@ -1,6 +1,7 @@
 package web
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -282,5 +283,51 @@ func TestSecurityHeadersAndStatic(t *testing.T) {
 	}
 	if res := e.anon().do("GET", "/static/abc/static.go", "", nil); res.StatusCode != 404 {
 		t.Fatalf("source served: %d", res.StatusCode)
+	}
+}
+
+// TestConcurrentFirstSignups: of several sign-ups racing on an empty app, exactly one becomes
+// the admin.
+func TestConcurrentFirstSignups(t *testing.T) {
+	e := newTestEnv(t, Config{})
+	const n = 6
+	browsers := make([]*client, n)
+	tokens := make([]string, n)
+	for i := range browsers {
+		browsers[i] = e.anon()
+		tokens[i] = browsers[i].pageCSRF("/signup")
+	}
+	codes := make(chan int, n)
+	for i := range browsers {
+		go func() {
+			req, _ := http.NewRequest("POST", e.ts.URL+"/signup", strings.NewReader(url.Values{
+				"username": {fmt.Sprintf("user%d", i)}, "password": {"correct horse"}, "_csrf": {tokens[i]}}.Encode()))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			res, err := browsers[i].hc.Do(req)
+			if err != nil {
+				codes <- 0
+				return
+			}
+			res.Body.Close()
+			codes <- res.StatusCode
+		}()
+	}
+	for range n {
+		if code := <-codes; code != http.StatusSeeOther {
+			t.Fatalf("sign-up: %d", code)
+		}
+	}
+	users, err := e.st.ListUsers(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	admins := 0
+	for _, u := range users {
+		if u.Role == store.RoleAdmin {
+			admins++
+		}
+	}
+	if len(users) != n || admins != 1 {
+		t.Fatalf("%d users, %d admins", len(users), admins)
 	}
 }

@@ -67,6 +67,10 @@ type Server struct {
 	limits   *limiters
 	echo     *echo.Echo
 
+	// signupMu serializes sign-ups in this process, so two first sign-ups racing cannot both
+	// see an empty user table and both become admin.
+	signupMu sync.Mutex
+
 	// stopping is closed by Shutdown: long-lived handlers (event streams, sockets) return when
 	// it is, so the HTTP server's graceful shutdown does not wait on them.
 	stopping     chan struct{}
