@@ -25,19 +25,26 @@ type running struct {
 }
 
 func start(t *testing.T, databaseURL string) *running {
+	return startIn(t, databaseURL, t.TempDir(), true)
+}
+
+// startIn starts an App on dataDir, creating the user first when newUser.
+func startIn(t *testing.T, databaseURL, dataDir string, newUser bool) *running {
 	t.Helper()
 	env := map[string]string{
-		"PARLEY_ADDR": "127.0.0.1:0", "PARLEY_DATA_DIR": t.TempDir(), "DATABASE_URL": databaseURL,
+		"PARLEY_ADDR": "127.0.0.1:0", "PARLEY_DATA_DIR": dataDir, "DATABASE_URL": databaseURL,
 		"PARLEY_MODEL": "demo", "PARLEY_SHUTDOWN_TIMEOUT": "10s",
 	}
 	getenv := func(k string) string { return env[k] }
 	ctx := context.Background()
 	var out, errOut bytes.Buffer
 	std := IO{Stdin: strings.NewReader("a long password\n"), Stdout: &out, Stderr: &errOut}
-	if code := Main(ctx, []string{"user", "add", "--name", "ada", "--role", "member", "--password-stdin"}, getenv, std); code != 0 {
-		t.Fatalf("user add: %d %s", code, errOut.String())
+	if newUser {
+		if code := Main(ctx, []string{"user", "add", "--name", "ada", "--role", "member", "--password-stdin"}, getenv, std); code != 0 {
+			t.Fatalf("user add: %d %s", code, errOut.String())
+		}
+		out.Reset()
 	}
-	out.Reset()
 	if code := Main(ctx, []string{"token", "create", "--user", "ada"}, getenv, std); code != 0 {
 		t.Fatalf("token create: %d %s", code, errOut.String())
 	}
@@ -238,4 +245,38 @@ func httpGet(url string) (int, error) {
 	}
 	res.Body.Close()
 	return res.StatusCode, nil
+}
+
+// TestApprovalSurvivesRestart: a call awaiting approval when the app stops is still pending
+// after it starts again on the same data, and approving it then completes the turn.
+func TestApprovalSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	r := startIn(t, "", dir, true)
+	_, body := r.call(t, "POST", "/api/v1/conversations", "")
+	conv := body["id"].(string)
+	events, stream := r.entries(t, conv)
+	r.call(t, "POST", "/api/v1/conversations/"+conv+"/messages", `{"text":"email bob@example.com about lunch"}`)
+	waitEntry(t, events, "assistant_message")
+	stream.Body.Close()
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	r = startIn(t, "", dir, false)
+	_, approvals := r.call(t, "GET", "/api/v1/approvals", "")
+	list := approvals["approvals"].([]any)
+	if len(list) != 1 {
+		t.Fatalf("after restart: %v", approvals)
+	}
+	callID := list[0].(map[string]any)["tool_call_id"].(string)
+	events, stream = r.entries(t, conv)
+	defer stream.Body.Close()
+	if status, body := r.call(t, "POST", "/api/v1/conversations/"+conv+"/calls/"+callID+"/resolve", `{"decision":"approve"}`); status != 200 {
+		t.Fatalf("approve after restart: %d %v", status, body)
+	}
+	waitEntry(t, events, "tool_result")
+	out, err := r.app.Store().ListOutbox(context.Background(), conv)
+	if err != nil || len(out) != 1 {
+		t.Fatalf("outbox: %v %+v", err, out)
+	}
 }
