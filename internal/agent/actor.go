@@ -117,6 +117,7 @@ type actor struct {
 	stopping     bool // no new work; exit when inflight reaches 0
 	discard      bool // results of in-flight work are dropped (hard stop, a failed write)
 	broken       bool // a write failed: the actor exits and is revived from the log
+	conflicted   bool // the failed write lost the optimistic-concurrency race
 	doneClosed   bool
 }
 
@@ -264,26 +265,53 @@ func (a *actor) handle(req *request) {
 		req.reply <- response{err: errClosed()}
 		return
 	}
-	var (
-		err  error
-		cont func()
-	)
-	switch req.kind {
-	case reqSend:
-		err, cont = a.handleSend(req)
-	case reqResolve:
-		err, cont = a.handleResolve(req)
-	case reqExpire:
-		err, cont = a.handleExpire(req)
-	case reqView:
+	if req.kind == reqView {
 		req.reply <- response{view: a.view()}
 		return
+	}
+	err, cont := a.dispatchRequest(req)
+	if a.conflicted && a.reloadAfterConflict() {
+		// Another writer (another process on the same database) moved the log on: answer from
+		// the log as it is now — typically stale for a call it already resolved.
+		err, cont = a.dispatchRequest(req)
 	}
 	// Reply first (the decision is durable by now), then continue the loop.
 	req.reply <- response{err: err}
 	if cont != nil && !a.broken {
 		cont()
 	}
+}
+
+func (a *actor) dispatchRequest(req *request) (error, func()) {
+	switch req.kind {
+	case reqSend:
+		return a.handleSend(req)
+	case reqResolve:
+		return a.handleResolve(req)
+	case reqExpire:
+		return a.handleExpire(req)
+	}
+	return nil, nil
+}
+
+// reloadAfterConflict rebuilds the state from the log after an append lost the optimistic
+// concurrency race. It only does so when nothing of this actor is in flight (otherwise the
+// actor stops and is revived from the log). The reloaded state is used to answer requests; work
+// the log shows under way is not resumed here, since the writer that won owns it.
+func (a *actor) reloadAfterConflict() bool {
+	a.conflicted = false
+	if a.inflight > 0 {
+		return false
+	}
+	st, err := loadState(a.m.base, a.m.cfg.Store, a.m.cfg.Tools, a.id)
+	if err != nil {
+		a.m.cfg.Logger.Error("agent: reload after a conflict", "conversation", a.id, "err", err)
+		return false
+	}
+	a.st, a.broken = st, false
+	a.events, a.statusEvents = a.events[:0], a.statusEvents[:0]
+	a.graceAt = map[string]time.Time{}
+	return true
 }
 
 func (a *actor) visible(by Principal) bool {
@@ -341,6 +369,7 @@ func (a *actor) commit(b store.Batch, touched []string) error {
 	last, err := a.m.cfg.Store.Append(a.m.base, a.id, after, b)
 	if err != nil {
 		a.broken = true
+		a.conflicted = errors.Is(err, store.ErrConflict)
 		return a.m.internalError("append to log", err)
 	}
 	a.st.lastSeq = last

@@ -372,3 +372,52 @@ func TestConcurrentEnsureStartedStartsOneActor(t *testing.T) {
 		}
 	})
 }
+
+// Two managers on one database (two processes) do not corrupt a conversation: the log's
+// optimistic concurrency makes the second writer reload and answer from the log.
+func TestTwoManagersOnOneStoreStayConsistent(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+		prov := newScripted(callTools(tc{"c1", "send_email", emailArgs}), say("Sent."), say("Hello again."))
+		e := newEnv(t, open, prov, emailTools, nil)
+		first := e.m
+		e.send("email bob")
+		e.waitCall("c1", store.CallAwaiting)
+
+		e.startManager() // a second process: its Start revives the awaiting conversation
+		second := e.m
+		if err := second.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "approve"}, e.owner); err != nil {
+			t.Fatalf("approve on the second manager: %v", err)
+		}
+		e.waitStatus(store.StatusIdle)
+
+		// The first manager's actor still believes the call is pending; the log says otherwise.
+		if err := first.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "deny"}, e.owner); kindOf(err) != tools.KindStale {
+			t.Fatalf("a second decision through the first manager: %v, want stale", err)
+		}
+		if err := first.Send(e.ctx, e.conv, e.owner, "hi again"); err != nil {
+			t.Fatalf("send through the first manager after it reloaded: %v", err)
+		}
+		sub := first.Subscribe(e.conv)
+		defer sub.Close()
+		for {
+			v, err := first.View(e.ctx, e.conv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v.Status == store.StatusIdle {
+				if last := v.Messages[len(v.Messages)-1]; last.Content != "Hello again." {
+					t.Fatalf("messages %+v", v.Messages)
+				}
+				break
+			}
+			<-sub.C
+		}
+		if out, _ := e.st.ListOutbox(e.ctx, e.conv); len(out) != 1 {
+			t.Fatalf("outbox %+v", out)
+		}
+		audit, _ := e.st.ListAudit(e.ctx, store.AuditFilter{ConversationID: e.conv})
+		if len(audit) != 1 || audit[0].Action != "approve" {
+			t.Fatalf("audit %+v", audit)
+		}
+	})
+}
