@@ -690,9 +690,12 @@ func (a *actor) runTool(c *call) {
 		a.finishCall(c, tools.Outcome{Status: tools.ToolError, Err: tools.Errorf(tools.KindUnknownTool, "there is no server tool named %q", c.name)}, "system", "")
 		return
 	}
-	args, verr := c.tool.ValidateArgs(c.effectiveArgs())
-	if verr != nil {
-		a.finishCall(c, tools.Outcome{Status: tools.ToolError, Err: verr}, "system", "")
+	args, perr := a.precheck(c)
+	if perr != nil {
+		a.finishCall(c, tools.Outcome{Status: tools.ToolError, Err: perr}, "system", "")
+		// The call is finished without running: the turn may be able to continue (an approval's
+		// continuation calls runTool alone).
+		a.advance()
 		return
 	}
 	if c.attempts < 1 {
@@ -741,6 +744,20 @@ func (a *actor) runTool(c *call) {
 	}()
 }
 
+// precheck validates a server call before an attempt of it is recorded or made: the arguments
+// against the tool's schema, then the tool's own policy (Tool.Precheck; for an http.request tool
+// the host policy and the expanded request). Either failure is the call's tool error.
+func (a *actor) precheck(c *call) (map[string]any, *tools.Error) {
+	args, verr := c.tool.ValidateArgs(c.effectiveArgs())
+	if verr != nil {
+		return nil, verr
+	}
+	if perr := c.tool.Precheck(a.m.base, args); perr != nil {
+		return nil, perr
+	}
+	return args, nil
+}
+
 func (a *actor) onToolDone(m toolDone) {
 	c := a.st.calls[m.id]
 	if c == nil || c.finished() || c.status != store.CallRunning {
@@ -775,7 +792,7 @@ func (a *actor) finishCall(c *call, out tools.Outcome, actor, decision string) {
 	}
 	rd := resultData{Envelope: env, Status: status, Decision: decision, Attempt: c.attempts}
 	b := store.Batch{Entries: []store.Entry{{Type: typ, ToolCallID: c.id, Actor: actor, Data: mustJSON(rd)}}}
-	if c.attempts > 1 {
+	if c.attempts > 1 || c.nextAttempt != nil {
 		b.DoneSteps = []string{"tool:" + c.id}
 	}
 	if a.commit(b, []string{c.id}) == nil {
@@ -904,6 +921,14 @@ func (a *actor) onWake() bool {
 		for _, c := range st.currentCalls() {
 			if c.status != store.CallRunning || c.nextAttempt == nil || c.nextAttempt.After(now) || a.broken {
 				continue
+			}
+			if c.tool != nil && c.tool.Executor() == tools.Server {
+				if _, perr := a.precheck(c); perr != nil {
+					// Refused before the retry is recorded: no attempt, the call ends with the error.
+					a.finishCall(c, tools.Outcome{Status: tools.ToolError, Err: perr}, "system", "")
+					a.advance()
+					continue
+				}
 			}
 			d := attemptData{Step: "tool:" + c.id, Attempt: c.attempts + 1}
 			if a.commit(store.Batch{
