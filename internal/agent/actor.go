@@ -7,11 +7,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
 	"parley/internal/clock"
 	"parley/internal/llm"
+	"parley/internal/metrics"
 	"parley/internal/store"
 	"parley/internal/tools"
 )
@@ -90,6 +93,7 @@ func (b *streamBuf) reset() {
 type actor struct {
 	m              *Manager
 	id             string
+	log            *slog.Logger // the manager's logger with conversation_id
 	mailbox        chan *request
 	internal       chan any
 	clientsChanged chan struct{}
@@ -119,12 +123,15 @@ type actor struct {
 	broken       bool // a write failed: the actor exits and is revived from the log
 	conflicted   bool // the failed write lost the optimistic-concurrency race
 	doneClosed   bool
+	// pending is the count of awaiting calls by kind last reported to the manager (metrics).
+	pending map[string]int
 }
 
 func newActor(m *Manager, id string) *actor {
 	return &actor{
 		m:              m,
 		id:             id,
+		log:            m.cfg.Logger.With("conversation_id", id),
 		mailbox:        make(chan *request, m.cfg.MailboxSize),
 		internal:       make(chan any, 16),
 		clientsChanged: make(chan struct{}, 1),
@@ -147,6 +154,10 @@ func (a *actor) run() {
 		return
 	}
 	a.st = st
+	if st.lastSeq > 0 {
+		metrics.Revivals.Inc()
+		a.log.Debug("actor revived", "status", st.status, "last_seq", st.lastSeq)
+	}
 	a.lastActive = a.now()
 	a.wake = a.m.cfg.Clock.NewTimer(time.Hour)
 	a.wake.Stop()
@@ -196,7 +207,7 @@ func (a *actor) failLoad(err error) {
 	if errors.Is(err, store.ErrNotFound) {
 		a.loadErr = errNotFound()
 	} else {
-		a.loadErr = a.m.internalError("load conversation", err)
+		a.loadErr = a.internalError("load conversation", err)
 	}
 	a.m.mu.Lock()
 	if a.m.actors[a.id] == a {
@@ -243,6 +254,7 @@ func (a *actor) beginStop(hard bool) {
 // behind it being armed (tests advance a fake clock on that signal).
 func (a *actor) settle() {
 	a.rearm()
+	a.reportPending()
 	for _, e := range a.events {
 		a.m.hub.publish(e)
 	}
@@ -251,6 +263,33 @@ func (a *actor) settle() {
 	}
 	a.events = a.events[:0]
 	a.statusEvents = a.statusEvents[:0]
+}
+
+// reportPending tells the manager how many calls of this conversation await an answer, by
+// kind, when that changed. The count is recomputed from the state (not moved by deltas), so it
+// cannot drift; it stays with the manager while the actor hibernates, since the calls are still
+// pending in the store.
+func (a *actor) reportPending() {
+	var now map[string]int
+	for _, c := range a.st.currentCalls() {
+		if c.status == store.CallAwaiting && c.kind != "" {
+			if now == nil {
+				now = map[string]int{}
+			}
+			now[string(c.kind)]++
+		}
+	}
+	if maps.Equal(now, a.pending) {
+		return
+	}
+	a.pending = now
+	a.m.setPending(a.id, now)
+}
+
+// internalError logs err with the conversation's id and a reference, and returns the internal
+// tool error that carries only the reference.
+func (a *actor) internalError(what string, err error) *tools.Error {
+	return internalErrorTo(a.log, what, err)
 }
 
 func (a *actor) publish(e Event) {
@@ -305,7 +344,7 @@ func (a *actor) reloadAfterConflict() bool {
 	}
 	st, err := loadState(a.m.base, a.m.cfg.Store, a.m.cfg.Tools, a.id)
 	if err != nil {
-		a.m.cfg.Logger.Error("agent: reload after a conflict", "conversation", a.id, "err", err)
+		a.log.Error("agent: reload after a conflict", "err", err)
 		return false
 	}
 	a.st, a.broken = st, false
@@ -354,7 +393,7 @@ func (a *actor) commit(b store.Batch, touched []string) error {
 		b.Entries[i].CreatedAt = now
 		if err := a.st.apply(b.Entries[i], a.m.cfg.Tools); err != nil {
 			a.broken = true
-			return a.m.internalError("apply entry", err)
+			return a.internalError("apply entry", err)
 		}
 	}
 	a.st.status = a.st.derivedStatus()
@@ -370,9 +409,11 @@ func (a *actor) commit(b store.Batch, touched []string) error {
 	if err != nil {
 		a.broken = true
 		a.conflicted = errors.Is(err, store.ErrConflict)
-		return a.m.internalError("append to log", err)
+		return a.internalError("append to log", err)
 	}
 	a.st.lastSeq = last
+	// Before the caller hears back, so a resolve's reply finds the count already moved.
+	a.reportPending()
 	if a.st.status != prevStatus {
 		a.statusEvents = append(a.statusEvents, Event{ConversationID: a.id, Seq: last, Type: EventStatus, Status: a.st.status})
 	}
@@ -446,7 +487,9 @@ func (a *actor) startLLM() {
 	provider := a.cfg().Provider
 	hub := a.m.hub
 	id := a.id
+	clk := a.cfg().Clock
 	go func() {
+		began := clk.Now()
 		resp, err := provider.Stream(ctx, req, func(e llm.Event) error {
 			if e.Type == llm.EventTextDelta && e.Text != "" {
 				a.stream.add(e.Text)
@@ -454,6 +497,7 @@ func (a *actor) startLLM() {
 			}
 			return nil
 		})
+		observeLLM(provider.Name(), clk.Now().Sub(began), resp.Usage, err)
 		cancel()
 		a.internal <- llmDone{resp: resp, err: err}
 	}()
@@ -508,10 +552,12 @@ func (a *actor) onLLMError(err error) {
 	if errors.As(err, &le) {
 		kind, msg = tools.Kind(le.Kind), le.Error()
 	} else {
-		msg = a.m.internalError("model call", err).Message
+		msg = a.internalError("model call", err).Message
 	}
 	if retry && attempt < a.cfg().LLMMaxAttempts {
 		next := a.now().Add(a.m.backoff(attempt, after))
+		metrics.Retries.WithLabelValues("llm").Inc()
+		a.log.Warn("model call failed; retrying", "step", step, "attempt", attempt, "next_attempt_at", next, "err", msg)
 		d, _ := json.Marshal(attemptData{Step: step, Attempt: attempt, Error: map[string]any{"kind": string(kind), "message": msg}, NextAttemptAt: &next})
 		if a.commit(store.Batch{
 			Entries: []store.Entry{{Type: store.EntryAttemptFailed, Actor: "system", Data: d}},
@@ -528,6 +574,7 @@ func (a *actor) onLLMError(err error) {
 
 // endTurn closes the open turn with an error the user sees.
 func (a *actor) endTurn(kind tools.Kind, msg string) {
+	a.log.Warn("turn ended with an error", "kind", string(kind), "message", msg)
 	d, _ := json.Marshal(turnErrorData{Kind: string(kind), Message: msg})
 	b := store.Batch{Entries: []store.Entry{{Type: store.EntryTurnError, Actor: "system", Data: d}}}
 	if a.st.llmFailed > 0 {
@@ -660,7 +707,7 @@ func (a *actor) dryRun(t *tools.Tool, id string, args map[string]any) tools.Plan
 	}
 	ch := make(chan res, 1)
 	go func() {
-		p, err := t.DryRun(ctx, tools.Call{ConversationID: a.id, ToolCallID: id, UserID: a.st.conv.OwnerID, Logger: a.cfg().Logger}, args)
+		p, err := t.DryRun(ctx, tools.Call{ConversationID: a.id, ToolCallID: id, UserID: a.st.conv.OwnerID, Logger: a.log.With("tool_call_id", id)}, args)
 		ch <- res{p, err}
 	}()
 	select {
@@ -668,11 +715,11 @@ func (a *actor) dryRun(t *tools.Tool, id string, args map[string]any) tools.Plan
 		if r.err == nil {
 			return r.p
 		}
-		a.cfg().Logger.Warn("dry run failed", "tool", t.Name(), "err", r.err)
+		a.log.Warn("dry run failed", "tool_call_id", id, "tool", t.Name(), "err", r.err)
 	case <-timer.C():
 		cancel()
 		<-ch
-		a.cfg().Logger.Warn("dry run timed out", "tool", t.Name())
+		a.log.Warn("dry run timed out", "tool_call_id", id, "tool", t.Name())
 	}
 	return tools.DefaultPlan(t, args)
 }
@@ -709,7 +756,7 @@ func (a *actor) runTool(c *call) {
 	timeout := a.runTimeout(t)
 	clk := a.cfg().Clock
 	call := tools.Call{
-		ConversationID: a.id, ToolCallID: c.id, UserID: a.st.conv.OwnerID, Attempt: attempt, Logger: a.cfg().Logger,
+		ConversationID: a.id, ToolCallID: c.id, UserID: a.st.conv.OwnerID, Attempt: attempt, Logger: a.log.With("tool_call_id", c.id),
 		Progress: func(msg string) {
 			select {
 			case a.internal <- toolProgress{id: c.id, text: msg}:
@@ -732,6 +779,7 @@ func (a *actor) runTool(c *call) {
 				timedOut <- false
 			}
 		}()
+		began := clk.Now()
 		out := t.Execute(ctx, call, args)
 		close(stop)
 		if <-timedOut && out.Status != tools.OK {
@@ -739,6 +787,7 @@ func (a *actor) runTool(c *call) {
 			e.Retryable = true
 			out = tools.Outcome{Status: tools.ToolError, Err: e}
 		}
+		metrics.ToolSeconds.WithLabelValues(t.Name(), string(out.Status)).Observe(clk.Now().Sub(began).Seconds())
 		cancel()
 		a.internal <- toolDone{id: c.id, attempt: attempt, out: out}
 	}()
@@ -765,6 +814,9 @@ func (a *actor) onToolDone(m toolDone) {
 	}
 	if m.out.Retryable() && m.attempt < c.tool.MaxAttempts() {
 		next := a.now().Add(a.m.backoff(m.attempt, m.out.Err.RetryAfter))
+		metrics.Retries.WithLabelValues("tool").Inc()
+		a.log.Warn("tool call failed; retrying", "tool_call_id", c.id, "tool", c.name, "attempt", m.attempt,
+			"next_attempt_at", next, "kind", string(m.out.Err.Kind))
 		key := "tool:" + c.id
 		d := attemptData{Step: key, Attempt: m.attempt, Error: m.out.Err.Map(), NextAttemptAt: &next}
 		if err := a.commit(store.Batch{
@@ -791,6 +843,11 @@ func (a *actor) finishCall(c *call, out tools.Outcome, actor, decision string) {
 		typ, status = store.EntryToolError, store.CallErrored
 	}
 	rd := resultData{Envelope: env, Status: status, Decision: decision, Attempt: c.attempts}
+	attrs := []any{"tool_call_id", c.id, "tool", c.name, "status", status, "attempts", c.attempts}
+	if out.Err != nil {
+		attrs = append(attrs, "kind", string(out.Err.Kind))
+	}
+	a.log.Info("tool call finished", attrs...)
 	b := store.Batch{Entries: []store.Entry{{Type: typ, ToolCallID: c.id, Actor: actor, Data: mustJSON(rd)}}}
 	if c.attempts > 1 || c.nextAttempt != nil {
 		b.DoneSteps = []string{"tool:" + c.id}
@@ -1072,4 +1129,21 @@ func withEditedArgs(env json.RawMessage, args json.RawMessage, max int) json.Raw
 		return env
 	}
 	return tools.BoundEnvelope(b, max)
+}
+
+// observeLLM records one model call's latency (outcome ok, error or cancelled) and, for a
+// complete answer, its tokens.
+func observeLLM(provider string, took time.Duration, u llm.Usage, err error) {
+	outcome := "ok"
+	switch {
+	case errors.Is(err, context.Canceled):
+		outcome = "cancelled"
+	case err != nil:
+		outcome = "error"
+	}
+	metrics.LLMSeconds.WithLabelValues(provider, outcome).Observe(took.Seconds())
+	if err == nil {
+		metrics.LLMTokens.WithLabelValues(provider, "input").Add(float64(u.InputTokens))
+		metrics.LLMTokens.WithLabelValues(provider, "output").Add(float64(u.OutputTokens))
+	}
 }

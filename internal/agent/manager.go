@@ -3,11 +3,13 @@ package agent
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"parley/internal/metrics"
 	"parley/internal/store"
 	"parley/internal/tools"
 )
@@ -29,8 +31,13 @@ type Manager struct {
 	mu      sync.Mutex
 	actors  map[string]*actor // guarded by mu
 	clients map[string]int    // live sockets per conversation, guarded by mu
-	closed  bool              // guarded by mu
-	started bool              // guarded by mu
+	// pending counts awaiting calls by kind per conversation, as its actor last reported them;
+	// kept while the actor hibernates (the calls are still pending). Guarded by mu.
+	pending map[string]map[string]int
+	// unregister removes the manager's metrics source (set by Start).
+	unregister func()
+	closed     bool // guarded by mu
+	started    bool // guarded by mu
 
 	// Counters for metrics and tests.
 	starts       atomic.Int64 // actors started
@@ -53,6 +60,7 @@ func New(cfg Config) *Manager {
 		quit:       make(chan struct{}),
 		actors:     map[string]*actor{},
 		clients:    map[string]int{},
+		pending:    map[string]map[string]int{},
 	}
 }
 
@@ -65,6 +73,7 @@ func (m *Manager) Start(ctx context.Context) error {
 		return errors.New("agent: Start called twice or after Close")
 	}
 	m.started = true
+	m.unregister = metrics.Register(m.metricsSnapshot)
 	m.mu.Unlock()
 	active, err := m.cfg.Store.ListActive(ctx)
 	if err != nil {
@@ -93,7 +102,11 @@ func (m *Manager) Close(ctx context.Context) error {
 		return nil
 	}
 	m.closed = true
+	unregister := m.unregister
 	m.mu.Unlock()
+	if unregister != nil {
+		defer unregister()
+	}
 	if ctx.Err() != nil {
 		m.baseCancel()
 	}
@@ -193,7 +206,22 @@ func (m *Manager) Send(ctx context.Context, convID string, by Principal, text st
 // (no such conversation, or not visible to by), stale (unknown, not pending or already
 // resolved), permission_denied, invalid_args (details.problems), internal.
 func (m *Manager) Resolve(ctx context.Context, convID, toolCallID string, r Resolution, by Principal) error {
+	began := m.cfg.Clock.Now()
 	_, err := m.call(ctx, convID, &request{kind: reqResolve, by: by, callID: toolCallID, res: r})
+	outcome := "ok"
+	if err != nil {
+		outcome = string(tools.KindInternal)
+		var te *tools.Error
+		if errors.As(err, &te) {
+			outcome = string(te.Kind)
+		} else if ctx.Err() != nil {
+			outcome = "cancelled"
+		}
+	}
+	metrics.ResolveSeconds.WithLabelValues(outcome).Observe(m.cfg.Clock.Now().Sub(began).Seconds())
+	if err == nil {
+		m.cfg.Logger.Info("call resolved", "conversation_id", convID, "tool_call_id", toolCallID, "by", by.UserID, "via", by.Via)
+	}
 	return err
 }
 
@@ -216,20 +244,45 @@ func (m *Manager) View(ctx context.Context, convID string) (View, error) {
 
 // Stats are counters for metrics.
 type Stats struct {
-	LiveActors            int   // actors in memory now
-	ActorStarts           int64 // actors started (revivals included) since New
-	Hibernations          int64 // actors that left memory after IdleTimeout
-	DroppedSubscribers    int64 // subscribers closed with EventResync for lagging
-	AttachedConversations int   // conversations with at least one live socket
+	LiveActors            int            // actors in memory now
+	Pending               map[string]int // awaiting calls by pending kind (hibernated conversations included)
+	ActorStarts           int64          // actors started (revivals included) since New
+	Hibernations          int64          // actors that left memory after IdleTimeout
+	DroppedSubscribers    int64          // subscribers closed with EventResync for lagging
+	AttachedConversations int            // conversations with at least one live socket
 }
 
 // Stats reports the manager's counters.
 func (m *Manager) Stats() Stats {
 	m.mu.Lock()
 	live, attached := len(m.actors), len(m.clients)
+	pending := map[string]int{}
+	for _, byKind := range m.pending {
+		for k, n := range byKind {
+			pending[k] += n
+		}
+	}
 	m.mu.Unlock()
 	return Stats{LiveActors: live, ActorStarts: m.starts.Load(), Hibernations: m.hibernations.Load(),
-		DroppedSubscribers: m.hub.dropped.Load(), AttachedConversations: attached}
+		DroppedSubscribers: m.hub.dropped.Load(), AttachedConversations: attached, Pending: pending}
+}
+
+// metricsSnapshot is the manager's source for /metrics, read at scrape time.
+func (m *Manager) metricsSnapshot() metrics.Snapshot {
+	st := m.Stats()
+	return metrics.Snapshot{LiveActors: st.LiveActors, Pending: st.Pending,
+		Dropped: map[string]int64{"subscriber": st.DroppedSubscribers}}
+}
+
+// setPending records a conversation's awaiting calls by kind (nil or empty: none).
+func (m *Manager) setPending(id string, byKind map[string]int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(byKind) == 0 {
+		delete(m.pending, id)
+		return
+	}
+	m.pending[id] = byKind
 }
 
 // Subscribe returns a subscription to one conversation's events, or to every conversation's
@@ -322,10 +375,10 @@ func (m *Manager) fireDueExpiries() {
 			if errors.As(err, &te) && (te.Kind == tools.KindStale || te.Kind == tools.KindNotFound) {
 				// Already resolved (a race with a person) or gone: the timer has nothing to do.
 				if cerr := m.cfg.Store.CancelExpiry(m.base, e.ConversationID, e.ToolCallID); cerr != nil {
-					m.cfg.Logger.Warn("cancel stale expiry", "conversation", e.ConversationID, "tool_call_id", e.ToolCallID, "err", cerr)
+					m.cfg.Logger.Warn("cancel stale expiry", "conversation_id", e.ConversationID, "tool_call_id", e.ToolCallID, "err", cerr)
 				}
 			} else if err != nil && m.base.Err() == nil {
-				m.cfg.Logger.Warn("fire expiry", "conversation", e.ConversationID, "tool_call_id", e.ToolCallID, "err", err)
+				m.cfg.Logger.Warn("fire expiry", "conversation_id", e.ConversationID, "tool_call_id", e.ToolCallID, "err", err)
 			}
 		}
 		if len(due) < batch {
@@ -377,8 +430,12 @@ func (m *Manager) backoff(failures int, retryAfter time.Duration) time.Duration 
 // internalError logs err with a reference and returns the internal tool error that carries only
 // that reference.
 func (m *Manager) internalError(what string, err error) *tools.Error {
+	return internalErrorTo(m.cfg.Logger, what, err)
+}
+
+func internalErrorTo(log *slog.Logger, what string, err error) *tools.Error {
 	ref := tools.NewRef()
-	m.cfg.Logger.Error("agent: "+what, "ref", ref, "err", err)
+	log.Error("agent: "+what, "ref", ref, "err", err)
 	return tools.NewError(tools.KindInternal, "internal error (reference "+ref+")", map[string]any{"ref": ref})
 }
 

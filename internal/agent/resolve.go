@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 
+	"parley/internal/metrics"
 	"parley/internal/store"
 	"parley/internal/tools"
 )
@@ -262,6 +263,8 @@ func (a *actor) handleExpire(req *request) (error, func()) {
 	if err := a.commit(b, []string{c.id}); err != nil {
 		return err, nil
 	}
+	metrics.ExpiriesFired.Inc()
+	a.log.Info("suspended call expired", "tool_call_id", c.id, "tool", c.name, "pending", string(c.kind))
 	a.publishCall(c)
 	return nil, a.advance
 }

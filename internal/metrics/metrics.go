@@ -14,18 +14,11 @@ import (
 var Registry = prometheus.NewRegistry()
 
 var (
-	// LiveActors is the number of conversation actors in memory.
-	LiveActors = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "parley_live_actors", Help: "Conversation actors in memory.",
-	})
-	// Revivals counts actors started from the store (after hibernation or a restart).
+	// Revivals counts actors started from the store with a log behind them (after hibernation
+	// or a restart); a new conversation's first actor is not a revival.
 	Revivals = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "parley_actor_revivals_total", Help: "Actors rehydrated from the store.",
 	})
-	// Pending is the number of suspended calls by pending kind.
-	Pending = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "parley_pending_calls", Help: "Suspended tool calls by kind.",
-	}, []string{"kind"})
 	// ResolveSeconds is the time from a resolve request to its acknowledgement, by outcome.
 	ResolveSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "parley_resolve_seconds", Help: "Resolve acknowledgement latency.",
@@ -45,14 +38,6 @@ var (
 		Name: "parley_tool_call_seconds", Help: "Server tool call latency.",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 3, 12),
 	}, []string{"tool", "outcome"})
-	// Sockets is the number of open WebSocket connections.
-	Sockets = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "parley_sockets", Help: "Open WebSocket connections.",
-	})
-	// DroppedFrames counts connections or subscribers dropped because their queue overflowed.
-	DroppedFrames = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "parley_dropped_frames_total", Help: "Queue overflows that forced a resync, by where.",
-	}, []string{"where"})
 	// ExpiriesFired counts suspended calls resolved by their durable timer.
 	ExpiriesFired = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "parley_expiries_fired_total", Help: "Suspended calls expired by their timer.",
@@ -67,8 +52,8 @@ func init() {
 	Registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		LiveActors, Revivals, Pending, ResolveSeconds, LLMSeconds, LLMTokens, ToolSeconds,
-		Sockets, DroppedFrames, ExpiriesFired, Retries,
+		Revivals, ResolveSeconds, LLMSeconds, LLMTokens, ToolSeconds, ExpiriesFired, Retries,
+		scraped{},
 	)
 }
 

@@ -79,7 +79,14 @@ func (s *Server) requestLog(next echo.HandlerFunc) echo.HandlerFunc {
 		if u := currentUser(c); u != nil {
 			attrs = append(attrs, slog.String("user_id", u.ID))
 		}
+		if strings.Contains(c.Path(), "/calls/:call") {
+			attrs = append(attrs, slog.String("tool_call_id", c.Param("call")))
+		}
 		level := slog.LevelInfo
+		if probe(r.URL.Path) && c.Response().Status < 400 {
+			// Probes and scrapes come every few seconds; their successes would drown the log.
+			level = slog.LevelDebug
+		}
 		if c.Response().Status >= 500 {
 			level = slog.LevelError
 		}
@@ -167,4 +174,9 @@ func contentType(name string) string {
 		return "image/png"
 	}
 	return "application/octet-stream"
+}
+
+// probe reports whether path is a health probe or the metrics scrape.
+func probe(path string) bool {
+	return path == "/healthz" || path == "/readyz" || path == "/metrics"
 }

@@ -2,11 +2,13 @@ package web
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"parley/internal/metrics"
 	"parley/internal/store"
 	"parley/static"
 )
@@ -23,6 +25,11 @@ func (s *Server) routes() *echo.Echo {
 	e.Use(s.requestLog, recoverPanics, s.securityHeaders, s.limitBody, s.authenticate, s.checkCSRF)
 
 	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	// Unauthenticated on the app's port, like the probes: it carries counts, durations and tool
+	// names, never conversation content, users or secrets. Restrict it at the proxy when the
+	// port is public (README, "Operating").
+	e.GET("/metrics", echo.WrapHandler(metrics.Handler()))
 	e.GET(static.Prefix+":hash/*", serveStatic)
 
 	// Signing in.
@@ -80,4 +87,31 @@ func (s *Server) healthz(c echo.Context) error {
 			Kind: "unavailable", Message: "the store does not answer", Details: map[string]any{}}})
 	}
 	return c.JSON(http.StatusOK, map[string]any{"ok": true})
+}
+
+// readyz answers 200 when the store answers and its schema is the one this binary was built for
+// (migrations current), else 503 with the reason; a load balancer sends traffic only then.
+func (s *Server) readyz(c echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), healthTimeout)
+	defer cancel()
+	if err := store.Ready(ctx, s.store); err != nil {
+		s.log.WarnContext(c.Request().Context(), "readiness check failed", "err", err)
+		msg := "the store does not answer"
+		switch {
+		case errors.Is(err, store.ErrSchemaBehind):
+			msg = "the database schema is behind this binary: run `web migrate`"
+		case errors.Is(err, store.ErrSchemaTooNew):
+			msg = "the database schema is newer than this binary"
+		}
+		return c.JSON(http.StatusServiceUnavailable, errorBody{Error: errorJSON{
+			Kind: "unavailable", Message: msg, Details: map[string]any{}}})
+	}
+	return c.JSON(http.StatusOK, map[string]any{"ok": true})
+}
+
+// The page sockets' counters (ws.go) are read at scrape time: the process has one set.
+func init() {
+	metrics.Register(func() metrics.Snapshot {
+		return metrics.Snapshot{Sockets: SocketsOpen.Load(), Dropped: map[string]int64{"socket": SocketOverflows.Load()}}
+	})
 }
