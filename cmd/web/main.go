@@ -1,5 +1,5 @@
 // Command web is Parley's one binary: `web [serve]`, `web migrate`, `web user add`,
-// `web token create` (package app holds the commands; this is only the process around them).
+// `web token create`, `web healthcheck` (package app holds the commands; this is only the process around them).
 package main
 
 import (

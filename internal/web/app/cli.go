@@ -21,6 +21,8 @@ const usage = `usage:
   web user add --name N --role member|reviewer|admin --password-stdin
                                                 create a user; the password is a line on stdin
   web token create --user N [--label L]         print a new API token for that user, once
+  web healthcheck                               GET /healthz on PARLEY_ADDR; exit 0 when healthy
+                                                (the Docker HEALTHCHECK: the image has no curl)
 Configuration comes from the environment: PARLEY_ADDR, DATABASE_URL, PARLEY_DATA_DIR,
 PARLEY_MODEL, OPENAI_API_KEY, OPENAI_BASE_URL, ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL,
 PARLEY_TOOLS, PARLEY_ENV (see the README).
@@ -64,6 +66,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, std IO)
 	case "help", "-h", "--help":
 		fmt.Fprint(std.Stdout, usage)
 		return nil
+	case "healthcheck":
+		// Only PARLEY_ADDR matters here: a probe must not fail on unrelated configuration.
+		if len(args) > 0 {
+			return fmt.Errorf("healthcheck takes no arguments")
+		}
+		return Healthcheck(ctx, orDefault(getenv("PARLEY_ADDR"), "127.0.0.1:8080"), healthcheckTimeout)
 	}
 	cfg, err := FromEnv(getenv)
 	if err != nil {
