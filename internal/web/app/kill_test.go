@@ -285,6 +285,8 @@ func newKillEnv(t *testing.T, databaseURL, modelURL, hookURL string) *killEnv {
 		"PARLEY_ADDR=127.0.0.1:0", "PARLEY_DATA_DIR="+filepath.Join(dir, "data"), "DATABASE_URL="+databaseURL,
 		"PARLEY_MODEL=openai:test-model", "OPENAI_BASE_URL="+modelURL+"/v1", "OPENAI_API_KEY=test-key",
 		"ANTHROPIC_API_KEY=", "PARLEY_ENV=development", "PARLEY_TOOLS="+toolsFile,
+		// The tests poll every pollEvery: lift the per-user API budget above that.
+		"PARLEY_API_PER_MINUTE=60000", "PARLEY_API_BURST=1000",
 		"KILL_TEST_WEBHOOK_SECRET=whsec_"+base64.StdEncoding.EncodeToString([]byte(webhookKey)),
 	)}
 	e.command(t, "a long password\n", "user", "add", "--name", "ada", "--role", "member", "--password-stdin")
@@ -375,7 +377,11 @@ type convJSON struct {
 	Pending map[string]struct {
 		Kind string `json:"kind"`
 	} `json:"pending"`
+
+	raw string // the whole answer, for failure messages
 }
+
+func (v convJSON) String() string { return v.raw }
 
 func getConv(t *testing.T, r *running, conv string) convJSON {
 	t.Helper()
@@ -388,6 +394,7 @@ func getConv(t *testing.T, r *running, conv string) convJSON {
 	if err := json.Unmarshal(raw, &v); err != nil {
 		t.Fatal(err)
 	}
+	v.raw = string(raw)
 	return v
 }
 
@@ -401,7 +408,7 @@ func waitConv(t *testing.T, r *running, conv, what string, ok func(convJSON) boo
 			return v
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not %s within %v: %+v", what, waitAtMost, v)
+			t.Fatalf("not %s within %v: %s", what, waitAtMost, v)
 		}
 		time.Sleep(pollEvery)
 	}
@@ -509,7 +516,7 @@ func TestKillWhileAwaitingApproval(t *testing.T) {
 			return v.Status == "awaiting" && v.Pending[callID].Kind == "approval"
 		})
 		if len(v.Pending) != 1 || len(v.ToolCalls) != 1 || v.ToolCalls[0].Status != "awaiting" {
-			t.Fatalf("before the kill: %+v", v)
+			t.Fatalf("before the kill: %s", v)
 		}
 		p.kill9(t)
 
@@ -518,7 +525,7 @@ func TestKillWhileAwaitingApproval(t *testing.T) {
 		v = getConv(t, r, conv)
 		if v.Status != "awaiting" || len(v.Pending) != 1 || v.Pending[callID].Kind != "approval" ||
 			len(v.ToolCalls) != 1 || v.ToolCalls[0].ID != callID || v.ToolCalls[0].Status != "awaiting" {
-			t.Fatalf("after the restart the call is not pending as it was: %+v", v)
+			t.Fatalf("after the restart the call is not pending as it was: %s", v)
 		}
 		if keys, _, _ := hook.seen(); len(keys) != 0 {
 			t.Fatalf("the gated webhook ran before its approval: %v", keys)
@@ -529,7 +536,7 @@ func TestKillWhileAwaitingApproval(t *testing.T) {
 		}
 		v = waitConv(t, r, conv, "finished with the model's answer", finished)
 		if v.ToolCalls[0].Status != "resolved" || !strings.Contains(string(v.ToolCalls[0].Result), `"T-1"`) {
-			t.Fatalf("the call after approval: %+v", v.ToolCalls[0])
+			t.Fatalf("the call after approval: %s", v)
 		}
 
 		keys, applied, bad := hook.seen()
@@ -568,7 +575,7 @@ func TestKillWhileServerCallRuns(t *testing.T) {
 		waitChan(t, hook.arrived, "webhook request")
 		v := getConv(t, r, conv)
 		if v.Status != "dispatching" || len(v.ToolCalls) != 1 || v.ToolCalls[0].Status != "running" {
-			t.Fatalf("while the webhook runs: %+v", v)
+			t.Fatalf("while the webhook runs: %s", v)
 		}
 		p.kill9(t)
 		hook.release.open()
@@ -578,7 +585,7 @@ func TestKillWhileServerCallRuns(t *testing.T) {
 		v = waitConv(t, r, conv, "finished with the model's answer", finished)
 		if len(v.ToolCalls) != 1 || v.ToolCalls[0].ID != callID || v.ToolCalls[0].Status != "resolved" ||
 			!strings.Contains(string(v.ToolCalls[0].Result), `"T-1"`) {
-			t.Fatalf("the call after the restart: %+v", v.ToolCalls)
+			t.Fatalf("the call after the restart: %s", v)
 		}
 
 		keys, applied, bad := hook.seen()
@@ -616,7 +623,7 @@ func TestKillMidStream(t *testing.T) {
 		conv := startTurn(t, r, "say something")
 		waitChan(t, arrived, "half of the answer")
 		if v := getConv(t, r, conv); v.Status != "generating" {
-			t.Fatalf("while streaming: %+v", v)
+			t.Fatalf("while streaming: %s", v)
 		}
 		p.kill9(t)
 		release.open()
@@ -626,11 +633,11 @@ func TestKillMidStream(t *testing.T) {
 		v := waitConv(t, r, conv, "finished with the model's answer", finished)
 		for _, m := range v.Messages {
 			if strings.Contains(m.Content, partial) {
-				t.Fatalf("the half answer survived: %+v", v.Messages)
+				t.Fatalf("the half answer survived: %s", v)
 			}
 		}
 		if len(v.Messages) != 2 || v.Messages[0].Role != "user" {
-			t.Fatalf("messages %+v, want the user's and the answer", v.Messages)
+			t.Fatalf("messages of %s: want the user's and the answer", v)
 		}
 		reqs := model.requests()
 		if len(reqs) != 2 {
