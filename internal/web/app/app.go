@@ -181,7 +181,14 @@ func (a *App) provider() (llm.Provider, bool, error) {
 	if a.cfg.OpenAIKey != "" || a.cfg.AnthropicKey != "" {
 		a.log.Warn("a provider key is set but PARLEY_MODEL is not: using the demo model; set PARLEY_MODEL=openai:<model> or anthropic:<model>")
 	}
-	return demo.New(demo.Config{Clock: a.clock}), true, nil
+	dc := demo.Config{Clock: a.clock}
+	if a.cfg.DemoPace != nil {
+		dc.Pace = *a.cfg.DemoPace
+		if dc.Pace == 0 {
+			dc.Pace = demo.NoPace
+		}
+	}
+	return demo.New(dc), true, nil
 }
 
 // URL is the app's base URL, e.g. http://127.0.0.1:41234.

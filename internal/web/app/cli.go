@@ -25,7 +25,8 @@ const usage = `usage:
                                                 (the Docker HEALTHCHECK: the image has no curl)
 Configuration comes from the environment: PARLEY_ADDR, DATABASE_URL, PARLEY_DATA_DIR,
 PARLEY_MODEL, OPENAI_API_KEY, OPENAI_BASE_URL, ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL,
-PARLEY_TOOLS, PARLEY_ENV (see the README).
+PARLEY_TOOLS, PARLEY_ENV, PARLEY_DEMO_PACE, PARLEY_MESSAGES_PER_MINUTE, PARLEY_MESSAGE_BURST,
+PARLEY_API_PER_MINUTE, PARLEY_API_BURST, PARLEY_SHUTDOWN_TIMEOUT (see the README).
 `
 
 // IO is where a command reads and writes.

@@ -24,6 +24,8 @@ func TestFromEnv(t *testing.T) {
 		{"PARLEY_MESSAGES_PER_MINUTE", "-1", "PARLEY_MESSAGES_PER_MINUTE"},
 		{"PARLEY_API_BURST", "many", "PARLEY_API_BURST"},
 		{"PARLEY_SHUTDOWN_TIMEOUT", "5", "PARLEY_SHUTDOWN_TIMEOUT"},
+		{"PARLEY_DEMO_PACE", "-1ms", "PARLEY_DEMO_PACE"},
+		{"PARLEY_DEMO_PACE", "fast", "PARLEY_DEMO_PACE"},
 	} {
 		_, err := FromEnv(func(k string) string {
 			if k == tc.k {
@@ -38,8 +40,11 @@ func TestFromEnv(t *testing.T) {
 	c, err = FromEnv(func(k string) string {
 		return map[string]string{"PARLEY_ENV": "production", "PARLEY_MODEL": "anthropic:claude-x", "PARLEY_API_PER_MINUTE": "30"}[k]
 	})
-	if err != nil || !c.Production || c.APIPerMinute != 30 {
+	if err != nil || !c.Production || c.APIPerMinute != 30 || c.DemoPace != nil {
 		t.Fatalf("%+v %v", c, err)
+	}
+	if c, err := FromEnv(func(k string) string { return map[string]string{"PARLEY_DEMO_PACE": "0"}[k] }); err != nil || c.DemoPace == nil || *c.DemoPace != 0 {
+		t.Fatalf("PARLEY_DEMO_PACE=0: %+v %v", c, err)
 	}
 	if p, m, _ := c.model(); p != "anthropic" || m != "claude-x" {
 		t.Fatalf("model %s %s", p, m)

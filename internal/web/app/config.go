@@ -28,6 +28,9 @@ type Config struct {
 	MessageBurst      int
 	APIPerMinute      float64
 	APIBurst          int
+	// DemoPace is the demo model's pause between text deltas (PARLEY_DEMO_PACE, a Go duration;
+	// 0 streams without pausing, as the load test does). Unset keeps the demo's default.
+	DemoPace *time.Duration
 	// ShutdownTimeout bounds graceful shutdown (PARLEY_SHUTDOWN_TIMEOUT, a Go duration; 15s).
 	ShutdownTimeout time.Duration
 	// Getenv reads other variables (webhook secrets named by the tools file).
@@ -85,6 +88,13 @@ func FromEnv(getenv func(string) string) (Config, error) {
 			err = fmt.Errorf("PARLEY_SHUTDOWN_TIMEOUT must be a duration such as 15s, not %q", v)
 		}
 		c.ShutdownTimeout = d
+	}
+	if v := getenv("PARLEY_DEMO_PACE"); v != "" && err == nil {
+		d, perr := time.ParseDuration(v)
+		if perr != nil || d < 0 {
+			err = fmt.Errorf("PARLEY_DEMO_PACE must be a duration such as 8ms or 0, not %q", v)
+		}
+		c.DemoPace = &d
 	}
 	if err != nil {
 		return Config{}, err

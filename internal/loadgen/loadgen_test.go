@@ -1,4 +1,4 @@
-package main
+package loadgen
 
 import (
 	"encoding/json"
@@ -27,7 +27,7 @@ func TestAnswerSatisfiesFormSchemas(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, _ := json.Marshal(answer(json.RawMessage(s)))
+		b, _ := json.Marshal(Answer(json.RawMessage(s)))
 		var v any
 		_ = json.Unmarshal(b, &v)
 		if err := sch.Validate(v); err != nil {
@@ -41,13 +41,13 @@ func TestPercentile(t *testing.T) {
 	for i := 1; i <= 100; i++ {
 		ds = append(ds, time.Duration(i)*time.Millisecond)
 	}
-	if got := pct(ds, 50); got != 50*time.Millisecond {
+	if got := Pct(ds, 50); got != 50*time.Millisecond {
 		t.Errorf("p50 = %s", got)
 	}
-	if got := pct(ds, 99); got != 99*time.Millisecond {
+	if got := Pct(ds, 99); got != 99*time.Millisecond {
 		t.Errorf("p99 = %s", got)
 	}
-	if got := pct(nil, 99); got != 0 {
+	if got := Pct(nil, 99); got != 0 {
 		t.Errorf("p99 of nothing = %s", got)
 	}
 }
