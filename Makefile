@@ -4,7 +4,7 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 export TEST_DATABASE_URL
 
 #
-.PHONY: docker-check docker-binary test check generate generate-check lint fmt-check vet run bench services
+.PHONY: loadtest docker-check docker-binary test check generate generate-check lint fmt-check vet run bench services
 
 ## test: start or install what the tests need, check generated code, format and vet, then run every test with -race
 test: services check docker-check
@@ -50,3 +50,7 @@ docker-binary:
 ## docker-check: the Docker build's binary, and the Dockerfile through a linter from npm
 docker-check: docker-binary
 	@cd $${TMPDIR:-/tmp} && npx --yes dockerfile-utils@0.16.3 lint $(CURDIR)/Dockerfile
+
+## loadtest: the load run (500 conversations on a fresh PostgreSQL database, floor in the same run); CONVERSATIONS=N to change
+loadtest: services
+	@scripts/loadtest.sh
