@@ -7,6 +7,7 @@
 #
 #   scripts/loadtest.sh                 # 500 conversations
 #   CONVERSATIONS=50 scripts/loadtest.sh
+#   POOL=16 scripts/loadtest.sh         # pool_max_conns for the server and the floor
 #
 # Needs TEST_DATABASE_URL's server (default postgres://postgres@127.0.0.1:5432/postgres) to let
 # that user create databases. Exits non-zero when any conversation failed.
@@ -21,6 +22,10 @@ base="${admin_url%%\?*}"
 query=""
 case "$admin_url" in *\?*) query="?${admin_url#*\?}" ;; esac
 db_url="${base%/*}/${db}${query}"
+# POOL=N sets pool_max_conns for the server and the floor alike (default: pgxpool's, max(4, CPUs)).
+if [ -n "${POOL:-}" ]; then
+  case "$db_url" in *\?*) db_url="${db_url}&pool_max_conns=${POOL}" ;; *) db_url="${db_url}?pool_max_conns=${POOL}" ;; esac
+fi
 
 work="$(mktemp -d)"
 server_pid=""
@@ -71,12 +76,12 @@ done
 echo "loadtest: server at $url (pid $server_pid), ${conversations} conversations, $(nproc) CPUs"
 
 set +e
-"$work/loadgen" -url "$url" -token "$token" -conversations "$conversations" -timeout 10m -floor-db "$db_url"
+command time -f "loadgen: %U s user, %S s system, %M KB max RSS" "$work/loadgen" -url "$url" -token "$token" -conversations "$conversations" -timeout 10m -floor-db "$db_url"
 rc=$?
 set -e
 
 echo "--- server metrics after the run"
-curl -fsS "$url/metrics" 2>/dev/null | grep -E '^parley_(live_actors|pending_calls|sockets|dropped_frames_total|expiries_fired_total|retries_total|actor_revivals_total|resolve_seconds_(count|sum))|^process_resident_memory_bytes|^go_goroutines' || true
+curl -fsS "$url/metrics" 2>/dev/null | grep -E '^parley_(live_actors|pending_calls|sockets|dropped_frames_total|expiries_fired_total|retries_total|actor_revivals_total|resolve_seconds_(count|sum))|^process_resident_memory_bytes|^process_cpu_seconds_total|^go_goroutines' || true
 echo "--- server log: $(wc -l <"$work/server.log") lines, $(grep -c '"level":"ERROR"' "$work/server.log" || true) errors"
 grep '"level":"ERROR"' "$work/server.log" | head -n 5 || true
 exit "$rc"

@@ -26,7 +26,7 @@ func main() {
 	flag.StringVar(&cfg.Token, "token", os.Getenv("PARLEY_TOKEN"), "API token (or PARLEY_TOKEN)")
 	flag.IntVar(&cfg.Conversations, "conversations", 50, "conversations run at once")
 	flag.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "give up after this long")
-	floorDB := flag.String("floor-db", "", "PostgreSQL URL (the server's database) to measure bare INSERT commits on during the run")
+	floorDB := flag.String("floor-db", "", "PostgreSQL URL (the server's database) to measure bare INSERT commits on: a burst at -conversations concurrency before the load, and paced workers during it")
 	floorWorkers := flag.Int("floor-workers", 16, "concurrent bare-commit workers")
 	floorPace := flag.Duration("floor-pace", 20*time.Millisecond, "pause between one worker's commits")
 	flag.Parse()
@@ -35,6 +35,7 @@ func main() {
 		os.Exit(2)
 	}
 	if *floorDB != "" {
+		cfg.FloorBurst = loadgen.PostgresBurstFloor(*floorDB, len(loadgen.Turns))
 		cfg.Floor = loadgen.PostgresFloor(*floorDB, *floorWorkers, *floorPace)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)

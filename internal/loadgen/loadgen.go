@@ -37,6 +37,9 @@ type Config struct {
 	// Floor, when set, runs alongside the conversations (same run, same load) and its samples
 	// go into Report.Floor. It returns when ctx ends.
 	Floor func(ctx context.Context) ([]time.Duration, error)
+	// FloorBurst, when set, runs before the conversations start, with their number as the
+	// concurrency; its samples go into Report.FloorBurst.
+	FloorBurst func(ctx context.Context, concurrency int) ([]time.Duration, error)
 }
 
 // Report is what a run measured.
@@ -48,7 +51,8 @@ type Report struct {
 	Elapsed       time.Duration
 	Resolve       []time.Duration // acknowledgement latency of each resolve (request → 200)
 	Turn          []time.Duration // message sent → conversation idle again, resolve included
-	Floor         []time.Duration // bare INSERT commits measured during the run, if asked
+	Floor         []time.Duration // bare INSERT commits measured during the run (paced), if asked
+	FloorBurst    []time.Duration // bare INSERT commits at the conversations' concurrency, before the load
 	ServerRSS     float64         // bytes, process_resident_memory_bytes after the run
 	ServerPeakRSS float64         // bytes, the highest RSS sampled during the run
 }
@@ -61,14 +65,20 @@ func (r Report) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "resolve latency p50 %s p99 %s (n=%d)\n", Pct(r.Resolve, 50), Pct(r.Resolve, 99), len(r.Resolve))
 	fmt.Fprintf(w, "turn latency p50 %s p99 %s (n=%d)\n", Pct(r.Turn, 50), Pct(r.Turn, 99), len(r.Turn))
-	if len(r.Floor) > 0 {
-		fp50, fp99 := Pct(r.Floor, 50), Pct(r.Floor, 99)
-		fmt.Fprintf(w, "floor (bare INSERT commit, same run) p50 %s p99 %s (n=%d)\n", fp50, fp99, len(r.Floor))
-		if fp50 > 0 && fp99 > 0 {
-			fmt.Fprintf(w, "resolve / floor: p50 %.2fx p99 %.2fx\n",
+	floor := func(name string, ds []time.Duration) {
+		if len(ds) == 0 {
+			return
+		}
+		fp50, fp99 := Pct(ds, 50), Pct(ds, 99)
+		fmt.Fprintf(w, "floor %s: bare INSERT commit p50 %s p99 %s (n=%d)", name, fp50, fp99, len(ds))
+		if fp50 > 0 && fp99 > 0 && len(r.Resolve) > 0 {
+			fmt.Fprintf(w, "; resolve / floor p50 %.2fx p99 %.2fx",
 				float64(Pct(r.Resolve, 50))/float64(fp50), float64(Pct(r.Resolve, 99))/float64(fp99))
 		}
+		fmt.Fprintln(w)
 	}
+	floor(fmt.Sprintf("at %d concurrent (before the load)", r.Conversations), r.FloorBurst)
+	floor("paced, during the load", r.Floor)
 	if r.ServerRSS > 0 {
 		fmt.Fprintf(w, "server RSS %.1f MB after, peak %.1f MB\n", r.ServerRSS/1e6, r.ServerPeakRSS/1e6)
 	}
@@ -126,6 +136,14 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		rep.Errors++
 		if len(rep.FirstErrors) < 5 {
 			rep.FirstErrors = append(rep.FirstErrors, err.Error())
+		}
+	}
+
+	if cfg.FloorBurst != nil {
+		samples, err := cfg.FloorBurst(ctx, cfg.Conversations)
+		rep.FloorBurst = samples
+		if err != nil {
+			fail(fmt.Errorf("burst floor: %w", err))
 		}
 	}
 
