@@ -94,6 +94,22 @@ func (s *Server) apiEvents(c echo.Context) error {
 			}
 			hb.Reset(s.cfg.SSEHeartbeat)
 		case ev, ok := <-sub.C:
+			if ok && ev.Type == agent.EventTextDelta {
+				// Deltas that queued up while this stream was writing go out as one event: fewer
+				// writes when the server is busy, no added delay when it is not.
+				var next *agent.Event
+				ev, next, ok = coalesceDeltas(ev, sub.C)
+				if err := st.liveEvent(ev); err != nil {
+					return nil
+				}
+				switch {
+				case !ok: // closed while draining: handled below
+				case next == nil:
+					continue
+				default:
+					ev = *next
+				}
+			}
 			if !ok || ev.Type == agent.EventResync {
 				if err := catchUp(); err == nil {
 					_ = st.event("", string(agent.EventResync), []byte(`{}`))
@@ -106,19 +122,53 @@ func (s *Server) apiEvents(c echo.Context) error {
 					return nil
 				}
 			}
-			switch ev.Type {
-			case agent.EventMessage:
+			if ev.Type == agent.EventMessage {
 				continue // the log entry carries it
 			}
-			data, err := json.Marshal(ev)
-			if err != nil {
-				return fmt.Errorf("encode event: %w", err)
-			}
-			if err := st.event("", string(ev.Type), data); err != nil {
+			if err := st.liveEvent(ev); err != nil {
 				return nil
 			}
 		}
 	}
+}
+
+// maxCoalesced bounds the text gathered into one text_delta event.
+const maxCoalesced = 16 << 10
+
+// coalesceDeltas appends to first the text deltas already waiting in c, without blocking. It
+// returns the merged delta, the first waiting event that is not a delta (nil when none), and
+// whether c is still open (false: c closed while draining; next is nil then).
+func coalesceDeltas(first agent.Event, c <-chan agent.Event) (agent.Event, *agent.Event, bool) {
+	var b strings.Builder
+	b.WriteString(first.Text)
+	for b.Len() < maxCoalesced {
+		select {
+		case ev, ok := <-c:
+			if !ok {
+				first.Text = b.String()
+				return first, nil, false
+			}
+			if ev.Type != agent.EventTextDelta {
+				first.Text = b.String()
+				return first, &ev, true
+			}
+			b.WriteString(ev.Text)
+		default:
+			first.Text = b.String()
+			return first, nil, true
+		}
+	}
+	first.Text = b.String()
+	return first, nil, true
+}
+
+// liveEvent writes one of the agent's live events, named after its type and without an id.
+func (st *sseStream) liveEvent(ev agent.Event) error {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return fmt.Errorf("encode event: %w", err)
+	}
+	return st.event("", string(ev.Type), data)
 }
 
 // lastEventID is where a stream resumes: the Last-Event-ID header, or ?after=N for clients that
