@@ -11,7 +11,9 @@ import (
 // merge and is handed back; a closed channel is reported; nothing waiting adds nothing; the
 // merged text is bounded.
 func TestCoalesceDeltas(t *testing.T) {
-	delta := func(s string) agent.Event { return agent.Event{Type: agent.EventTextDelta, Text: s, ConversationID: "c"} }
+	delta := func(s string) agent.Event {
+		return agent.Event{Type: agent.EventTextDelta, Text: s, ConversationID: "c"}
+	}
 	t.Run("merge until another event", func(t *testing.T) {
 		c := make(chan agent.Event, 8)
 		c <- delta("lo ")
