@@ -75,11 +75,15 @@ done
 [ -n "$url" ] || { echo "loadtest: the server did not say where it listens" >&2; exit 1; }
 echo "loadtest: server at $url (pid $server_pid), ${conversations} conversations, $(nproc) CPUs"
 
+xacts() { psql "$admin_url" -qAtc "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = '${db}'"; }
+xacts_before="$(xacts)"
 set +e
 command time -f "loadgen: %U s user, %S s system, %M KB max RSS" "$work/loadgen" -url "$url" -token "$token" -conversations "$conversations" -timeout 10m -floor-db "$db_url"
 rc=$?
 set -e
 
+sleep 1 # the statistics collector reports with a short delay
+echo "database transactions during the run (statements outside a transaction count one each, the floor's included): $(( $(xacts) - xacts_before ))"
 echo "--- server metrics after the run"
 curl -fsS "$url/metrics" 2>/dev/null | grep -E '^parley_(live_actors|pending_calls|sockets|dropped_frames_total|expiries_fired_total|retries_total|actor_revivals_total|resolve_seconds_(count|sum))|^process_resident_memory_bytes|^process_cpu_seconds_total|^go_goroutines' || true
 echo "--- server log: $(wc -l <"$work/server.log") lines, $(grep -c '"level":"ERROR"' "$work/server.log" || true) errors"
