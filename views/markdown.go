@@ -2,12 +2,14 @@ package views
 
 import (
 	"bytes"
+	"container/list"
 	"context"
 	"html"
 	"io"
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/a-h/templ"
 	"github.com/microcosm-cc/bluemonday"
@@ -126,8 +128,18 @@ func (literalHTML) RegisterFuncs(reg renderer.NodeRendererFuncRegisterer) {
 	})
 }
 
-// RenderMarkdown turns model Markdown into sanitized HTML.
+// RenderMarkdown turns model Markdown into sanitized HTML. Messages never change once logged
+// and the socket re-renders a page's items to see what changed, so results are cached.
 func RenderMarkdown(src string) string {
+	if html, ok := mdCache.get(src); ok {
+		return html
+	}
+	html := renderMarkdown(src)
+	mdCache.put(src, html)
+	return html
+}
+
+func renderMarkdown(src string) string {
 	var buf bytes.Buffer
 	if err := md.Convert([]byte(src), &buf); err != nil {
 		// goldmark only fails on writer errors; fall back to the escaped source.
@@ -142,4 +154,47 @@ func Markdown(src string) templ.Component {
 		_, err := io.WriteString(w, RenderMarkdown(src))
 		return err
 	})
+}
+
+// mdCache holds the most recently rendered messages, evicting the least recently used beyond
+// its size; keys are the Markdown sources themselves (a hash would need collision handling).
+var mdCache = newLRU(2048)
+
+type lruEntry struct{ key, val string }
+
+type lru struct {
+	mu    sync.Mutex
+	size  int
+	order *list.List // front: most recent; guarded by mu
+	items map[string]*list.Element
+}
+
+func newLRU(size int) *lru {
+	return &lru{size: size, order: list.New(), items: map[string]*list.Element{}}
+}
+
+func (c *lru) get(k string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.items[k]
+	if !ok {
+		return "", false
+	}
+	c.order.MoveToFront(e)
+	return e.Value.(*lruEntry).val, true
+}
+
+func (c *lru) put(k, v string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.items[k]; ok {
+		c.order.MoveToFront(e)
+		return
+	}
+	c.items[k] = c.order.PushFront(&lruEntry{k, v})
+	for c.order.Len() > c.size {
+		last := c.order.Back()
+		c.order.Remove(last)
+		delete(c.items, last.Value.(*lruEntry).key)
+	}
 }

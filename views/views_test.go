@@ -521,3 +521,24 @@ func TestDecisionNamesWhoDecidedNeverTheirID(t *testing.T) {
 		}
 	}
 }
+
+func TestMarkdownCacheEvictsLeastRecentlyUsed(t *testing.T) {
+	c := newLRU(2)
+	c.put("a", "A")
+	c.put("b", "B")
+	if v, ok := c.get("a"); !ok || v != "A" {
+		t.Fatal("a missing")
+	}
+	c.put("c", "C") // evicts b, the least recently used
+	if _, ok := c.get("b"); ok {
+		t.Error("b survived eviction")
+	}
+	for _, k := range []string{"a", "c"} {
+		if _, ok := c.get(k); !ok {
+			t.Errorf("%s evicted", k)
+		}
+	}
+	if RenderMarkdown("**x** <script>") != renderMarkdown("**x** <script>") {
+		t.Error("cached render differs from a fresh one")
+	}
+}

@@ -328,10 +328,12 @@ func (cs *convSocket) flushText() {
 	if cs.pending.Len() == 0 {
 		return
 	}
+	// Stamp before queueing: once the frame is out, the page (or a test driving the clock) may
+	// act on it, and the next delta must be measured from this flush.
+	cs.lastText = cs.s.clock.Now()
 	cs.enqueue(frame{Type: "text", Target: "streaming", Text: cs.pending.String()})
 	cs.pending.Reset()
 	cs.streamed = true
-	cs.lastText = cs.s.clock.Now()
 }
 
 // sync renders the view and sends what the page may not have: every item whose data-rev it has
