@@ -337,4 +337,9 @@ func TestInboxPage(t *testing.T) {
 	if id, _ := viewstest.Attr(cards[0], "data-tool-call-id"); id != "own" {
 		t.Errorf("owner's approval = %q", id)
 	}
+	// A decision that lost the race comes back to the inbox saying so.
+	doc = viewstest.MustParse(readBody(e.browser(rita).do("GET", "/inbox?notice=stale", "", nil)))
+	if n, c := doc.One(`[data-parley="inbox-page"] [data-parley="notice"]`); c != 1 || !strings.Contains(viewstest.Text(n), "already decided") {
+		t.Errorf("stale notice missing from the inbox")
+	}
 }
