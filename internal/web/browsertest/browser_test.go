@@ -398,6 +398,29 @@ func TestBrowser(t *testing.T) {
 		ann.until(callStatusIs(id, "resolved"))
 	})
 
+	t.Run("a page that lost its socket reconnects and catches up", func(t *testing.T) {
+		ann.newConversation("Reconnect")
+		ann.say("email gina@example.com about the move")
+		id := ann.newestCallID("send_email", "approval")
+		page := eval[string](ann, `location.href`)
+		// Drop the socket and hold the reconnect back for a few seconds.
+		eval[bool](ann, `(() => { parley.live.backoff = 4000; parley.live.ws.close(); return true; })()`)
+		ann.until(`document.documentElement.dataset.parleySocket === "closed"`)
+		other := ann.another()
+		if _, err := chromedp.Call(other.ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true}); err != nil {
+			t.Fatal(err)
+		}
+		other.do(chromedp.Navigate(page), chromedp.Click(chromedp.CSS(callSel(id)+` button[name="decision"][value="approve"]`)))
+		// Without JavaScript the redirected page shows the call as the decision left it.
+		other.until(`(() => { const c = document.querySelector(` + q(callSel(id)) + `); return c !== null && c.dataset.status !== "awaiting"; })()`)
+		if st := eval[string](ann, `document.querySelector(`+q(callSel(id))+`).dataset.status`); st != "awaiting" {
+			t.Fatalf("the disconnected page changed without its socket: %q", st)
+		}
+		ann.until(`document.documentElement.dataset.parleySocket === "open"`)
+		ann.until(callStatusIs(id, "resolved"))
+		ann.shot("reconnected-resynced")
+	})
+
 	t.Run("the reviewer inbox updates live", func(t *testing.T) {
 		rita := h.browserFor("rita")
 		rita.do(chromedp.Navigate(h.url + "/inbox"))
