@@ -343,3 +343,58 @@ func TestInboxPage(t *testing.T) {
 		t.Errorf("stale notice missing from the inbox")
 	}
 }
+
+func TestInvalidDecisionComesBackWithErrors(t *testing.T) {
+	e := newTestEnv(t, Config{})
+	ann := e.user("ann", store.RoleMember)
+	rita := e.user("rita", store.RoleReviewer)
+	conv := e.conversation(ann)
+	e.pendingCall(conv, "gate", "approval", "reviewer")
+	e.setView(approvalView(conv, "gate", tools.ByReviewer))
+	r := e.browser(rita)
+	path := "/conversations/" + conv.ID + "/calls/gate/resolve"
+	bad := url.Values{"decision": {"approve"}, "args": {"{nope"}, "return": {"/inbox"}}
+	fetch := func(v url.Values) (int, fetchAnswer) {
+		v.Set("_csrf", r.csrf)
+		res := r.do("POST", path, "application/x-www-form-urlencoded", strings.NewReader(v.Encode()), "X-Parley-Fetch", "1", "Accept", "application/json")
+		var ans fetchAnswer
+		if err := json.Unmarshal([]byte(readBody(res)), &ans); err != nil {
+			t.Fatalf("not a fetch answer: %v", err)
+		}
+		return res.StatusCode, ans
+	}
+	// From the inbox, without JavaScript: the inbox again, the error beside the field.
+	res := r.postForm(path, bad, r.csrf)
+	doc := viewstest.MustParse(readBody(res))
+	if res.StatusCode != http.StatusUnprocessableEntity {
+		t.Fatalf("inbox invalid = %d", res.StatusCode)
+	}
+	if _, n := doc.One(`[data-parley="inbox"] [data-parley="approval"][data-tool-call-id="gate"] [data-parley="field-error"][data-field="args"]`); n != 1 {
+		t.Errorf("inbox card lacks the args error")
+	}
+	// From the inbox over fetch: the entry with its error, to put in place.
+	status, ans := fetch(bad)
+	if status != http.StatusUnprocessableEntity || ans.OK || ans.Target != "call-gate" || ans.HTML == nil || !strings.Contains(*ans.HTML, `data-field="args"`) {
+		t.Errorf("inbox fetch invalid = %d %+v", status, ans)
+	}
+	// From the conversation page over fetch (the owner's own view of an owner-gated call).
+	e.pendingCall(conv, "mine", "approval", "owner")
+	v := approvalView(conv, "gate", tools.ByReviewer)
+	v.Calls = append(v.Calls, approvalView(conv, "mine", tools.ByOwner).Calls...)
+	e.setView(v)
+	a := e.browser(ann)
+	res = a.do("POST", "/conversations/"+conv.ID+"/calls/mine/resolve", "application/x-www-form-urlencoded",
+		strings.NewReader(url.Values{"decision": {"approve"}, "args": {"[1,"}, "_csrf": {a.csrf}}.Encode()), "X-Parley-Fetch", "1", "Accept", "application/json")
+	if err := json.Unmarshal([]byte(readBody(res)), &ans); err != nil || res.StatusCode != http.StatusUnprocessableEntity ||
+		ans.HTML == nil || !strings.Contains(*ans.HTML, "not valid JSON") {
+		t.Errorf("page fetch invalid = %d %+v %v", res.StatusCode, ans, err)
+	}
+	// A success over fetch from the inbox removes the entry.
+	status, ans = fetch(url.Values{"decision": {"approve"}, "return": {"/inbox"}})
+	if status != http.StatusOK || !ans.OK || ans.HTML == nil || *ans.HTML != "" || ans.Target != "call-gate" {
+		t.Errorf("inbox fetch ok = %d %+v", status, ans)
+	}
+	if got := e.lastResolution(t); got.call != "gate" || got.by.UserID != rita.ID {
+		t.Errorf("resolution = %+v", got)
+	}
+}
