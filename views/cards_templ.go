@@ -541,7 +541,7 @@ func ElicitationForm(p Page, c agent.CallView) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			} else {
-				templ_7745c5c3_Err = elicitationForm(p, c, fs, p.formFor(c.ID)).Render(ctx, templ_7745c5c3_Buffer)
+				templ_7745c5c3_Err = elicitationForm(p, c, fs.OrderLike(c.Args), p.formFor(c.ID)).Render(ctx, templ_7745c5c3_Buffer)
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}

@@ -269,3 +269,36 @@ func (fs FormSchema) FieldErrors(problems []map[string]any) map[string]string {
 	}
 	return errs
 }
+
+// OrderLike puts the fields in the order the call's own arguments list them, when the arguments
+// carry the form ({"schema": {"properties": …}}, as ask_user's do). The prompt's schema may have
+// been re-encoded from a map on its way (sorted keys); the arguments are the model's own text,
+// in the order it asked its questions. Fields the arguments do not name keep their place after.
+func (fs FormSchema) OrderLike(args json.RawMessage) FormSchema {
+	var a map[string]json.RawMessage
+	if json.Unmarshal(args, &a) != nil || len(a["schema"]) == 0 {
+		return fs
+	}
+	order, err := propertyOrder(a["schema"])
+	if err != nil || len(order) == 0 {
+		return fs
+	}
+	rank := make(map[string]int, len(order))
+	for i, n := range order {
+		rank[n] = i
+	}
+	out := fs
+	out.Fields = append([]Field(nil), fs.Fields...)
+	sort.SliceStable(out.Fields, func(i, j int) bool {
+		ri, oki := rank[out.Fields[i].Name]
+		rj, okj := rank[out.Fields[j].Name]
+		switch {
+		case oki && okj:
+			return ri < rj
+		case oki != okj:
+			return oki
+		}
+		return false
+	})
+	return out
+}

@@ -542,3 +542,31 @@ func TestMarkdownCacheEvictsLeastRecentlyUsed(t *testing.T) {
 		t.Error("cached render differs from a fresh one")
 	}
 }
+
+func TestQuestionKeepsTheOrderOfTheCallsArguments(t *testing.T) {
+	// The prompt's schema arrives with sorted keys; the arguments keep the model's order.
+	sorted := json.RawMessage(`{"type":"object","properties":{"age":{"type":"integer"},"name":{"type":"string"},"zip":{"type":"string"}}}`)
+	args := json.RawMessage(`{"message":"hi","schema":{"type":"object","properties":{"name":{"type":"string"},"zip":{"type":"string"},"age":{"type":"integer"}}}}`)
+	c := agent.CallView{ID: "q", Name: "ask_user", Executor: tools.Human, Status: "awaiting", PendingKind: tools.PendingElicitation,
+		Args: args, Prompt: &tools.Prompt{Schema: sorted}}
+	_, doc := render(t, ToolCallCard(page(owner()), c))
+	var names []string
+	for _, f := range doc.All(`div[data-field]`) {
+		v, _ := viewstest.Attr(f, "data-field")
+		names = append(names, v)
+	}
+	if strings.Join(names, ",") != "name,zip,age" {
+		t.Errorf("field order = %v, want the arguments' order", names)
+	}
+	// Arguments without a schema (a tool with its own response schema) leave the schema's order.
+	c.Args = json.RawMessage(`{"message":"hi"}`)
+	_, doc = render(t, ToolCallCard(page(owner()), c))
+	names = nil
+	for _, f := range doc.All(`div[data-field]`) {
+		v, _ := viewstest.Attr(f, "data-field")
+		names = append(names, v)
+	}
+	if strings.Join(names, ",") != "age,name,zip" {
+		t.Errorf("field order = %v, want the schema's", names)
+	}
+}
