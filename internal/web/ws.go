@@ -174,24 +174,25 @@ func (k *socket) serve(ctx context.Context, readLoop func(context.Context) error
 	closeErr := k.conn.Close(k.closeCode, k.closeReason)
 	cancelRead()
 	wg.Wait()
-	for _, err := range []error{readErr, writeErr, closeErr} {
+	for _, err := range []error{readErr, writeErr} {
 		if err != nil && !normalClose(err) {
-			k.log.Warn("socket ended with an error", "err", err)
+			k.log.Warn("socket ended with an error", "err", err, "status", k.closeCode.String())
 			return
 		}
 	}
-	k.log.Debug("socket closed", "status", k.closeCode.String())
+	// Close fails whenever the page closed first; that is no news.
+	k.log.Debug("socket closed", "status", k.closeCode.String(), "close_err", closeErr)
 }
 
-// normalClose reports whether err is how sockets usually end: the page went away, the server
-// closed it, or the request ended.
+// normalClose reports whether err is how sockets usually end: the page went away or closed
+// it, the server closed it (for a reason already logged, such as an overflow), or the request
+// ended.
 func normalClose(err error) bool {
 	switch websocket.CloseStatus(err) {
-	case websocket.StatusNormalClosure, websocket.StatusGoingAway, websocket.StatusNoStatusRcvd:
+	case websocket.StatusNormalClosure, websocket.StatusGoingAway, websocket.StatusNoStatusRcvd, websocket.StatusPolicyViolation:
 		return true
 	}
-	return errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) ||
-		strings.Contains(err.Error(), "use of closed network connection") || strings.Contains(err.Error(), "failed to close WebSocket")
+	return errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed)
 }
 
 // accept upgrades the request. The Origin must be this host's (coder/websocket's default check):

@@ -3,6 +3,8 @@ package web
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -266,3 +268,23 @@ func TestInboxSocketIsLive(t *testing.T) {
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func TestNormalClosesAreNotErrors(t *testing.T) {
+	tests := []struct {
+		err    error
+		normal bool
+	}{
+		{websocket.CloseError{Code: websocket.StatusNormalClosure}, true},
+		{fmt.Errorf("read: %w", websocket.CloseError{Code: websocket.StatusGoingAway}), true},
+		{websocket.CloseError{Code: websocket.StatusPolicyViolation, Reason: "send queue overflow; resync"}, true},
+		{context.Canceled, true},
+		{fmt.Errorf("read: %w", io.EOF), true},
+		{websocket.CloseError{Code: websocket.StatusInternalError}, false},
+		{errors.New("write tcp: broken pipe"), false},
+	}
+	for _, tc := range tests {
+		if got := normalClose(tc.err); got != tc.normal {
+			t.Errorf("normalClose(%v) = %v, want %v", tc.err, got, tc.normal)
+		}
+	}
+}
