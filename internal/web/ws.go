@@ -17,7 +17,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"parley/internal/agent"
-	"parley/internal/metrics"
 	"parley/internal/tools"
 	"parley/views"
 )
@@ -35,21 +34,13 @@ const (
 	maxClientFrame = 256 << 10
 )
 
-// Counters of socket events worth watching, exported on /metrics as parley's open sockets and
-// its "socket" drops.
+// Counters of socket events worth watching.
 var (
 	// SocketOverflows counts sockets closed because their send queue was full.
 	SocketOverflows atomic.Int64
 	// SocketsOpen is the number of live page sockets.
 	SocketsOpen atomic.Int64
 )
-
-func init() {
-	// The counters are process-wide, so their source is registered once and never removed.
-	metrics.Register(func() metrics.Snapshot {
-		return metrics.Snapshot{Sockets: SocketsOpen.Load(), Dropped: map[string]int64{"socket": SocketOverflows.Load()}}
-	})
-}
 
 // frame is a server → page message. HTML frames carry fragments rendered by the same templ
 // components as the page; hooks.js applies them by element id (see static/js/hooks.js).
