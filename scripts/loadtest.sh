@@ -82,7 +82,7 @@ command time -f "loadgen: %U s user, %S s system, %M KB max RSS" "$work/loadgen"
 rc=$?
 set -e
 
-sleep 1 # the statistics collector reports with a short delay
+sleep 11 # backends report their statistics when idle, within ~10 s
 echo "database transactions during the run (statements outside a transaction count one each, the floor's included): $(( $(xacts) - xacts_before ))"
 echo "--- server metrics after the run"
 curl -fsS "$url/metrics" 2>/dev/null | grep -E '^parley_(live_actors|pending_calls|sockets|dropped_frames_total|expiries_fired_total|retries_total|actor_revivals_total|resolve_seconds_(count|sum))|^process_resident_memory_bytes|^process_cpu_seconds_total|^go_goroutines' || true
