@@ -139,6 +139,7 @@
   // ---- the socket ---------------------------------------------------------------------------
 
   const clientRuns = new Map(); // tool_call_id → Promise of the resolve frame
+  const refused = new Set(); // tool_call_ids whose result the server refused
 
   function Live(root) {
     this.url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + root.dataset.ws;
@@ -214,6 +215,12 @@
         this.clientExec(f);
         break;
       case "resolved":
+        // A result the server refused (it failed the tool's result schema) would leave the call
+        // waiting for its timeout: report it as the call's error instead, once.
+        if (!f.ok && f.kind === "invalid_args" && clientRuns.has(f.tool_call_id) && !refused.has(f.tool_call_id)) {
+          refused.add(f.tool_call_id);
+          this.send({ type: "resolve", tool_call_id: f.tool_call_id, error: { message: "the page's result was refused: " + (f.message || "invalid") } });
+        }
         document.dispatchEvent(new CustomEvent("parley:resolved", { detail: f }));
         break;
     }

@@ -361,6 +361,16 @@ func TestBrowser(t *testing.T) {
 		ann.shot("geolocation-denied")
 	})
 
+	t.Run("a registered hook replaces the built-in one, and a refused result becomes an error", func(t *testing.T) {
+		ann.newConversation("Custom hook")
+		eval[bool](ann, `(() => { parley.hooks.register("geolocation", async () => ({latitude: 999, longitude: 0, accuracy: 1})); return true; })()`)
+		ann.say("where am I")
+		sel := `[data-parley="tool-call"][data-tool="geolocation"]`
+		ann.until(`(() => { const c = document.querySelector(` + q(sel) + `); return c !== null && c.dataset.status === "errored"; })()`)
+		ann.until(`document.querySelector(` + q(sel+` [data-parley="error"]`) + `).innerText.includes("refused")`)
+		ann.shot("hook-result-refused")
+	})
+
 	t.Run("a second tab deciding the same call is told it was already decided", func(t *testing.T) {
 		ann.newConversation("Two tabs")
 		ann.say("email dave@example.com about tea")
