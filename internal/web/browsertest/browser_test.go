@@ -292,6 +292,15 @@ func TestBrowser(t *testing.T) {
 		ann.shot("chat-streamed")
 	})
 
+	t.Run("a streaming tool shows its progress while it runs", func(t *testing.T) {
+		ann.newConversation("Countdown")
+		ann.say("count down from 2")
+		sel := `[data-parley="tool-call"][data-tool="count_down"]`
+		ann.until(`document.querySelector(` + q(sel+`[data-status="running"] [data-parley="progress"] li`) + `) !== null`)
+		ann.shot("progress-running")
+		ann.until(`(() => { const c = document.querySelector(` + q(sel) + `); return c !== null && c.dataset.status === "resolved"; })()`)
+	})
+
 	t.Run("approve a gated send_email", func(t *testing.T) {
 		ann.newConversation("Lunch")
 		ann.say("email bob@example.com about lunch")
