@@ -12,12 +12,15 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"golang.org/x/crypto/bcrypt"
 
@@ -75,6 +78,9 @@ type harness struct {
 	url       string
 	artifacts string
 	root      context.Context // the browser's first tab
+
+	mu       sync.Mutex
+	problems []string // script exceptions and console errors seen in any tab; guarded by mu
 	shot      int
 }
 
@@ -144,6 +150,53 @@ func waitHealthy(t *testing.T, url string) {
 	t.Fatal("the app never answered /healthz")
 }
 
+// watch records the tab's uncaught exceptions and console errors (a CSP refusal is one), so a
+// page that half-works still fails the test. Failed network loads are left out: the app
+// answers 409 and 422 on purpose.
+func (h *harness) watch(ctx context.Context) {
+	h.t.Helper()
+	err := chromedp.Listen(ctx, func(ev any) {
+		var msg string
+		switch e := ev.(type) {
+		case *runtime.EventExceptionThrown:
+			msg = "exception: " + e.ExceptionDetails.Text
+			if e.ExceptionDetails.Exception != nil {
+				msg += " " + e.ExceptionDetails.Exception.Description
+			}
+		case *runtime.EventConsoleAPICalled:
+			if e.Type != runtime.ConsoleAPICalledTypeError {
+				return
+			}
+			msg = "console.error:"
+			for _, a := range e.Args {
+				msg += " " + string(a.Value) + a.Description
+			}
+		case *cdplog.EventEntryAdded:
+			if e.Entry.Level != cdplog.EntryLevelError || e.Entry.Source == cdplog.EntrySourceNetwork {
+				return
+			}
+			msg = fmt.Sprintf("console %s: %s (%s)", e.Entry.Source, e.Entry.Text, e.Entry.URL)
+		default:
+			return
+		}
+		h.mu.Lock()
+		h.problems = append(h.problems, msg)
+		h.mu.Unlock()
+	})
+	if err != nil {
+		h.t.Fatalf("listen: %v", err)
+	}
+}
+
+// checkConsole fails the test for every problem watch saw.
+func (h *harness) checkConsole() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, p := range h.problems {
+		h.t.Errorf("page problem: %s", p)
+	}
+}
+
 // tab is one browser tab.
 type tab struct {
 	h   *harness
@@ -160,6 +213,7 @@ func (h *harness) browserFor(name string) *tab {
 	if err := chromedp.Do(ctx); err != nil {
 		h.t.Fatalf("open tab: %v", err)
 	}
+	h.watch(ctx)
 	tb := &tab{h: h, ctx: ctx}
 	tb.do(chromedp.Navigate(h.url+"/login"),
 		chromedp.SendKeys(chromedp.CSS(`input[name="username"]`), name),
@@ -176,6 +230,7 @@ func (tb *tab) another() *tab {
 	if err := chromedp.Do(ctx); err != nil {
 		tb.h.t.Fatalf("open tab: %v", err)
 	}
+	tb.h.watch(ctx)
 	return &tab{h: tb.h, ctx: ctx}
 }
 
@@ -273,6 +328,7 @@ func callStatusIs(id, status string) string {
 
 func TestBrowser(t *testing.T) {
 	h := newHarness(t)
+	defer h.checkConsole()
 	ann := h.browserFor("ann")
 	ann.shot("conversations")
 
