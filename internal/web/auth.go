@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -69,10 +70,37 @@ func bearerToken(r *http.Request) string {
 }
 
 // tokenPath reports whether a Bearer token may authenticate a request for path: the JSON API
-// and the sockets (API.md), and the health check, which a monitoring script may call with the
-// same headers as the rest.
+// and the sockets (API.md).
 func tokenPath(path string) bool {
-	return strings.HasPrefix(path, "/api/") || strings.HasSuffix(path, "/ws") || path == "/healthz"
+	return strings.HasPrefix(path, "/api/") || strings.HasSuffix(path, "/ws")
+}
+
+// probePath reports whether path is an operator's probe (/healthz, /readyz, /metrics). They
+// need no identity, and a monitoring script may send them the same headers as the rest: the
+// Authorization header is ignored there, neither checked nor refused.
+func probePath(path string) bool {
+	return path == "/healthz" || path == "/readyz" || path == "/metrics"
+}
+
+// tokenUser is the user of the API token whose hash is hash: from the token cache, else from
+// the store (and then cached). An unknown or revoked token is not_authenticated.
+func (s *Server) tokenUser(ctx context.Context, hash []byte) (store.User, error) {
+	if u, _, ok := s.tokens.get(string(hash)); ok {
+		return u, nil
+	}
+	t, err := s.store.APITokenByHash(ctx, hash)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.User{}, tools.NewError(tools.KindNotAuthenticated, "the API token is invalid or revoked", nil)
+	}
+	if err != nil {
+		return store.User{}, fmt.Errorf("look up API token: %w", err)
+	}
+	u, err := s.store.UserByID(ctx, t.UserID)
+	if err != nil {
+		return store.User{}, fmt.Errorf("load user of token %s: %w", t.ID, err)
+	}
+	s.tokens.put(string(hash), t.ID, u)
+	return u, nil
 }
 
 // authenticate identifies the caller from a Bearer token or the session cookie. A request with
@@ -82,22 +110,18 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
 		ctx := r.Context()
+		if probePath(r.URL.Path) {
+			return next(c)
+		}
 		if tok := bearerToken(r); tok != "" {
 			if !tokenPath(r.URL.Path) {
 				// Tokens are for programs; the account pages (where a token could mint more
 				// tokens or change roles without CSRF) take a signed-in browser only.
 				return tools.NewError(tools.KindNotAuthenticated, "API tokens work on /api/ and the WebSocket only", nil)
 			}
-			t, err := s.store.APITokenByHash(ctx, auth.Hash(tok))
-			if errors.Is(err, store.ErrNotFound) {
-				return tools.NewError(tools.KindNotAuthenticated, "the API token is invalid or revoked", nil)
-			}
+			u, err := s.tokenUser(ctx, auth.Hash(tok))
 			if err != nil {
-				return fmt.Errorf("look up API token: %w", err)
-			}
-			u, err := s.store.UserByID(ctx, t.UserID)
-			if err != nil {
-				return fmt.Errorf("load user of token %s: %w", t.ID, err)
+				return err
 			}
 			c.Set(keyUser, &u)
 			c.Set(keyVia, viaToken)

@@ -51,6 +51,7 @@ func (s *Server) setRole(c echo.Context) error {
 	if err != nil {
 		return fmt.Errorf("set role: %w", err)
 	}
+	s.tokens.forgetUser(id) // the new role applies to the user's next API request
 	s.log.InfoContext(c.Request().Context(), "role changed", "by", currentUser(c).ID, "user_id", id, "role", string(role))
 	return c.Redirect(http.StatusSeeOther, "/admin/users")
 }

@@ -70,6 +70,7 @@ func (s *Server) revokeToken(c echo.Context) error {
 	if err != nil {
 		return fmt.Errorf("revoke token: %w", err)
 	}
+	s.tokens.forgetUser(u.ID) // revoked here: no longer trusted from the cache either
 	s.log.InfoContext(c.Request().Context(), "API token revoked", "user_id", u.ID, "token_id", c.Param("token"))
 	return c.Redirect(http.StatusSeeOther, "/tokens")
 }

@@ -65,6 +65,7 @@ type Server struct {
 	log      *slog.Logger
 	throttle *auth.Throttle
 	limits   *limiters
+	tokens   *tokenCache
 	echo     *echo.Echo
 
 	// signupMu serializes sign-ups in this process, so two first sign-ups racing cannot both
@@ -102,6 +103,7 @@ func New(cfg Config, d Deps) *Server {
 		log:      d.Logger,
 		throttle: auth.NewThrottle(d.Clock, cfg.LoginFailures, cfg.LoginWindow),
 		limits:   newLimiters(d.Clock, cfg),
+		tokens:   newTokenCache(d.Clock, tokenCacheTTL, tokenCacheMax),
 		stopping: make(chan struct{}),
 	}
 	s.echo = s.routes()
