@@ -81,7 +81,7 @@ type harness struct {
 
 	mu       sync.Mutex
 	problems []string // script exceptions and console errors seen in any tab; guarded by mu
-	shot      int
+	shot     int
 }
 
 func newHarness(t *testing.T) *harness {
