@@ -274,10 +274,13 @@ func (cs *convSocket) pump(ctx context.Context) {
 					cs.finish(websocket.StatusGoingAway, "conversation closed")
 					return
 				}
-				// We lagged behind the agent's events: subscribe again and re-render everything.
+				// We lagged behind the agent's events: subscribe again and catch up as a page that
+				// just connected would (deltas were lost, so the streaming area is replaced too).
 				resync = false
 				sub = s.conv.Subscribe(cs.id)
-				if !cs.sync(ctx, false) {
+				flush = nil
+				cs.pending.Reset()
+				if !cs.sync(ctx, true) {
 					return
 				}
 				continue

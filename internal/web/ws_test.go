@@ -288,3 +288,41 @@ func TestNormalClosesAreNotErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestSocketCatchesUpAfterLagging(t *testing.T) {
+	e := newTestEnv(t, Config{})
+	ann := e.user("ann", store.RoleMember)
+	conv := e.conversation(ann)
+	conn, _, err := e.browser(ann).dial(t, "/conversations/"+conv.ID+"/ws", e.ts.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readUntil(t, conn, "streaming", func(f frame) bool { return f.Target == "streaming" })
+	// The agent dropped this subscriber (it lagged): a resync notice, then the channel closes.
+	v := approvalView(conv, "c9", tools.ByOwner)
+	v.Streaming = "partial answer"
+	e.setView(v)
+	e.conv.mu.Lock()
+	subs := e.conv.subs[conv.ID]
+	e.conv.subs[conv.ID] = nil
+	e.conv.mu.Unlock()
+	if len(subs) != 1 {
+		t.Fatalf("subscribers = %d", len(subs))
+	}
+	subs[0] <- agent.Event{ConversationID: conv.ID, Type: agent.EventResync}
+	close(subs[0])
+	got := map[string]frame{}
+	for got["call-c9"].Type == "" || got["streaming"].Type == "" {
+		f := readFrame(t, conn)
+		got[f.Target] = f
+	}
+	if f := got["call-c9"]; f.HTML == nil || !strings.Contains(*f.HTML, `data-parley="approval"`) {
+		t.Errorf("card missed while lagging not sent: %+v", got)
+	}
+	if f := got["streaming"]; f.HTML == nil || !strings.Contains(*f.HTML, "partial answer") {
+		t.Errorf("streaming area not replaced: %+v", got)
+	}
+	if e.conv.subscribers(conv.ID) != 1 {
+		t.Errorf("the socket did not subscribe again")
+	}
+}
