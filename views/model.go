@@ -161,6 +161,8 @@ func Items(v agent.View) []Item {
 }
 
 // prettyJSON indents JSON for display; invalid JSON is shown as it is (escaped by templ).
+// Go's encoder writes <, > and & as \u003c, \u003e and \u0026; they are shown as the
+// characters they are (templ escapes them for HTML).
 func prettyJSON(raw json.RawMessage) string {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return "{}"
@@ -169,7 +171,44 @@ func prettyJSON(raw json.RawMessage) string {
 	if err := json.Indent(&out, raw, "", "  "); err != nil {
 		return string(raw)
 	}
-	return out.String()
+	return unescapeHTMLChars(out.String())
+}
+
+// unescapeHTMLChars turns the \u003c, \u003e and \u0026 escapes of JSON text back into the
+// characters. It walks escapes pairwise, so an escaped backslash followed by "u003c" stays
+// as it is.
+func unescapeHTMLChars(s string) string {
+	if !strings.Contains(s, `\u00`) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] != '\\' || i+1 >= len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		if s[i+1] == 'u' && i+6 <= len(s) {
+			switch strings.ToLower(s[i+2 : i+6]) {
+			case "003c":
+				b.WriteByte('<')
+				i += 5
+				continue
+			case "003e":
+				b.WriteByte('>')
+				i += 5
+				continue
+			case "0026":
+				b.WriteByte('&')
+				i += 5
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+		b.WriteByte(s[i+1])
+		i++
+	}
+	return b.String()
 }
 
 // PrettyJSON is prettyJSON for handlers that compare an edited-arguments field with the original.

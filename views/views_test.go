@@ -570,3 +570,18 @@ func TestQuestionKeepsTheOrderOfTheCallsArguments(t *testing.T) {
 		t.Errorf("field order = %v, want the schema's", names)
 	}
 }
+
+func TestPrettyJSONShowsHTMLCharactersAsThemselves(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{`{"a":"\u003cb\u003e \u0026"}`, "{\n  \"a\": \"<b> &\"\n}"},
+		{`{"a":"\\u003c"}`, "{\n  \"a\": \"\\\\u003c\"\n}"}, // a backslash, then the text u003c
+		{`{"a":"\\\u003c"}`, "{\n  \"a\": \"\\\\<\"\n}"},   // a backslash, then <
+		{`{"a":"\u00e9\"\n"}`, "{\n  \"a\": \"\\u00e9\\\"\\n\"\n}"},
+		{`not json <x>`, `not json <x>`},
+	}
+	for _, tc := range tests {
+		if got := prettyJSON(json.RawMessage(tc.in)); got != tc.want {
+			t.Errorf("prettyJSON(%s) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}

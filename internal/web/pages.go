@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strings"
 	"unicode/utf8"
 
@@ -247,19 +248,17 @@ func buildResolution(call agent.CallView, values map[string]string) (*agent.Reso
 	return r, nil, &fs
 }
 
-// sameJSON reports whether the edited text means the same JSON as the original arguments.
+// sameJSON reports whether the edited text means the same JSON value as the original arguments
+// (compared decoded: the field shows <, > and & where the stored JSON may have \u003c …).
 func sameJSON(edited string, orig json.RawMessage) bool {
-	var a, b bytes.Buffer
-	if json.Compact(&a, []byte(edited)) != nil {
-		return false
-	}
 	if len(bytes.TrimSpace(orig)) == 0 {
 		orig = json.RawMessage(`{}`)
 	}
-	if json.Compact(&b, orig) != nil {
+	var a, b any
+	if json.Unmarshal([]byte(edited), &a) != nil || json.Unmarshal(orig, &b) != nil {
 		return false
 	}
-	return bytes.Equal(a.Bytes(), b.Bytes())
+	return reflect.DeepEqual(a, b)
 }
 
 // problemsToFields maps the agent's invalid_args problems onto the card's fields: every problem

@@ -398,3 +398,21 @@ func TestInvalidDecisionComesBackWithErrors(t *testing.T) {
 		t.Errorf("resolution = %+v", got)
 	}
 }
+
+func TestSameJSONComparesValues(t *testing.T) {
+	tests := []struct {
+		edited, orig string
+		same         bool
+	}{
+		{"{\n  \"to\": \"a<b>&c\"\n}", `{"to":"a\u003cb\u003e\u0026c"}`, true},
+		{`{"b":1,"a":[1,2]}`, `{"a":[1,2],"b":1.0}`, true},
+		{`{}`, ``, true},
+		{`{"to":"x"}`, `{"to":"y"}`, false},
+		{`{"to":`, `{"to":"y"}`, false},
+	}
+	for _, tc := range tests {
+		if got := sameJSON(tc.edited, json.RawMessage(tc.orig)); got != tc.same {
+			t.Errorf("sameJSON(%q, %q) = %v, want %v", tc.edited, tc.orig, got, tc.same)
+		}
+	}
+}

@@ -348,6 +348,24 @@ func TestBrowser(t *testing.T) {
 		ann.shot("chat-streamed")
 	})
 
+	t.Run("hostile text through the model and a tool stays inert", func(t *testing.T) {
+		ann.newConversation("XSS")
+		ann.say(`echo <img src=x onerror="document.title='pwned'"><script>document.title='pwned'</script>[x](javascript:document.title='pwned') ![t](https://evil.example/t.png)`)
+		ann.until(`(() => { const c = document.querySelector('[data-parley="tool-call"][data-tool="echo"]'); return c !== null && c.dataset.status === "resolved"; })()`)
+		ann.until(`document.querySelector('[data-parley="status"]').dataset.status === "idle"`)
+		if title := eval[string](ann, `document.title`); strings.Contains(title, "pwned") {
+			t.Fatalf("script ran: title %q", title)
+		}
+		bad := eval[int](ann, `document.querySelectorAll('img[src="x"], main script, a[href^="javascript:"], img[src^="https://evil"], [onerror]').length`)
+		if bad != 0 {
+			t.Errorf("%d live elements made from the hostile text", bad)
+		}
+		if !eval[bool](ann, `document.querySelector('[data-parley="tool-call"][data-tool="echo"]').textContent.includes("<script>")`) {
+			t.Errorf("the tool's output is not shown as text")
+		}
+		ann.shot("hostile-text-inert")
+	})
+
 	t.Run("a streaming tool shows its progress while it runs", func(t *testing.T) {
 		ann.newConversation("Countdown")
 		ann.say("count down from 2")
