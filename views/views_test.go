@@ -575,7 +575,7 @@ func TestPrettyJSONShowsHTMLCharactersAsThemselves(t *testing.T) {
 	tests := []struct{ in, want string }{
 		{`{"a":"\u003cb\u003e \u0026"}`, "{\n  \"a\": \"<b> &\"\n}"},
 		{`{"a":"\\u003c"}`, "{\n  \"a\": \"\\\\u003c\"\n}"}, // a backslash, then the text u003c
-		{`{"a":"\\\u003c"}`, "{\n  \"a\": \"\\\\<\"\n}"},   // a backslash, then <
+		{`{"a":"\\\u003c"}`, "{\n  \"a\": \"\\\\<\"\n}"},    // a backslash, then <
 		{`{"a":"\u00e9\"\n"}`, "{\n  \"a\": \"\\u00e9\\\"\\n\"\n}"},
 		{`not json <x>`, `not json <x>`},
 	}
