@@ -36,6 +36,7 @@ type request struct {
 	text   string
 	callID string
 	res    Resolution
+	check  Check // the caller's own rule, run first (nil: none)
 	reply  chan response
 }
 
@@ -118,11 +119,14 @@ type actor struct {
 	// statusEvents are published after the other events of the same message, so a subscriber
 	// that sees "idle" has already seen the message that ended the turn.
 	statusEvents []Event
-	stopping     bool // no new work; exit when inflight reaches 0
-	discard      bool // results of in-flight work are dropped (hard stop, a failed write)
-	broken       bool // a write failed: the actor exits and is revived from the log
-	conflicted   bool // the failed write lost the optimistic-concurrency race
-	doneClosed   bool
+	// logged are the entries committed since the last settle; settle hands them to the first
+	// event it publishes (Event.Entries), so event streams need not read them back.
+	logged     []store.Entry
+	stopping   bool // no new work; exit when inflight reaches 0
+	discard    bool // results of in-flight work are dropped (hard stop, a failed write)
+	broken     bool // a write failed: the actor exits and is revived from the log
+	conflicted bool // the failed write lost the optimistic-concurrency race
+	doneClosed bool
 	// pending is the count of awaiting calls by kind last reported to the manager (metrics).
 	pending map[string]int
 }
@@ -255,6 +259,16 @@ func (a *actor) beginStop(hard bool) {
 func (a *actor) settle() {
 	a.rearm()
 	a.reportPending()
+	if len(a.logged) > 0 {
+		// A fresh slice each time: subscribers keep reading the one they were given.
+		switch {
+		case len(a.events) > 0:
+			a.events[0].Entries = a.logged
+		case len(a.statusEvents) > 0:
+			a.statusEvents[0].Entries = a.logged
+		}
+		a.logged = nil // nothing published: a stream that needs them reads the store
+	}
 	for _, e := range a.events {
 		a.m.hub.publish(e)
 	}
@@ -322,6 +336,11 @@ func (a *actor) handle(req *request) {
 }
 
 func (a *actor) dispatchRequest(req *request) (error, func()) {
+	if req.check != nil {
+		if err := req.check(a.facts(req.callID)); err != nil {
+			return err, nil
+		}
+	}
 	switch req.kind {
 	case reqSend:
 		return a.handleSend(req)
@@ -348,9 +367,18 @@ func (a *actor) reloadAfterConflict() bool {
 		return false
 	}
 	a.st, a.broken = st, false
-	a.events, a.statusEvents = a.events[:0], a.statusEvents[:0]
+	a.events, a.statusEvents, a.logged = a.events[:0], a.statusEvents[:0], nil
 	a.graceAt = map[string]time.Time{}
 	return true
+}
+
+// facts are what a caller's Check decides from.
+func (a *actor) facts(callID string) Facts {
+	f := Facts{OwnerID: a.st.conv.OwnerID}
+	if c := a.st.calls[callID]; callID != "" && c != nil {
+		f.Found, f.Approval, f.Approvers, f.Status, f.PendingKind = true, c.approval, c.approvers, c.status, c.kind
+	}
+	return f
 }
 
 func (a *actor) visible(by Principal) bool {
@@ -412,6 +440,10 @@ func (a *actor) commit(b store.Batch, touched []string) error {
 		return a.internalError("append to log", err)
 	}
 	a.st.lastSeq = last
+	for _, e := range b.Entries {
+		e.CreatedAt = e.CreatedAt.UTC().Truncate(time.Microsecond) // the store's resolution
+		a.logged = append(a.logged, e)
+	}
 	// Before the caller hears back, so a resolve's reply finds the count already moved.
 	a.reportPending()
 	if a.st.status != prevStatus {

@@ -72,6 +72,14 @@ type Event struct {
 	Status         string          `json:"status,omitempty"`
 	Text           string          `json:"text,omitempty"`
 	Data           json.RawMessage `json:"data,omitempty"`
+	// Entries are the log entries committed since the previous message the actor published
+	// events for, in sequence order, carried by the first event published after them (nil on
+	// every other event, and on events a hub sends itself). A subscriber that follows the log
+	// writes them when they continue what it has and reads the store only when they do not (it
+	// subscribed in between, or a commit published nothing). Their CreatedAt is the actor's
+	// time of the commit, which can precede the store's own stamp by moments. Shared by every
+	// subscriber: read-only.
+	Entries []store.Entry `json:"-"`
 }
 
 // View is a conversation as the page and the API show it.
@@ -146,3 +154,22 @@ func (s *Subscription) Close() {
 		s.close()
 	}
 }
+
+// Facts are what a conversation's actor knows when a checked request reaches it: the owner and,
+// for a resolve, the call it names. A caller's Check decides from them inside the actor, so an
+// entry point with rules of its own (the JSON API's 404 for strangers, its 422 for a resolution
+// of the wrong kind) needs no store read before asking.
+type Facts struct {
+	OwnerID string
+	// Found reports whether the conversation has a call with the id (in any turn); the fields
+	// below describe it when it does.
+	Found       bool
+	Approval    tools.Approval
+	Approvers   tools.Approvers
+	Status      string            // store.Call*
+	PendingKind tools.PendingKind // what an awaiting call waits for
+}
+
+// Check runs inside the conversation's actor before the request's own checks; a non-nil error
+// is the request's answer and nothing changes. It must not block.
+type Check func(Facts) error

@@ -36,8 +36,10 @@ type entryJSON struct {
 // sequence, so Last-Event-ID (or ?after=N) resumes exactly after the last one seen, replayed
 // from the store. Between entries come live hints without an id, named after the agent's
 // event type (text_delta, progress, status, tool_call, client_exec); they are not replayed.
-// The subscription is taken before the replay, so nothing logged in between is missed: a live
-// event whose sequence is past the last entry sent triggers a read of the log from there. A
+// The subscription is taken before the replay, so nothing logged in between is missed. Live,
+// the entries come with the agent's events (Event.Entries), so a stream that keeps up does not
+// read the store per change; a live event whose sequence is still past the last entry sent
+// (the entries it carried do not continue the stream) triggers a read of the log from there. A
 // subscriber that lags gets a "resync" event and the stream ends; the client reconnects with
 // Last-Event-ID.
 func (s *Server) apiEvents(c echo.Context) error {
@@ -116,7 +118,14 @@ func (s *Server) apiEvents(c echo.Context) error {
 				}
 				return nil
 			}
+			if len(ev.Entries) > 0 {
+				if err := st.carried(ev.Entries); err != nil {
+					return nil // the client is gone
+				}
+			}
 			if ev.Seq > st.last {
+				// The event did not carry what it follows (this stream subscribed in between,
+				// or the commit published nothing): read the log.
 				if err := catchUp(); err != nil {
 					s.log.InfoContext(ctx, "event stream ended", "conversation_id", id, "err", err)
 					return nil
@@ -204,6 +213,23 @@ func (st *sseStream) entry(e store.Entry) error {
 		return err
 	}
 	st.last = e.Seq
+	return nil
+}
+
+// carried writes the entries an agent event carried that continue the stream: those already
+// sent are skipped, and at the first gap it stops (the caller reads the rest from the store).
+func (st *sseStream) carried(entries []store.Entry) error {
+	for _, e := range entries {
+		if e.Seq <= st.last {
+			continue
+		}
+		if e.Seq != st.last+1 {
+			return nil
+		}
+		if err := st.entry(e); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
