@@ -197,7 +197,13 @@ func (m *Manager) call(ctx context.Context, id string, req *request) (response, 
 // Send posts the owner's message and starts a turn. It returns once the message is in the log;
 // the turn runs in the conversation's actor. A turn already in progress is a conflict.
 func (m *Manager) Send(ctx context.Context, convID string, by Principal, text string) error {
-	_, err := m.call(ctx, convID, &request{kind: reqSend, by: by, text: text})
+	return m.SendChecked(ctx, convID, by, text, nil)
+}
+
+// SendChecked is Send with the caller's own rule: check runs in the conversation's actor first
+// (with Facts.Found false), and its error, if any, is the answer.
+func (m *Manager) SendChecked(ctx context.Context, convID string, by Principal, text string, check Check) error {
+	_, err := m.call(ctx, convID, &request{kind: reqSend, by: by, text: text, check: check})
 	return err
 }
 
@@ -206,8 +212,15 @@ func (m *Manager) Send(ctx context.Context, convID string, by Principal, text st
 // (no such conversation, or not visible to by), stale (unknown, not pending or already
 // resolved), permission_denied, invalid_args (details.problems), internal.
 func (m *Manager) Resolve(ctx context.Context, convID, toolCallID string, r Resolution, by Principal) error {
+	return m.ResolveChecked(ctx, convID, toolCallID, r, by, nil)
+}
+
+// ResolveChecked is Resolve with the caller's own rule: check runs in the conversation's actor
+// first, against the call as the actor knows it (no store read), and its error, if any, is the
+// answer. The JSON API passes its 404-for-strangers and kind rules this way.
+func (m *Manager) ResolveChecked(ctx context.Context, convID, toolCallID string, r Resolution, by Principal, check Check) error {
 	began := m.cfg.Clock.Now()
-	_, err := m.call(ctx, convID, &request{kind: reqResolve, by: by, callID: toolCallID, res: r})
+	_, err := m.call(ctx, convID, &request{kind: reqResolve, by: by, callID: toolCallID, res: r, check: check})
 	outcome := "ok"
 	if err != nil {
 		outcome = string(tools.KindInternal)

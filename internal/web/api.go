@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -123,10 +124,16 @@ func toViewJSON(v agent.View) viewJSON {
 }
 
 // apiSendMessage: POST /api/v1/conversations/{id}/messages {"text"} → 202.
+//
+// Only the owner may send; anyone else gets 404. With the agent's Manager that rule runs in the
+// conversation's actor (no store read here).
 func (s *Server) apiSendMessage(c echo.Context) error {
 	id := c.Param("id")
-	if _, err := s.conversationFor(c, id); err != nil {
-		return err
+	cc, checked := s.conv.(checkedConversations)
+	if !checked {
+		if _, err := s.conversationFor(c, id); err != nil {
+			return err
+		}
 	}
 	var body struct {
 		Text *string `json:"text"`
@@ -143,7 +150,13 @@ func (s *Server) apiSendMessage(c echo.Context) error {
 	if err := s.allowMessage(c); err != nil {
 		return err
 	}
-	if err := s.conv.Send(c.Request().Context(), id, principal(c), *body.Text); err != nil {
+	var err error
+	if checked {
+		err = cc.SendChecked(c.Request().Context(), id, principal(c), *body.Text, ownerRule(currentUser(c)))
+	} else {
+		err = s.conv.Send(c.Request().Context(), id, principal(c), *body.Text)
+	}
+	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusAccepted, map[string]bool{"ok": true})
@@ -153,31 +166,12 @@ func (s *Server) apiSendMessage(c echo.Context) error {
 // of their calls; a reviewer may also decide approvals of reviewer-gated tools in anyone's
 // conversation. Everyone else learns nothing (404). The body must be the resolution of the
 // kind the call awaits (422 otherwise); the agent decides the rest (stale, permission, schema).
+//
+// These rules (resolveRule) run inside the conversation's actor against the call as it knows
+// it, in the same trip as the resolve itself, so the request reads nothing from the store.
 func (s *Server) apiResolve(c echo.Context) error {
 	ctx := c.Request().Context()
 	id, callID := c.Param("id"), c.Param("call")
-	u := currentUser(c)
-	conv, err := s.store.GetConversation(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return errConversation
-	}
-	if err != nil {
-		return fmt.Errorf("load conversation %s: %w", id, err)
-	}
-	call, err := s.store.GetToolCall(ctx, id, callID)
-	callFound := err == nil
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("load tool call %s/%s: %w", id, callID, err)
-	}
-	owner := conv.OwnerID == u.ID
-	reviewable := callFound && isReviewer(u) && call.Approval == string(tools.RequiresApproval) &&
-		call.Approvers == string(tools.ByReviewer)
-	if !owner && !reviewable {
-		return errConversation
-	}
-	if !callFound {
-		return tools.NewError(tools.KindNotFound, "no such tool call", nil)
-	}
 	var r agent.Resolution
 	if err := decodeJSON(c, &r, false); err != nil {
 		return err
@@ -186,20 +180,96 @@ func (s *Server) apiResolve(c echo.Context) error {
 	if terr != nil {
 		return terr
 	}
-	if !owner && kind != tools.PendingApproval {
-		// A reviewer decides the gate; what runs after it (a question, a browser tool) is the
-		// owner's alone.
-		return errConversation
+	rule := resolveRule(currentUser(c), kind)
+	if cc, ok := s.conv.(checkedConversations); ok {
+		if err := cc.ResolveChecked(ctx, id, callID, r, principal(c), rule); err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, map[string]bool{"ok": true})
 	}
-	if call.Status == store.CallAwaiting && call.PendingKind != "" && tools.PendingKind(call.PendingKind) != kind {
-		return tools.NewError(tools.KindInvalidArgs,
-			fmt.Sprintf("this call awaits %s, not %s: %s", kindWords(tools.PendingKind(call.PendingKind)), kindWords(kind), resolutionHint),
-			map[string]any{"pending_kind": call.PendingKind, "sent_kind": string(kind)})
+	f, err := s.storeFacts(ctx, id, callID)
+	if err != nil {
+		return err
+	}
+	if err := rule(f); err != nil {
+		return err
 	}
 	if err := s.conv.Resolve(ctx, id, callID, r, principal(c)); err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, map[string]bool{"ok": true})
+}
+
+// checkedConversations is the agent's Manager as the JSON API prefers it: the handler's rules
+// run inside the conversation's actor (agent.Check), with no store read of their own. A
+// Conversations without it (the handler tests' fake) gets the rules checked against the store
+// first (storeFacts), with the same outcome.
+type checkedConversations interface {
+	SendChecked(ctx context.Context, convID string, by agent.Principal, text string, check agent.Check) error
+	ResolveChecked(ctx context.Context, convID, toolCallID string, r agent.Resolution, by agent.Principal, check agent.Check) error
+}
+
+// resolveRule is the JSON API's rule for u resolving a call with a resolution of kind. Order
+// matters: nothing about the call is said to someone who may not see it.
+func resolveRule(u *store.User, kind tools.PendingKind) agent.Check {
+	return func(f agent.Facts) error {
+		owner := u != nil && f.OwnerID == u.ID
+		reviewable := f.Found && isReviewer(u) && f.Approval == tools.RequiresApproval && f.Approvers == tools.ByReviewer
+		if !owner && !reviewable {
+			return errConversation
+		}
+		if !f.Found {
+			return tools.NewError(tools.KindNotFound, "no such tool call", nil)
+		}
+		if !owner && kind != tools.PendingApproval {
+			// A reviewer decides the gate; what runs after it (a question, a browser tool) is the
+			// owner's alone.
+			return errConversation
+		}
+		if f.Status == store.CallAwaiting && f.PendingKind != "" && f.PendingKind != kind {
+			return tools.NewError(tools.KindInvalidArgs,
+				fmt.Sprintf("this call awaits %s, not %s: %s", kindWords(f.PendingKind), kindWords(kind), resolutionHint),
+				map[string]any{"pending_kind": string(f.PendingKind), "sent_kind": string(kind)})
+		}
+		return nil
+	}
+}
+
+// ownerRule admits the conversation's owner only; anyone else gets the 404 of a missing
+// conversation.
+func ownerRule(u *store.User) agent.Check {
+	return func(f agent.Facts) error {
+		if u == nil || f.OwnerID != u.ID {
+			return errConversation
+		}
+		return nil
+	}
+}
+
+// storeFacts reads from the store what an agent.Check decides from, for a Conversations that
+// cannot run checks in the actor.
+func (s *Server) storeFacts(ctx context.Context, id, callID string) (agent.Facts, error) {
+	conv, err := s.store.GetConversation(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return agent.Facts{}, errConversation
+	}
+	if err != nil {
+		return agent.Facts{}, fmt.Errorf("load conversation %s: %w", id, err)
+	}
+	f := agent.Facts{OwnerID: conv.OwnerID}
+	if callID == "" {
+		return f, nil
+	}
+	call, err := s.store.GetToolCall(ctx, id, callID)
+	if errors.Is(err, store.ErrNotFound) {
+		return f, nil
+	}
+	if err != nil {
+		return agent.Facts{}, fmt.Errorf("load tool call %s/%s: %w", id, callID, err)
+	}
+	f.Found, f.Approval, f.Approvers = true, tools.Approval(call.Approval), tools.Approvers(call.Approvers)
+	f.Status, f.PendingKind = call.Status, tools.PendingKind(call.PendingKind)
+	return f, nil
 }
 
 const resolutionHint = `an approval takes {"decision":"approve"|"deny"}, a question {"action":"accept"|"decline"|"cancel"}, a browser tool {"result":{…}} or {"error":{"message":"…"}}`
