@@ -190,6 +190,13 @@ func loadState(ctx context.Context, st store.Store, reg *tools.Registry, id stri
 	if err != nil {
 		return nil, fmt.Errorf("load conversation %s: %w", id, err)
 	}
+	if conv.LastSeq == 0 {
+		// Nothing logged yet (typically a new conversation's first message): no log to replay,
+		// and retry steps matter only to an open turn, which has entries. Two reads saved.
+		s := newState(conv)
+		s.status = s.derivedStatus()
+		return s, nil
+	}
 	entries, err := st.Log(ctx, id, 0)
 	if err != nil {
 		return nil, fmt.Errorf("load log of %s: %w", id, err)

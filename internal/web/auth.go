@@ -83,24 +83,41 @@ func probePath(path string) bool {
 }
 
 // tokenUser is the user of the API token whose hash is hash: from the token cache, else from
-// the store (and then cached). An unknown or revoked token is not_authenticated.
+// the store (and then cached). Concurrent misses of one token share one lookup (a script that
+// opens hundreds of streams at once costs two reads, not hundreds); each caller still stops
+// waiting when its own request ends. An unknown or revoked token is not_authenticated.
 func (s *Server) tokenUser(ctx context.Context, hash []byte) (store.User, error) {
-	if u, _, ok := s.tokens.get(string(hash)); ok {
+	key := string(hash)
+	if u, _, ok := s.tokens.get(key); ok {
 		return u, nil
 	}
-	t, err := s.store.APITokenByHash(ctx, hash)
-	if errors.Is(err, store.ErrNotFound) {
-		return store.User{}, tools.NewError(tools.KindNotAuthenticated, "the API token is invalid or revoked", nil)
+	ch := s.tokenLookups.DoChan(key, func() (any, error) {
+		// Not the first caller's context alone: the others wait on this lookup too.
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tokenLookupTimeout)
+		defer cancel()
+		t, err := s.store.APITokenByHash(lctx, hash)
+		if errors.Is(err, store.ErrNotFound) {
+			return store.User{}, tools.NewError(tools.KindNotAuthenticated, "the API token is invalid or revoked", nil)
+		}
+		if err != nil {
+			return store.User{}, fmt.Errorf("look up API token: %w", err)
+		}
+		u, err := s.store.UserByID(lctx, t.UserID)
+		if err != nil {
+			return store.User{}, fmt.Errorf("load user of token %s: %w", t.ID, err)
+		}
+		s.tokens.put(key, t.ID, u)
+		return u, nil
+	})
+	select {
+	case r := <-ch:
+		if r.Err != nil {
+			return store.User{}, r.Err
+		}
+		return r.Val.(store.User), nil
+	case <-ctx.Done():
+		return store.User{}, ctx.Err()
 	}
-	if err != nil {
-		return store.User{}, fmt.Errorf("look up API token: %w", err)
-	}
-	u, err := s.store.UserByID(ctx, t.UserID)
-	if err != nil {
-		return store.User{}, fmt.Errorf("load user of token %s: %w", t.ID, err)
-	}
-	s.tokens.put(string(hash), t.ID, u)
-	return u, nil
 }
 
 // authenticate identifies the caller from a Bearer token or the session cookie. A request with

@@ -13,7 +13,8 @@ import (
 // before the handler did anything.
 //
 // Staleness: a token revoked, or a user's role changed, through this process (the tokens page,
-// the admin page) is dropped from the cache at once. A change made elsewhere — `web token
+// the admin page) is dropped from the cache at once (a lookup of that token already under way
+// may put it back, for at most the TTL). A change made elsewhere — `web token
 // revoke` or another replica on the same database — takes effect within tokenCacheTTL.
 const (
 	// tokenCacheTTL is how long a token's user is trusted without asking the store again.
@@ -21,6 +22,8 @@ const (
 	// tokenCacheMax bounds the entries; when full, expired entries are swept and, if that frees
 	// nothing, the whole cache is dropped (the next requests read the store again).
 	tokenCacheMax = 10_000
+	// tokenLookupTimeout bounds a shared token lookup, which no single request's context ends.
+	tokenLookupTimeout = 10 * time.Second
 )
 
 // tokenCache maps a token's hash to its user. Entries live tokenCacheTTL on the injected clock.

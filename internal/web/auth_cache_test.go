@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -153,5 +154,58 @@ func TestTokenCacheBounded(t *testing.T) {
 	tc.forgetUser("ue")
 	if _, _, ok := tc.get("e"); ok {
 		t.Fatal("forgetUser left the user's token")
+	}
+}
+
+// slowTokenStore holds the first token lookup until a second one arrives or a while passes,
+// and counts the lookups.
+type slowTokenStore struct {
+	store.Store
+	lookups atomic.Int64
+	second  chan struct{}
+}
+
+func (s *slowTokenStore) APITokenByHash(ctx context.Context, hash []byte) (store.APIToken, error) {
+	switch s.lookups.Add(1) {
+	case 1:
+		select {
+		case <-s.second: // a concurrent miss went to the store: the test fails below
+		case <-time.After(200 * time.Millisecond): // long enough for every caller to be waiting
+		}
+	case 2:
+		close(s.second)
+	}
+	return s.Store.APITokenByHash(ctx, hash)
+}
+
+// TestTokenLookupsCollapse: many requests with one uncached token at once cost one lookup.
+func TestTokenLookupsCollapse(t *testing.T) {
+	e := newTestEnv(t, Config{APIBurst: 1000})
+	u := e.user("crowd", store.RoleMember)
+	c := e.script(u)
+	slow := &slowTokenStore{Store: e.st, second: make(chan struct{})}
+	e.srv.store = slow
+	const n = 20
+	codes := make(chan int, n)
+	for range n {
+		go func() {
+			req, _ := http.NewRequest("GET", e.ts.URL+"/api/v1/conversations", nil)
+			req.Header.Set("Authorization", "Bearer "+c.bearer)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				codes <- 0
+				return
+			}
+			res.Body.Close()
+			codes <- res.StatusCode
+		}()
+	}
+	for range n {
+		if code := <-codes; code != 200 {
+			t.Fatalf("status %d", code)
+		}
+	}
+	if got := slow.lookups.Load(); got != 1 {
+		t.Fatalf("%d token lookups for %d concurrent requests, want 1", got, n)
 	}
 }

@@ -36,6 +36,7 @@ import (
 
 	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
+	"golang.org/x/sync/singleflight"
 
 	"parley/internal/agent"
 	"parley/internal/auth"
@@ -66,7 +67,9 @@ type Server struct {
 	throttle *auth.Throttle
 	limits   *limiters
 	tokens   *tokenCache
-	echo     *echo.Echo
+	// tokenLookups collapses concurrent store lookups of one uncached token.
+	tokenLookups singleflight.Group
+	echo         *echo.Echo
 
 	// signupMu serializes sign-ups in this process, so two first sign-ups racing cannot both
 	// see an empty user table and both become admin.

@@ -44,15 +44,18 @@ type entryJSON struct {
 // Last-Event-ID.
 func (s *Server) apiEvents(c echo.Context) error {
 	id := c.Param("id")
-	if _, err := s.conversationFor(c, id); err != nil {
-		return err
-	}
 	after, terr := lastEventID(c)
 	if terr != nil {
 		return terr
 	}
+	// Subscribe before reading the conversation: its last_seq is committed with its entries, so
+	// whatever it does not count yet comes with a later event of this subscription.
 	sub := s.conv.Subscribe(id)
 	defer sub.Close()
+	conv, err := s.conversationFor(c, id)
+	if err != nil {
+		return err
+	}
 
 	w := c.Response()
 	h := w.Header()
@@ -77,9 +80,11 @@ func (s *Server) apiEvents(c echo.Context) error {
 		}
 		return nil
 	}
-	if err := catchUp(); err != nil {
-		s.log.InfoContext(ctx, "event stream ended", "conversation_id", id, "err", err)
-		return nil
+	if conv.LastSeq > st.last { // nothing to replay (a new conversation, an up-to-date resume): no read
+		if err := catchUp(); err != nil {
+			s.log.InfoContext(ctx, "event stream ended", "conversation_id", id, "err", err)
+			return nil
+		}
 	}
 	hb := s.clock.NewTimer(s.cfg.SSEHeartbeat)
 	defer hb.Stop()

@@ -1,8 +1,10 @@
 package web
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -71,5 +73,65 @@ func TestEventsCarriedEntries(t *testing.T) {
 	}
 	if ev := next(t, events); ev.name != "tool_call" {
 		t.Fatalf("got %+v, want the tool_call hint", ev)
+	}
+}
+
+// logCounter counts reads of the log.
+type logCounter struct {
+	store.Store
+	reads atomic.Int64
+}
+
+func (s *logCounter) Log(ctx context.Context, id string, after int64) ([]store.Entry, error) {
+	s.reads.Add(1)
+	return s.Store.Log(ctx, id, after)
+}
+
+// TestEventsOpenReadsTheLogOnlyWhenBehind: opening a stream reads the log only when the
+// conversation has entries past where the stream starts: not for a new conversation, not for a
+// resume that is up to date; a resume that is behind replays from the store.
+func TestEventsOpenReadsTheLogOnlyWhenBehind(t *testing.T) {
+	e := newTestEnv(t, Config{SSEHeartbeat: time.Minute})
+	lc := &logCounter{Store: e.st}
+	e.srv.store = lc
+	owner := e.user("owner", store.RoleMember)
+	c := e.script(owner)
+	fresh := e.conversation(owner)
+	path := func(id string) string { return "/api/v1/conversations/" + id + "/events" }
+
+	// A live event reaches the client only after the stream decided about the replay.
+	live := func(id string, events <-chan sseEvent) {
+		t.Helper()
+		waitFor(t, func() bool { return e.conv.subscribers(id) == 1 })
+		e.conv.publish(id, agent.Event{ConversationID: id, Type: agent.EventTextDelta, Text: "x"})
+		if ev := next(t, events); ev.name != "text_delta" {
+			t.Fatalf("got %+v, want the live text_delta", ev)
+		}
+	}
+	events, stop := openStream(t, c, path(fresh.ID), "")
+	live(fresh.ID, events)
+	stop()
+	if n := lc.reads.Load(); n != 0 {
+		t.Fatalf("a new conversation's stream read the log %d times", n)
+	}
+	for range events {
+	}
+
+	conv := e.conversation(owner)
+	appendMessage(t, e.st, conv.ID, "m1")
+	appendMessage(t, e.st, conv.ID, "m2")
+	events, stop = openStream(t, c, path(conv.ID), "2")
+	live(conv.ID, events)
+	if n := lc.reads.Load(); n != 0 {
+		t.Fatalf("an up-to-date resume read the log %d times", n)
+	}
+	stop()
+	for range events {
+	}
+	waitFor(t, func() bool { return e.conv.subscribers(conv.ID) == 0 })
+	events, stop = openStream(t, c, path(conv.ID), "1")
+	defer stop()
+	if ev := next(t, events); ev.id != "2" || lc.reads.Load() != 1 {
+		t.Fatalf("a resume behind the log: %+v after %d reads, want entry 2 after one", ev, lc.reads.Load())
 	}
 }
