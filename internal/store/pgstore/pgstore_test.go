@@ -122,7 +122,11 @@ func TestMigrateConcurrentlyOnce(t *testing.T) {
 
 func TestMigrateAppliesOnlyNewer(t *testing.T) {
 	url := pgtest.NewURL(t)
-	pool, err := connect(t.Context(), url)
+	cfg, _, err := parseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := connect(t.Context(), cfg, url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,5 +333,167 @@ func TestReadyNamesSchemaDrift(t *testing.T) {
 		if st.want == nil && err != nil || st.want != nil && !errors.Is(err, st.want) {
 			t.Fatalf("after %q: Ready = %v, want %v", st.sql, err, st.want)
 		}
+	}
+}
+
+// withParams adds key=value parameters to a connection string, a URL or a keyword/value one.
+func withParams(dsn string, kv ...string) string {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		sep := "?"
+		if strings.Contains(dsn, "?") {
+			sep = "&"
+		}
+		return dsn + sep + strings.Join(kv, "&")
+	}
+	return dsn + " " + strings.Join(kv, " ")
+}
+
+func TestInteractiveAppendProceedsWhileMainPoolIsHeld(t *testing.T) {
+	ctx := t.Context()
+	s, err := Open(ctx, withParams(pgtest.NewURL(t), "pool_max_conns=2", interactiveParam+"=1"), nil)
+	if err != nil {
+		t.Fatal(err) // the server would refuse the parameter as a setting had connect not taken it out
+	}
+	defer s.Close()
+	if got := s.InteractivePool().Config().MaxConns; got != 1 || s.InteractivePool() == s.Pool() {
+		t.Fatalf("interactive pool: max %d, separate %v; want its own pool of 1", got, s.InteractivePool() != s.Pool())
+	}
+	c, err := s.CreateConversation(ctx, store.Conversation{ID: "held", OwnerID: "ana", Title: "held"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every main-pool connection sits in an open transaction, as under background load.
+	var held []pgx.Tx
+	for range s.Pool().Config().MaxConns {
+		tx, err := s.Pool().Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, tx)
+	}
+	if st := s.Pool().Stat(); st.AcquiredConns() != st.MaxConns() {
+		t.Fatalf("main pool has %d of %d connections acquired, want all", st.AcquiredConns(), st.MaxConns())
+	}
+	msg := store.Entry{Type: store.EntryUserMessage, Actor: "ana", Data: []byte(`{"text":"approve"}`)}
+
+	// A background append cannot get a connection: the pool really is exhausted.
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, err = s.Append(short, c.ID, 0, store.Batch{Entries: []store.Entry{msg}})
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("background append with the main pool held: %v, want it to wait until its deadline", err)
+	}
+	// An interactive one commits through its own lane.
+	bounded, cancel := context.WithTimeout(ctx, 10*time.Second)
+	last, err := s.Append(bounded, c.ID, 0, store.Batch{Entries: []store.Entry{msg}, Status: store.StatusGenerating, Interactive: true})
+	cancel()
+	if err != nil || last != 1 {
+		t.Fatalf("interactive append with the main pool held = %d, %v; want 1, nil", last, err)
+	}
+	// Same sequence check on that lane: a stale interactive append conflicts.
+	_, err = s.Append(ctx, c.ID, 0, store.Batch{Entries: []store.Entry{msg}, Interactive: true})
+	if !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("stale interactive append: %v, want store.ErrConflict", err)
+	}
+	for _, tx := range held {
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The main pool continues after what the interactive lane committed.
+	if last, err := s.Append(ctx, c.ID, 1, store.Batch{Status: store.StatusIdle}); err != nil || last != 1 {
+		t.Fatalf("background append after the interactive one = %d, %v", last, err)
+	}
+	if got, err := s.GetConversation(ctx, c.ID); err != nil || got.LastSeq != 1 || got.Status != store.StatusIdle {
+		t.Fatalf("conversation = %+v, %v", got, err)
+	}
+}
+
+// When the lane's own connections are all busy, an interactive append takes a free one of the
+// main pool: the lane adds connections for acknowledgements, it never takes any away.
+func TestInteractiveAppendUsesMainPoolWhenLaneIsHeld(t *testing.T) {
+	ctx := t.Context()
+	s, err := Open(ctx, withParams(pgtest.NewURL(t), "pool_max_conns=2", interactiveParam+"=2"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c, err := s.CreateConversation(ctx, store.Conversation{ID: "lane", OwnerID: "ana", Title: "lane"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lane := s.InteractivePool()
+	for range lane.Config().MaxConns {
+		tx, err := lane.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(context.Background()) }()
+	}
+	if st := lane.Stat(); st.AcquiredConns() != st.MaxConns() {
+		t.Fatalf("lane has %d of %d connections acquired, want all", st.AcquiredConns(), st.MaxConns())
+	}
+	bounded, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	msg := store.Entry{Type: store.EntryUserMessage, Actor: "ana", Data: []byte(`{"text":"send"}`)}
+	if last, err := s.Append(bounded, c.ID, 0, store.Batch{Entries: []store.Entry{msg}, Interactive: true}); err != nil || last != 1 {
+		t.Fatalf("interactive append with its lane held = %d, %v; want 1, nil", last, err)
+	}
+	// Both waits ended: the main pool's connection went back, the lane's stay with their holders.
+	if st := s.Pool().Stat(); st.AcquiredConns() != 0 {
+		t.Fatalf("main pool has %d connections still acquired after the append", st.AcquiredConns())
+	}
+}
+
+func TestInteractiveConnsParameter(t *testing.T) {
+	base := "postgres://parley@127.0.0.1/app?sslmode=disable"
+	cases := []struct {
+		param string
+		want  int
+		bad   bool
+	}{
+		{"", DefaultInteractiveConns, false},
+		{interactiveParam + "=0", 0, false},
+		{interactiveParam + "=3", 3, false},
+		{interactiveParam + "=-1", 0, true},
+		{interactiveParam + "=two", 0, true},
+	}
+	for _, tc := range cases {
+		dsn := base
+		if tc.param != "" {
+			dsn = withParams(base, tc.param)
+		}
+		cfg, n, err := parseConfig(dsn)
+		switch {
+		case tc.bad:
+			if err == nil || !strings.Contains(err.Error(), interactiveParam) {
+				t.Errorf("%q: err = %v, want one naming %s", tc.param, err, interactiveParam)
+			}
+		case err != nil:
+			t.Errorf("%q: %v", tc.param, err)
+		case n != tc.want:
+			t.Errorf("%q: %d interactive connections, want %d", tc.param, n, tc.want)
+		default:
+			if _, sent := cfg.ConnConfig.RuntimeParams[interactiveParam]; sent {
+				t.Errorf("%q: the parameter would be sent to the server as a setting", tc.param)
+			}
+		}
+	}
+
+	// 0 turns the lane off: interactive appends share the main pool.
+	s, err := Open(t.Context(), withParams(pgtest.NewURL(t), interactiveParam+"=0"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.InteractivePool() != s.Pool() {
+		t.Fatal("with parley_interactive_conns=0 the store opened a second pool")
+	}
+	c, err := s.CreateConversation(t.Context(), store.Conversation{ID: "shared", OwnerID: "ana", Title: "shared"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last, err := s.Append(t.Context(), c.ID, 0, store.Batch{Status: store.StatusIdle, Interactive: true}); err != nil || last != 0 {
+		t.Fatalf("interactive append on the shared pool = %d, %v", last, err)
 	}
 }
