@@ -60,8 +60,7 @@ func (a *actor) resolveApproval(c *call, r Resolution, by Principal) (error, fun
 	now := a.now()
 	d := decisionData{By: by.UserID, Role: string(by.Role), Via: by.Via, Reason: r.Reason}
 	audit := store.AuditRecord{ConversationID: a.id, ToolCallID: c.id, Tool: c.name, ActorID: by.UserID, Reason: r.Reason, At: now}
-	// Interactive: the approver waits on this append (see store.Batch.Interactive).
-	b := store.Batch{Cancel: []string{c.id}, Interactive: true}
+	b := store.Batch{Cancel: []string{c.id}}
 	switch r.Decision {
 	case "approve":
 		d.Decision = "approve"
@@ -162,7 +161,6 @@ func (a *actor) resolveElicitation(c *call, r Resolution, by Principal) (error, 
 		Cancel:  []string{c.id},
 		Audit: []store.AuditRecord{{ConversationID: a.id, ToolCallID: c.id, Tool: c.name, ActorID: by.UserID,
 			Action: r.Action, ArgsHash: canonicalHash(c.args), At: a.now()}},
-		Interactive: true, // the user waits on their answer's acknowledgement
 	}
 	if err := a.commit(b, []string{c.id}); err != nil {
 		return err, nil
@@ -228,7 +226,6 @@ func (a *actor) resolveClient(c *call, r Resolution, by Principal) (error, func(
 		Cancel:  []string{c.id},
 		Audit: []store.AuditRecord{{ConversationID: a.id, ToolCallID: c.id, Tool: c.name, ActorID: by.UserID,
 			Action: action, ArgsHash: canonicalHash(c.effectiveArgs()), At: a.now()}},
-		Interactive: true, // the browser's report waits on this acknowledgement
 	}
 	delete(a.graceAt, c.id)
 	if err := a.commit(b, []string{c.id}); err != nil {

@@ -220,11 +220,6 @@ type Batch struct {
 	Steps     []Step   // upserted by (conversation, key)
 	DoneSteps []string // step keys removed
 	Audit     []AuditRecord
-	// Interactive marks a batch a person is waiting on (a resolve's decision, a sent message):
-	// a store with a separate lane for such appends (pgstore's interactive pool) uses it, so
-	// the acknowledgement does not queue behind background writes. It changes nothing else: the
-	// same transaction and the same sequence check. The embedded store ignores it.
-	Interactive bool
 }
 
 // Store is what the rest of Parley persists through. Every method is safe for concurrent use.

@@ -7,13 +7,6 @@
 // Open applies the embedded migrations (package migrations) under an advisory lock before
 // returning; Migrate does only that, for `web migrate`. The pool takes pgx's defaults
 // (max(4, CPUs) connections); the URL's pool_max_conns and other pgxpool parameters override them.
-//
-// Appends marked store.Batch.Interactive (a person waits on them: a resolve's decision, a sent
-// message) take the first free connection of a second, small pool kept for them or of the main
-// pool, so an acknowledgement does not queue behind the background appends holding the main
-// pool. The second pool's size is the URL's parley_interactive_conns
-// (default DefaultInteractiveConns; 0 sends interactive appends through the main pool). It
-// opens connections when first used.
 package pgstore
 
 import (
@@ -22,9 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -41,23 +32,12 @@ import (
 // ConnectTimeout bounds how long Open and Migrate wait for an unreachable server.
 const ConnectTimeout = 5 * time.Second
 
-// DefaultInteractiveConns is the interactive pool's size when the URL does not set
-// parley_interactive_conns.
-const DefaultInteractiveConns = 2
-
-// interactiveParam is the URL parameter that sizes the interactive pool. pgx passes parameters
-// it does not know to the server as settings, so parseConfig takes it out.
-const interactiveParam = "parley_interactive_conns"
-
 // Store is the PostgreSQL store.Store.
 type Store struct {
 	sqlcore.Core
-	pool *pgxpool.Pool
-	// interactive is kept for the appends marked store.Batch.Interactive (which may also use
-	// pool); it is pool when the interactive lane is turned off.
-	interactive *pgxpool.Pool
-	want        int // the newest embedded migration
-	closeOnce   sync.Once
+	pool      *pgxpool.Pool
+	want      int // the newest embedded migration
+	closeOnce sync.Once
 }
 
 var _ store.Store = (*Store)(nil)
@@ -76,11 +56,7 @@ func Open(ctx context.Context, databaseURL string, logger *slog.Logger, opts ...
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	cfg, interactiveConns, err := parseConfig(databaseURL)
-	if err != nil {
-		return nil, err
-	}
-	pool, err := connect(ctx, cfg, databaseURL)
+	pool, err := connect(ctx, databaseURL)
 	if err != nil {
 		return nil, err
 	}
@@ -89,22 +65,10 @@ func Open(ctx context.Context, databaseURL string, logger *slog.Logger, opts ...
 		pool.Close()
 		return nil, fmt.Errorf("migrate %s: %w", Redact(databaseURL), err)
 	}
-	interactive := pool
-	if interactiveConns > 0 {
-		icfg := cfg.Copy()
-		icfg.MaxConns, icfg.MinConns, icfg.MinIdleConns = int32(interactiveConns), 0, 0
-		// No ping: the main pool just reached the same server, and the lane's connections open
-		// when an interactive append first needs one.
-		if interactive, err = pgxpool.NewWithConfig(ctx, icfg); err != nil {
-			pool.Close()
-			return nil, fmt.Errorf("interactive pool for %s: %s", Redact(databaseURL), redactErr(err, databaseURL))
-		}
-	}
 	s := &Store{
-		Core:        sqlcore.Core{DB: &db{pool: pool}, Dialect: sqlcore.Dialect{SkipLocked: "FOR UPDATE SKIP LOCKED"}, Clock: clock.Real{}},
-		pool:        pool,
-		interactive: interactive,
-		want:        want,
+		Core: sqlcore.Core{DB: &db{pool: pool}, Dialect: sqlcore.Dialect{SkipLocked: "FOR UPDATE SKIP LOCKED"}, Clock: clock.Real{}},
+		pool: pool,
+		want: want,
 	}
 	for _, o := range opts {
 		o(s)
@@ -115,8 +79,7 @@ func Open(ctx context.Context, databaseURL string, logger *slog.Logger, opts ...
 // Append implements store.Store with the rules of sqlcore.Core.Append, in one round trip: the
 // sequence check (parley_advance, which raises on a conflict) and every write are sent as one
 // pipelined batch, which PostgreSQL runs as a single implicit transaction — an error anywhere
-// rolls back all of it. A batch marked Interactive runs on the first free connection of the
-// interactive pool or the main one.
+// rolls back all of it.
 func (s *Store) Append(ctx context.Context, conversationID string, afterSeq int64, b store.Batch) (int64, error) {
 	now := s.Stamp()
 	last := afterSeq + int64(len(b.Entries))
@@ -125,73 +88,15 @@ func (s *Store) Append(ctx context.Context, conversationID string, afterSeq int6
 	for _, st := range sqlcore.PlanBatch(conversationID, afterSeq, now, b) {
 		batch.Queue(st.SQL, st.Args...)
 	}
-	if !b.Interactive || s.interactive == s.pool {
-		if err := s.pool.SendBatch(ctx, &batch).Close(); err != nil {
-			return 0, fmt.Errorf("append to conversation %q: %w", conversationID, mapErr(err))
-		}
-		return last, nil
-	}
-	conn, err := acquireFirst(ctx, s.interactive, s.pool)
-	if err != nil {
-		return 0, fmt.Errorf("append to conversation %q: %w", conversationID, mapErr(err))
-	}
-	defer conn.Release()
-	if err := conn.SendBatch(ctx, &batch).Close(); err != nil {
+	if err := s.pool.SendBatch(ctx, &batch).Close(); err != nil {
 		return 0, fmt.Errorf("append to conversation %q: %w", conversationID, mapErr(err))
 	}
 	return last, nil
 }
 
-// acquireFirst returns a connection from whichever pool has one first. An interactive append
-// asks both its own lane and the main pool: the lane's connections are kept for it, and the
-// main pool's are open to it as to everyone, so a burst of acknowledgements never has fewer
-// connections than it would have without the lane. The waits it started have ended when it
-// returns; a connection that arrives after the first goes back to its pool.
-func acquireFirst(ctx context.Context, pools ...*pgxpool.Pool) (*pgxpool.Conn, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	type acquired struct {
-		conn *pgxpool.Conn
-		err  error
-	}
-	results := make(chan acquired, len(pools)) // one send per waiter: never blocks
-	for _, p := range pools {
-		go func() {
-			c, err := p.Acquire(ctx)
-			results <- acquired{c, err}
-		}()
-	}
-	var (
-		won      *pgxpool.Conn
-		firstErr error
-	)
-	for range pools {
-		r := <-results
-		switch {
-		case r.err != nil:
-			if firstErr == nil {
-				firstErr = r.err
-			}
-		case won == nil:
-			won = r.conn
-			cancel() // the other waits stop
-		default:
-			r.conn.Release()
-		}
-	}
-	if won == nil {
-		return nil, fmt.Errorf("acquire a connection: %w", firstErr)
-	}
-	return won, nil
-}
-
 // Migrate applies pending migrations to databaseURL and returns; it is `web migrate`.
 func Migrate(ctx context.Context, databaseURL string) error {
-	cfg, _, err := parseConfig(databaseURL)
-	if err != nil {
-		return err
-	}
-	pool, err := connect(ctx, cfg, databaseURL)
+	pool, err := connect(ctx, databaseURL)
 	if err != nil {
 		return err
 	}
@@ -216,46 +121,22 @@ func (s *Store) SchemaVersion(ctx context.Context) (have, want int, err error) {
 	return have, s.want, nil
 }
 
-// Close closes the pools. Closing twice is harmless.
+// Close closes the pool. Closing twice is harmless.
 func (s *Store) Close() error {
-	s.closeOnce.Do(func() {
-		if s.interactive != s.pool {
-			s.interactive.Close()
-		}
-		s.pool.Close()
-	})
+	s.closeOnce.Do(s.pool.Close)
 	return nil
 }
 
-// Pool is the main connection pool, for benchmarks and tools that need raw SQL.
+// Pool is the connection pool, for benchmarks and tools that need raw SQL.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-// InteractivePool is the pool kept for interactive appends: the main pool when the interactive
-// lane is turned off (parley_interactive_conns=0).
-func (s *Store) InteractivePool() *pgxpool.Pool { return s.interactive }
-
-// parseConfig parses databaseURL for pgxpool and takes out parley_interactive_conns, returning
-// its value (DefaultInteractiveConns when absent).
-func parseConfig(databaseURL string) (*pgxpool.Config, int, error) {
+func connect(ctx context.Context, databaseURL string) (*pgxpool.Pool, error) {
 	where := Redact(databaseURL)
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		// pgx's parse errors can quote the URL; say only what is safe.
-		return nil, 0, fmt.Errorf("database URL %s is not valid: %s", where, redactErr(err, databaseURL))
+		return nil, fmt.Errorf("database URL %s is not valid: %s", where, redactErr(err, databaseURL))
 	}
-	n := DefaultInteractiveConns
-	if v, ok := cfg.ConnConfig.RuntimeParams[interactiveParam]; ok {
-		delete(cfg.ConnConfig.RuntimeParams, interactiveParam)
-		n, err = strconv.Atoi(v)
-		if err != nil || n < 0 || n > math.MaxInt32 {
-			return nil, 0, fmt.Errorf("database URL %s is not valid: %s=%q is not a connection count (0 or more)", where, interactiveParam, v)
-		}
-	}
-	return cfg, n, nil
-}
-
-func connect(ctx context.Context, cfg *pgxpool.Config, databaseURL string) (*pgxpool.Pool, error) {
-	where := Redact(databaseURL)
 	if cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > ConnectTimeout {
 		cfg.ConnConfig.ConnectTimeout = ConnectTimeout
 	}

@@ -427,8 +427,6 @@ func race(t *testing.T, handles []store.Store, convID string, after int64, n int
 			_, err := handles[i%len(handles)].Append(ctx, convID, after, store.Batch{
 				Entries: []store.Entry{entry(store.EntryUserMessage, "", fmt.Sprintf(`{"writer":%d}`, i))},
 				Calls:   []store.ToolCall{{ToolCallID: fmt.Sprintf("w%d-%d", after, i), Status: store.CallRunning}},
-				// Half the writers take the interactive lane: the sequence check holds across lanes.
-				Interactive: i%2 == 1,
 			})
 			errs <- err
 		})
