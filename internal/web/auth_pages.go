@@ -19,10 +19,11 @@ import (
 var validName = regexp.MustCompile(`^[A-Za-z0-9_.\-]{1,64}$`)
 
 // safeNext keeps a post-sign-in redirect on this site: a local absolute path, never "//host"
-// or a scheme.
+// or a scheme. Control characters are refused too: a browser drops tabs and newlines from a
+// URL, so "/<tab>/host" would become "//host".
 func safeNext(next string) string {
 	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") ||
-		strings.ContainsAny(next, "\r\n") {
+		strings.IndexFunc(next, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0 {
 		return "/"
 	}
 	return next

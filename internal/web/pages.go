@@ -157,7 +157,9 @@ func (s *Server) resolvePage(c echo.Context) error {
 	if !found {
 		return tools.NewError(tools.KindNotFound, "no such tool call", nil)
 	}
-	fromInbox := c.FormValue("return") == "/inbox"
+	// Someone who is not the owner is a reviewer deciding from the inbox, whatever the form says:
+	// the conversation page (and its re-render with errors) is the owner's alone.
+	fromInbox := c.FormValue("return") == "/inbox" || conv.OwnerID != u.ID
 	v, err := s.conv.View(ctx, id)
 	if err != nil {
 		return err

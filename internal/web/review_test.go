@@ -1,0 +1,77 @@
+package web
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"parley/internal/agent"
+	"parley/internal/store"
+	"parley/internal/tools"
+)
+
+// TestSafeNextRefusesControlCharacters: a browser drops tabs and newlines from a URL before
+// parsing it, so "/\t/evil.example" becomes the protocol-relative "//evil.example". safeNext
+// must refuse any control character, not only CR and LF.
+func TestSafeNextRefusesControlCharacters(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"/conversations/abc?x=1", "/conversations/abc?x=1"},
+		{"//evil.example/x", "/"},
+		{"/\\evil.example", "/"},
+		{"https://evil.example", "/"},
+		{"/\t/evil.example", "/"},
+		{"/\x00/evil.example", "/"},
+		{"/\x7f/evil.example", "/"},
+		{"/\r\n/evil.example", "/"},
+	} {
+		if got := safeNext(tc.in); got != tc.want {
+			t.Errorf("safeNext(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	// Through the route: a signed-in browser following a crafted sign-in link stays on the site.
+	e := newTestEnv(t, Config{})
+	b := e.browser(e.user("ada", store.RoleMember))
+	res := b.do("GET", "/login?next="+url.QueryEscape("/\t/evil.example/x"), "", nil)
+	readBody(res)
+	if loc := res.Header.Get("Location"); res.StatusCode != http.StatusSeeOther || loc != "/" {
+		t.Fatalf("signed-in /login?next=/<tab>/evil = %d %q, want 303 to /", res.StatusCode, loc)
+	}
+}
+
+// TestReviewerInvalidDecisionDoesNotShowTheConversation: a reviewer may decide a
+// reviewer-gated call in someone else's conversation, but an invalid decision posted without
+// return=/inbox must not answer with that whole conversation (its messages are the owner's).
+func TestReviewerInvalidDecisionDoesNotShowTheConversation(t *testing.T) {
+	e := newTestEnv(t, Config{})
+	ann := e.user("ann", store.RoleMember)
+	rita := e.user("rita", store.RoleReviewer)
+	conv := e.conversation(ann)
+	e.pendingCall(conv, "gate", "approval", "reviewer")
+	v := approvalView(conv, "gate", tools.ByReviewer)
+	v.Messages = []agent.Message{{Role: "user", Content: "ann's private note"}}
+	e.setView(v)
+	r := e.browser(rita)
+	path := "/conversations/" + conv.ID + "/calls/gate/resolve"
+	for _, fetch := range []bool{false, true} {
+		vals := url.Values{"decision": {"approve"}, "args": {"{nope"}, "_csrf": {r.csrf}}
+		var hdr []string
+		if fetch {
+			hdr = []string{"X-Parley-Fetch", "1", "Accept", "application/json"}
+		}
+		res := r.do("POST", path, "application/x-www-form-urlencoded", strings.NewReader(vals.Encode()), hdr...)
+		body := readBody(res)
+		if res.StatusCode != http.StatusUnprocessableEntity {
+			t.Fatalf("fetch=%v: status %d, want 422: %s", fetch, res.StatusCode, body)
+		}
+		if strings.Contains(body, "private note") || strings.Contains(body, `data-parley="composer"`) {
+			t.Fatalf("fetch=%v: a reviewer was shown the owner's conversation: %s", fetch, body)
+		}
+	}
+	// A valid decision without return=/inbox goes back to the inbox, not to a page they cannot see.
+	res := r.postForm(path, url.Values{"decision": {"approve"}}, r.csrf)
+	readBody(res)
+	if loc := res.Header.Get("Location"); res.StatusCode != http.StatusSeeOther || loc != "/inbox" {
+		t.Fatalf("reviewer decision = %d %q, want 303 to /inbox", res.StatusCode, loc)
+	}
+}
