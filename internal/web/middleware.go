@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -105,6 +106,20 @@ func (s *Server) limitBody(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		if r.Body != nil {
 			r.Body = http.MaxBytesReader(c.Response(), r.Body, s.cfg.MaxBodyBytes)
+		}
+		return next(c)
+	}
+}
+
+// validParams answers 404 when a path parameter (a conversation, call, token or user id) holds
+// a NUL byte or invalid UTF-8: such an id names nothing, and PostgreSQL refuses it as text, which
+// would otherwise surface as a 500.
+func validParams(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		for _, v := range c.ParamValues() {
+			if !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0 {
+				return errNotFound
+			}
 		}
 		return next(c)
 	}

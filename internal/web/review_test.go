@@ -1,13 +1,23 @@
 package web
 
 import (
+	"context"
+	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
 
 	"parley/internal/agent"
+	"parley/internal/clock"
 	"parley/internal/store"
+	"parley/internal/store/pgstore"
+	"parley/internal/store/pgtest"
 	"parley/internal/tools"
 )
 
@@ -73,5 +83,65 @@ func TestReviewerInvalidDecisionDoesNotShowTheConversation(t *testing.T) {
 	readBody(res)
 	if loc := res.Header.Get("Location"); res.StatusCode != http.StatusSeeOther || loc != "/inbox" {
 		t.Fatalf("reviewer decision = %d %q, want 303 to /inbox", res.StatusCode, loc)
+	}
+}
+
+// TestMalformedPathIDsAreNotFound: PostgreSQL refuses text with a NUL byte or invalid UTF-8,
+// so a path id like %00 or %ff reached the store as an error (500). Such an id names nothing:
+// 404, on every route that takes one.
+func TestMalformedPathIDsAreNotFound(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.NewURL(t)
+	if err := pgstore.Migrate(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	st, err := pgstore.Open(ctx, dsn, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	clk := clock.NewFake(time.Now().UTC().Truncate(time.Second))
+	srv := New(Config{PasswordCost: bcrypt.MinCost}, Deps{Store: st, Conversations: newFakeConversations(), Clock: clk,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		srv.Shutdown()
+		ts.Close()
+		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+	})
+	e := &testEnv{t: t, srv: srv, st: st, clk: clk, ts: ts, users: map[string]store.User{}}
+	u := e.user("ada", store.RoleMember)
+	api := e.script(u)
+	b := e.browser(u)
+	for _, bad := range []string{"%00", "a%00b", "%ff", "%c3%28"} {
+		for _, tc := range []struct {
+			c            *client
+			method, path string
+			form         bool
+		}{
+			{api, "GET", "/api/v1/conversations/" + bad, false},
+			{api, "GET", "/api/v1/conversations/" + bad + "/events", false},
+			{api, "POST", "/api/v1/conversations/" + bad + "/messages", false},
+			{api, "POST", "/api/v1/conversations/" + bad + "/calls/x/resolve", false},
+			{b, "GET", "/conversations/" + bad, false},
+			{b, "POST", "/conversations/" + bad + "/calls/x/resolve", true},
+			{b, "POST", "/tokens/" + bad + "/revoke", true},
+		} {
+			var res *http.Response
+			switch {
+			case tc.form:
+				res = tc.c.postForm(tc.path, url.Values{"decision": {"approve"}}, tc.c.csrf)
+			case strings.HasSuffix(tc.path, "/resolve"):
+				res = tc.c.api("POST", tc.path, `{"decision":"approve"}`)
+			case tc.method == "POST":
+				res = tc.c.api("POST", tc.path, `{"text":"hi"}`)
+			default:
+				res = tc.c.api("GET", tc.path, "")
+			}
+			body := readBody(res)
+			if res.StatusCode != http.StatusNotFound {
+				t.Errorf("%s %s = %d, want 404: %.200s", tc.method, tc.path, res.StatusCode, body)
+			}
+		}
 	}
 }

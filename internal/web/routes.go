@@ -22,7 +22,7 @@ func (s *Server) routes() *echo.Echo {
 	// throttling cannot be dodged by inventing a header.
 	e.IPExtractor = echo.ExtractIPDirect()
 	e.HTTPErrorHandler = s.errorHandler
-	e.Use(s.requestLog, recoverPanics, s.securityHeaders, s.limitBody, s.authenticate, s.checkCSRF)
+	e.Use(s.requestLog, recoverPanics, s.securityHeaders, s.limitBody, s.authenticate, s.checkCSRF, validParams)
 
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
