@@ -42,6 +42,9 @@ func (s *Server) apiCreateConversation(c echo.Context) error {
 	if utf8.RuneCountInString(body.Title) > 200 {
 		return invalidField("title", "a title has at most 200 characters")
 	}
+	if !storableText(body.Title) {
+		return invalidField("title", "a title cannot hold a NUL character")
+	}
 	now := s.now()
 	conv, err := s.store.CreateConversation(c.Request().Context(), store.Conversation{
 		OwnerID: currentUser(c).ID, Title: body.Title, Status: store.StatusIdle, CreatedAt: now, UpdatedAt: now,
@@ -303,6 +306,9 @@ func resolutionKind(r agent.Resolution) (tools.PendingKind, *tools.Error) {
 	}
 	switch kinds[0] {
 	case tools.PendingApproval:
+		if !storableText(r.Reason) {
+			return "", invalidField("reason", "a reason cannot hold a NUL character")
+		}
 		switch r.Decision {
 		case "approve":
 		case "deny":

@@ -63,7 +63,10 @@ func (s *Server) login(c echo.Context) error {
 		f.Error = fmt.Sprintf("Too many failed sign-ins. Try again in %s.", humanWait(secs))
 		return s.renderLogin(c, http.StatusTooManyRequests, f)
 	}
-	u, err := s.store.UserByName(ctx, name)
+	u, err := store.User{}, store.ErrNotFound
+	if storableText(name) { // a name the store cannot hold names nobody
+		u, err = s.store.UserByName(ctx, name)
+	}
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("load user for sign-in: %w", err)
 	}

@@ -40,7 +40,7 @@ func (s *Server) renderTokens(c echo.Context, status int, created, createdName s
 // createToken makes a token and shows it once; only its hash is stored.
 func (s *Server) createToken(c echo.Context) error {
 	name := strings.TrimSpace(c.FormValue("name"))
-	if name == "" || len(name) > 100 {
+	if name == "" || len(name) > 100 || !storableText(name) {
 		return tools.NewError(tools.KindInvalidArgs, "a token needs a name of at most 100 characters", nil)
 	}
 	secret, err := s.newToken(c, currentUser(c).ID, name)

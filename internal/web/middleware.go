@@ -117,12 +117,18 @@ func (s *Server) limitBody(next echo.HandlerFunc) echo.HandlerFunc {
 func validParams(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		for _, v := range c.ParamValues() {
-			if !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0 {
+			if !storableText(v) {
 				return errNotFound
 			}
 		}
 		return next(c)
 	}
+}
+
+// storableText reports whether s can be stored as text: valid UTF-8 without a NUL byte, which
+// PostgreSQL refuses.
+func storableText(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
 }
 
 // limitAPI spends one token of the user's API budget per request.

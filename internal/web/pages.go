@@ -54,6 +54,9 @@ func (s *Server) createConversationPage(c echo.Context) error {
 	if utf8.RuneCountInString(title) > 200 {
 		return invalidField("title", "a title has at most 200 characters")
 	}
+	if !storableText(title) {
+		return invalidField("title", "a title cannot hold a NUL character")
+	}
 	now := s.now()
 	conv, err := s.store.CreateConversation(c.Request().Context(), store.Conversation{
 		OwnerID: currentUser(c).ID, Title: title, Status: store.StatusIdle, CreatedAt: now, UpdatedAt: now,
@@ -214,6 +217,9 @@ func (s *Server) resolvePage(c echo.Context) error {
 func buildResolution(call agent.CallView, values map[string]string) (*agent.Resolution, map[string]string, *views.FormSchema) {
 	if d, ok := values["decision"]; ok {
 		r := &agent.Resolution{Decision: d, Reason: strings.TrimSpace(values["reason"])}
+		if !storableText(r.Reason) {
+			return nil, map[string]string{"reason": "A reason cannot hold a NUL character."}, nil
+		}
 		if d == "approve" {
 			if edited, ok := values["args"]; ok && !sameJSON(edited, call.Args) {
 				if !json.Valid([]byte(edited)) {

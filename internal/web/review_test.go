@@ -90,26 +90,7 @@ func TestReviewerInvalidDecisionDoesNotShowTheConversation(t *testing.T) {
 // so a path id like %00 or %ff reached the store as an error (500). Such an id names nothing:
 // 404, on every route that takes one.
 func TestMalformedPathIDsAreNotFound(t *testing.T) {
-	ctx := context.Background()
-	dsn := pgtest.NewURL(t)
-	if err := pgstore.Migrate(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
-	st, err := pgstore.Open(ctx, dsn, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	clk := clock.NewFake(time.Now().UTC().Truncate(time.Second))
-	srv := New(Config{PasswordCost: bcrypt.MinCost}, Deps{Store: st, Conversations: newFakeConversations(), Clock: clk,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		srv.Shutdown()
-		ts.Close()
-		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
-	})
-	e := &testEnv{t: t, srv: srv, st: st, clk: clk, ts: ts, users: map[string]store.User{}}
+	e := newPGTestEnv(t)
 	u := e.user("ada", store.RoleMember)
 	api := e.script(u)
 	b := e.browser(u)
@@ -143,5 +124,84 @@ func TestMalformedPathIDsAreNotFound(t *testing.T) {
 				t.Errorf("%s %s = %d, want 404: %.200s", tc.method, tc.path, res.StatusCode, body)
 			}
 		}
+	}
+}
+
+// TestNULInTextFieldsIsNotA500: the same PostgreSQL refusal through form and JSON fields that
+// are stored as text (a sign-in name, a conversation title, a token name) answers 4xx.
+func TestNULInTextFieldsIsNotA500(t *testing.T) {
+	e := newPGTestEnv(t)
+	u := e.user("ada", store.RoleMember)
+	api := e.script(u)
+	b := e.browser(u)
+	anon := e.anon()
+	checks := []struct {
+		name string
+		res  func() *http.Response
+		want int
+	}{
+		{"sign-in name", func() *http.Response {
+			return anon.postForm("/login", url.Values{"username": {"ada\x00"}, "password": {"password-ada"}}, anon.pageCSRF("/login"))
+		}, http.StatusUnauthorized},
+		{"API title", func() *http.Response { return api.api("POST", "/api/v1/conversations", `{"title":"a\u0000b"}`) }, http.StatusUnprocessableEntity},
+		{"page title", func() *http.Response { return b.postForm("/conversations", url.Values{"title": {"a\x00b"}}, b.csrf) }, http.StatusUnprocessableEntity},
+		{"token name", func() *http.Response { return b.postForm("/tokens", url.Values{"name": {"a\x00b"}}, b.csrf) }, http.StatusUnprocessableEntity},
+	}
+	for _, tc := range checks {
+		res := tc.res()
+		body := readBody(res)
+		if res.StatusCode != tc.want {
+			t.Errorf("%s: %d, want %d: %.200s", tc.name, res.StatusCode, tc.want, body)
+		}
+	}
+}
+
+// newPGTestEnv is newTestEnv on PostgreSQL, whose text columns refuse what SQLite stores.
+func newPGTestEnv(t *testing.T) *testEnv {
+	t.Helper()
+	ctx := context.Background()
+	dsn := pgtest.NewURL(t)
+	if err := pgstore.Migrate(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	st, err := pgstore.Open(ctx, dsn, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	clk := clock.NewFake(time.Now().UTC().Truncate(time.Second))
+	fc := newFakeConversations()
+	srv := New(Config{PasswordCost: bcrypt.MinCost}, Deps{Store: st, Conversations: fc, Clock: clk,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		srv.Shutdown()
+		ts.Close()
+		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+	})
+	return &testEnv{t: t, srv: srv, st: st, clk: clk, conv: fc, ts: ts, users: map[string]store.User{}}
+}
+
+// TestNULInReasonIsRefused: a decision's reason goes to the audit table's text column, which
+// PostgreSQL refuses with a NUL byte (the agent's commit would fail with a 500): the API and the
+// card refuse it with 422 before it reaches the agent.
+func TestNULInReasonIsRefused(t *testing.T) {
+	e := newTestEnv(t, Config{})
+	ann := e.user("ann", store.RoleMember)
+	conv := e.conversation(ann)
+	e.pendingCall(conv, "mine", "approval", "owner")
+	e.setView(approvalView(conv, "mine", tools.ByOwner))
+	path := "/conversations/" + conv.ID + "/calls/mine/resolve"
+	res := e.script(ann).api("POST", "/api/v1"+path, `{"decision":"deny","reason":"no\u0000"}`)
+	if body := readBody(res); res.StatusCode != http.StatusUnprocessableEntity {
+		t.Errorf("API: %d, want 422: %s", res.StatusCode, body)
+	}
+	b := e.browser(ann)
+	res = b.postForm(path, url.Values{"decision": {"deny"}, "reason": {"no\x00"}}, b.csrf)
+	if body := readBody(res); res.StatusCode != http.StatusUnprocessableEntity {
+		t.Errorf("page: %d, want 422: %.300s", res.StatusCode, body)
+	}
+	if n := e.resolvedCount(); n != 0 {
+		t.Errorf("%d resolutions reached the agent", n)
 	}
 }
