@@ -39,7 +39,8 @@ func permissionDenied(msg string) *tools.Error {
 
 // mayApprove applies the tool's approvers policy. Admins may always decide. A reviewer-only
 // tool needs a reviewer who is not the conversation's owner (the point of such a gate is a
-// second pair of eyes); an owner-approved tool accepts the owner and reviewers.
+// second pair of eyes); an owner-approved tool is the owner's alone (API.md: reviewers decide
+// the approvals of reviewer tools).
 func (a *actor) mayApprove(c *call, by Principal) bool {
 	if by.Via == "system" || by.Role == store.RoleAdmin {
 		return true
@@ -47,7 +48,7 @@ func (a *actor) mayApprove(c *call, by Principal) bool {
 	if c.approvers == tools.ByReviewer {
 		return by.Role == store.RoleReviewer && by.UserID != a.st.conv.OwnerID
 	}
-	return by.UserID == a.st.conv.OwnerID || by.Role == store.RoleReviewer
+	return by.UserID == a.st.conv.OwnerID
 }
 
 func (a *actor) resolveApproval(c *call, r Resolution, by Principal) (error, func()) {
@@ -55,7 +56,7 @@ func (a *actor) resolveApproval(c *call, r Resolution, by Principal) (error, fun
 		if c.approvers == tools.ByReviewer {
 			return permissionDenied("this call needs a reviewer's approval"), nil
 		}
-		return permissionDenied("only the conversation's owner or a reviewer may decide this call"), nil
+		return permissionDenied("only the conversation's owner may decide this call"), nil
 	}
 	now := a.now()
 	d := decisionData{By: by.UserID, Role: string(by.Role), Via: by.Via, Reason: r.Reason}

@@ -19,7 +19,7 @@ func TestWhoMayApprove(t *testing.T) {
 	}{
 		{tools.ByOwner, Principal{UserID: "owner", Role: store.RoleMember}, true},
 		{tools.ByOwner, Principal{UserID: "someone", Role: store.RoleMember}, false},
-		{tools.ByOwner, Principal{UserID: "rev", Role: store.RoleReviewer}, true},
+		{tools.ByOwner, Principal{UserID: "rev", Role: store.RoleReviewer}, false}, // owner tools are the owner's
 		{tools.ByOwner, Principal{UserID: "adm", Role: store.RoleAdmin}, true},
 		{tools.ByReviewer, Principal{UserID: "owner", Role: store.RoleMember}, false},
 		{tools.ByReviewer, Principal{UserID: "owner", Role: store.RoleReviewer}, false}, // no approving one's own
