@@ -158,7 +158,10 @@ type Tool struct {
 type DefinitionError struct {
 	Tool string
 	Rule string
-	Err  error
+	// Field is the declaration key the rule is about, as a JSON pointer into a tools-file entry
+	// ("/parameters", "/approval" …); empty when the rule is about the tool as a whole.
+	Field string
+	Err   error
 }
 
 // Error implements error: `tool "name": rule[: cause]`.
@@ -182,6 +185,9 @@ func New(s Spec) (*Tool, error) {
 	bad := func(rule string, err error) (*Tool, error) {
 		return nil, &DefinitionError{Tool: s.Name, Rule: rule, Err: err}
 	}
+	badAt := func(field, rule string, err error) (*Tool, error) {
+		return nil, &DefinitionError{Tool: s.Name, Rule: rule, Field: field, Err: err}
+	}
 	if !nameRE.MatchString(s.Name) {
 		return bad("name must be 1-64 letters, digits, '_' or '-'", nil)
 	}
@@ -199,7 +205,7 @@ func New(s Spec) (*Tool, error) {
 	switch s.Approval {
 	case Auto, RequiresApproval:
 	default:
-		return bad(fmt.Sprintf("approval %q is not one of auto, requires_approval", s.Approval), nil)
+		return badAt("/approval", fmt.Sprintf("approval %q is not one of auto, requires_approval", s.Approval), nil)
 	}
 	switch s.Approvers {
 	case ByOwner, ByReviewer:
@@ -207,7 +213,7 @@ func New(s Spec) (*Tool, error) {
 		return bad(fmt.Sprintf("approvers %q is not one of owner, reviewer", s.Approvers), nil)
 	}
 	if s.Approval == RequiresApproval && (s.Executor == Human || s.Executor == Provider) {
-		return bad(fmt.Sprintf("a %s tool cannot require approval (only server and client tools can be gated)", s.Executor), nil)
+		return badAt("/approval", fmt.Sprintf("a %s tool cannot require approval (only server and client tools can be gated)", s.Executor), nil)
 	}
 	if s.Executor == Server && s.Func == nil {
 		return bad("a server tool needs a callback", nil)
@@ -236,21 +242,21 @@ func New(s Spec) (*Tool, error) {
 	t := &Tool{spec: s}
 	var err error
 	if t.params, err = compileSchema(s.Name, "parameters", s.Parameters); err != nil {
-		return bad("parameter schema does not compile", err)
+		return badAt("/parameters", "parameter schema does not compile", err)
 	}
 	// Arguments are always a JSON object (both providers require it), so a schema that
 	// declares another type could never accept a call.
 	var top map[string]any
 	_ = json.Unmarshal(s.Parameters, &top)
 	if typ, ok := top["type"]; ok && typ != "object" {
-		return bad(fmt.Sprintf(`parameter schema must have "type": "object", not %v`, typ), nil)
+		return badAt("/parameters", fmt.Sprintf(`parameter schema must have "type": "object", not %v`, typ), nil)
 	}
 	if len(s.ResultSchema) > 0 {
 		if s.Executor != Client {
 			return bad("only a client tool has a result schema", nil)
 		}
 		if t.result, err = compileSchema(s.Name, "result", s.ResultSchema); err != nil {
-			return bad("result schema does not compile", err)
+			return badAt("/result_schema", "result schema does not compile", err)
 		}
 	}
 	if len(s.ResponseSchema) > 0 {
@@ -258,7 +264,7 @@ func New(s Spec) (*Tool, error) {
 			return bad("only a human tool has a response schema", nil)
 		}
 		if t.response, err = compileSchema(s.Name, "response", s.ResponseSchema); err != nil {
-			return bad("response schema does not compile", err)
+			return badAt("/response_schema", "response schema does not compile", err)
 		}
 	}
 	if len(s.Native) > 0 {

@@ -440,28 +440,13 @@ func build(obj map[string]json.RawMessage, env Env) (*tools.Tool, []httpadapter.
 	if err != nil {
 		var de *tools.DefinitionError
 		if errors.As(err, &de) {
-			add(pathOfRule(de.Rule), "%s", strings.TrimPrefix(err.Error(), fmt.Sprintf("tool %q: ", name)))
+			add(de.Field, "%s", strings.TrimPrefix(err.Error(), fmt.Sprintf("tool %q: ", name)))
 		} else {
 			add("", "%v", err)
 		}
 		return nil, ps
 	}
 	return t, nil
-}
-
-// pathOfRule points a definition error at the property it is about.
-func pathOfRule(rule string) string {
-	switch {
-	case strings.HasPrefix(rule, "parameter schema"):
-		return "/parameters"
-	case strings.HasPrefix(rule, "response schema"):
-		return "/response_schema"
-	case strings.HasPrefix(rule, "result schema"):
-		return "/result_schema"
-	case strings.Contains(rule, "approval"):
-		return "/approval"
-	}
-	return ""
 }
 
 // declaredProperties lists parameters.properties' names.
