@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -280,15 +281,15 @@ func TestElicitationFormFromSchema(t *testing.T) {
 		t.Errorf("method = %q", m)
 	}
 	inputs := []struct{ sel string }{
-		{`input[name="name"][type="text"][required]`},
-		{`input[name="email"][type="email"][required]`},
-		{`input[name="site"][type="url"]`},
-		{`input[name="born"][type="date"]`},
-		{`input[name="meet"][type="datetime-local"]`},
-		{`select[name="size"] option[value="m"]`},
-		{`input[name="age"][type="number"][step="1"][min="0"][max="150"]`},
-		{`input[name="score"][type="number"][step="any"]`},
-		{`input[name="subscribe"][type="checkbox"][checked]`},
+		{`input[name="f.name"][type="text"][required]`},
+		{`input[name="f.email"][type="email"][required]`},
+		{`input[name="f.site"][type="url"]`},
+		{`input[name="f.born"][type="date"]`},
+		{`input[name="f.meet"][type="datetime-local"]`},
+		{`select[name="f.size"] option[value="m"]`},
+		{`input[name="f.age"][type="number"][step="1"][min="0"][max="150"]`},
+		{`input[name="f.score"][type="number"][step="any"]`},
+		{`input[name="f.subscribe"][type="checkbox"][checked]`},
 		{`button[name="action"][value="accept"]`},
 		{`button[name="action"][value="decline"]`},
 		{`button[name="action"][value="cancel"]`},
@@ -298,7 +299,7 @@ func TestElicitationFormFromSchema(t *testing.T) {
 			t.Errorf("missing %s", in.sel)
 		}
 	}
-	if len(viewstest.In(form, `input[name="site"][required]`)) != 0 {
+	if len(viewstest.In(form, `input[name="f.site"][required]`)) != 0 {
 		t.Errorf("optional field marked required")
 	}
 	if got := len(viewstest.In(form, `[data-parley="required"]`)); got != 2 {
@@ -336,21 +337,58 @@ func TestElicitationFormKeepsValuesAndShowsErrors(t *testing.T) {
 	if _, n := doc.One(`[data-parley="form-error"]`); n != 1 {
 		t.Errorf("form-level error not shown")
 	}
-	if in, _ := doc.One(`input[name="name"]`); in != nil {
-		if v, _ := viewstest.Attr(in, "value"); v != "Ann" {
-			t.Errorf("name value = %q", v)
-		}
+	if in, _ := doc.One(`input[name="f.name"]`); in == nil {
+		t.Error("no name input")
+	} else if v, _ := viewstest.Attr(in, "value"); v != "Ann" {
+		t.Errorf("name value = %q", v)
 	}
-	if _, n := doc.One(`select[name="size"] option[value="l"][selected]`); n != 1 {
+	if _, n := doc.One(`select[name="f.size"] option[value="l"][selected]`); n != 1 {
 		t.Errorf("selected enum not kept")
 	}
-	if _, n := doc.One(`input[name="subscribe"][checked]`); n != 0 {
+	if _, n := doc.One(`input[name="f.subscribe"][checked]`); n != 0 {
 		t.Errorf("an unchecked submitted box came back checked")
 	}
 	// Another viewer (a reviewer) sees the question but cannot answer it.
 	_, doc = render(t, ToolCallCard(page(reviewer()), c))
 	if len(doc.All(`button[name="action"]`)) != 0 || len(doc.All(`[data-parley="waiting-for"]`)) != 1 {
 		t.Errorf("a non-owner was offered the question's buttons")
+	}
+}
+
+func TestElicitationFieldsAreNamespaced(t *testing.T) {
+	schema := `{"type":"object","properties":{"action":{"type":"string"},"_csrf":{"type":"string"},"return":{"type":"string"},
+	 "decision":{"type":"string","enum":["approve","deny"]},"agree":{"type":"boolean"},"name":{"type":"string"},"a b.c[d]é":{"type":"string"}}}`
+	c := agent.CallView{ID: "q", Name: "ask_user", Executor: tools.Human, Status: "awaiting", PendingKind: tools.PendingElicitation,
+		Prompt: &tools.Prompt{Schema: json.RawMessage(schema)}}
+	_, doc := render(t, ToolCallCard(page(owner()), c))
+	form, n := doc.One(`form[data-parley="elicitation"]`)
+	if n != 1 {
+		t.Fatalf("elicitation forms = %d", n)
+	}
+	for _, field := range viewstest.In(form, `div[data-field]`) {
+		prop, _ := viewstest.Attr(field, "data-field")
+		controls := append(viewstest.In(field, "input"), viewstest.In(field, "select")...)
+		if len(controls) != 1 {
+			t.Errorf("field %q has %d controls", prop, len(controls))
+			continue
+		}
+		if name, _ := viewstest.Attr(controls[0], "name"); name != "f."+prop {
+			t.Errorf("field %q is named %q, want %q", prop, name, "f."+prop)
+		}
+	}
+	// The form's own fields keep their names and are the only ones that carry them.
+	names := map[string]int{}
+	for _, el := range viewstest.In(form, "[name]") {
+		name, _ := viewstest.Attr(el, "name")
+		names[name]++
+	}
+	want := map[string]int{"_csrf": 1, "action": 3, "f.action": 1, "f._csrf": 1, "f.return": 1, "f.decision": 1,
+		"f.agree": 1, "f.name": 1, "f.a b.c[d]é": 1}
+	if !reflect.DeepEqual(names, want) {
+		t.Errorf("form names = %v\nwant         %v", names, want)
+	}
+	if len(viewstest.In(form, `button[name="action"][value="accept"]`)) != 1 {
+		t.Errorf("no Submit button named action")
 	}
 }
 

@@ -181,13 +181,20 @@ func (s *Server) resolvePage(c echo.Context) error {
 	if err != nil {
 		return tools.NewError(tools.KindBadRequest, "the form could not be read", nil)
 	}
-	values := map[string]string{}
+	// A question's answers are the prefixed fields, by property name; everything else is the
+	// card's own (decision, args, reason, action), so no property name can pose as one of those.
+	values, answers := map[string]string{}, map[string]string{}
 	for k, vs := range form {
-		if k != views.CSRFField && len(vs) > 0 {
+		if len(vs) == 0 || k == views.CSRFField {
+			continue
+		}
+		if name, ok := strings.CutPrefix(k, views.AnswerFieldPrefix); ok {
+			answers[name] = vs[0]
+		} else {
 			values[k] = vs[0]
 		}
 	}
-	res, fieldErrs, schema := buildResolution(*call, values)
+	res, fieldErrs, schema := buildResolution(*call, values, answers)
 	if res == nil && len(fieldErrs) == 0 {
 		return tools.NewError(tools.KindBadRequest, "the form names neither a decision nor an action", nil)
 	}
@@ -205,16 +212,21 @@ func (s *Server) resolvePage(c echo.Context) error {
 		}
 	}
 	if len(fieldErrs) > 0 {
-		state := &views.FormState{ToolCallID: callID, Values: values, Errors: fieldErrs}
+		shown := values
+		if call.PendingKind == tools.PendingElicitation {
+			shown = answers // a question's fields show their answers, by property name
+		}
+		state := &views.FormState{ToolCallID: callID, Values: shown, Errors: fieldErrs}
 		return s.answerInvalid(c, v, *call, state, fromInbox)
 	}
 	return s.answerResolved(c, id, callID, fromInbox, "")
 }
 
-// buildResolution turns a card's form into the agent's Resolution. Field errors are problems the
-// server finds before asking the agent (edited arguments that are not JSON, a word in a number
-// field); schema is the question's parsed form, for mapping the agent's schema errors to fields.
-func buildResolution(call agent.CallView, values map[string]string) (*agent.Resolution, map[string]string, *views.FormSchema) {
+// buildResolution turns a card's form into the agent's Resolution: values are the card's own
+// fields, answers a question's, by property name. Field errors are problems the server finds
+// before asking the agent (edited arguments that are not JSON, a word in a number field); schema
+// is the question's parsed form, for mapping the agent's schema errors to fields.
+func buildResolution(call agent.CallView, values, answers map[string]string) (*agent.Resolution, map[string]string, *views.FormSchema) {
 	if d, ok := values["decision"]; ok {
 		r := &agent.Resolution{Decision: d, Reason: strings.TrimSpace(values["reason"])}
 		if !storableText(r.Reason) {
@@ -244,7 +256,7 @@ func buildResolution(call agent.CallView, values map[string]string) (*agent.Reso
 	if err != nil {
 		return nil, map[string]string{"": "This question's form cannot be read."}, nil
 	}
-	content, errs := fs.FormContent(values)
+	content, errs := fs.FormContent(answers)
 	if len(errs) > 0 {
 		return nil, errs, &fs
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -233,7 +234,7 @@ func TestResolveQuestionFromCard(t *testing.T) {
 	b := e.browser(ann)
 	path := "/conversations/" + conv.ID + "/calls/q1/resolve"
 
-	res := b.postForm(path, url.Values{"action": {"accept"}, "name": {"Ann"}, "age": {"41"}}, b.csrf)
+	res := b.postForm(path, url.Values{"action": {"accept"}, "f.name": {"Ann"}, "f.age": {"41"}}, b.csrf)
 	if res.StatusCode != http.StatusSeeOther {
 		t.Fatalf("accept = %d %s", res.StatusCode, readBody(res))
 	}
@@ -242,7 +243,7 @@ func TestResolveQuestionFromCard(t *testing.T) {
 	}
 	// A word in a number field is caught before the agent.
 	n := e.resolvedCount()
-	res = b.postForm(path, url.Values{"action": {"accept"}, "name": {"Ann"}, "age": {"old"}}, b.csrf)
+	res = b.postForm(path, url.Values{"action": {"accept"}, "f.name": {"Ann"}, "f.age": {"old"}}, b.csrf)
 	doc := viewstest.MustParse(readBody(res))
 	if res.StatusCode != http.StatusUnprocessableEntity || e.resolvedCount() != n {
 		t.Fatalf("bad number = %d", res.StatusCode)
@@ -253,12 +254,12 @@ func TestResolveQuestionFromCard(t *testing.T) {
 	// The agent's schema errors land beside their fields.
 	e.setResolveErr(tools.NewError(tools.KindInvalidArgs, "answers do not match", map[string]any{
 		"problems": []map[string]any{{"path": "", "message": "missing properties: 'name'"}}}))
-	res = b.postForm(path, url.Values{"action": {"accept"}, "age": {"3"}}, b.csrf)
+	res = b.postForm(path, url.Values{"action": {"accept"}, "f.age": {"3"}}, b.csrf)
 	doc = viewstest.MustParse(readBody(res))
 	if _, c := doc.One(`[data-field="name"] [data-parley="field-error"]`); c != 1 {
 		t.Errorf("missing name not shown beside the field")
 	}
-	if in, _ := doc.One(`input[name="age"]`); in == nil {
+	if in, _ := doc.One(`input[name="f.age"]`); in == nil {
 		t.Error("no age input")
 	} else if v, _ := viewstest.Attr(in, "value"); v != "3" {
 		t.Errorf("age not kept: %q", v)
@@ -267,6 +268,117 @@ func TestResolveQuestionFromCard(t *testing.T) {
 	b.postForm(path, url.Values{"action": {"decline"}}, b.csrf)
 	if r := e.lastResolution(t).r; r.Action != "decline" || r.Content != nil {
 		t.Errorf("decline = %+v", r)
+	}
+}
+
+// clashSchema names its properties after the question form's own fields (and with characters a
+// form name must carry as they are), so an answer can be told from the form only by its name.
+const clashSchema = `{"type":"object","properties":{
+ "action":{"type":"string"}, "_csrf":{"type":"string"}, "return":{"type":"string"},
+ "decision":{"type":"string","enum":["approve","deny"]}, "name":{"type":"string"},
+ "first name":{"type":"string"}, "a.b":{"type":"string"}, "x[0]":{"type":"string"},
+ "café":{"type":"string"}, "f.action":{"type":"string"}, "age":{"type":"integer"}}}`
+
+// submitQuestion is what a browser posts when button value of the question form in page is
+// pressed with the fields filled as answers says (keyed by property): the form's controls in
+// document order, the hidden ones, then the fields, then the pressed button.
+func submitQuestion(t *testing.T, page string, answers map[string]string, button string) string {
+	t.Helper()
+	form, n := viewstest.MustParse(page).One(`form[data-parley="elicitation"]`)
+	if n != 1 {
+		t.Fatalf("question forms = %d", n)
+	}
+	var body []string
+	add := func(name, value string) { body = append(body, url.QueryEscape(name)+"="+url.QueryEscape(value)) }
+	for _, in := range viewstest.In(form, `input[type="hidden"]`) {
+		name, _ := viewstest.Attr(in, "name")
+		value, _ := viewstest.Attr(in, "value")
+		add(name, value)
+	}
+	for _, field := range viewstest.In(form, `div[data-field]`) {
+		prop, _ := viewstest.Attr(field, "data-field")
+		controls := append(viewstest.In(field, "input"), viewstest.In(field, "select")...)
+		if len(controls) != 1 {
+			t.Fatalf("field %q has %d controls", prop, len(controls))
+		}
+		if v, ok := answers[prop]; ok {
+			name, _ := viewstest.Attr(controls[0], "name")
+			add(name, v)
+		}
+	}
+	pressed := 0
+	for _, b := range viewstest.In(form, `button[value="`+button+`"]`) {
+		name, _ := viewstest.Attr(b, "name")
+		add(name, button)
+		pressed++
+	}
+	if pressed != 1 {
+		t.Fatalf("buttons %q = %d", button, pressed)
+	}
+	return strings.Join(body, "&")
+}
+
+func TestResolveQuestionWhosePropertiesShareTheFormsNames(t *testing.T) {
+	e := newTestEnv(t, Config{})
+	ann := e.user("ann", store.RoleMember)
+	conv := e.conversation(ann)
+	e.pendingCall(conv, "q1", "elicitation", "owner")
+	v := questionView(conv, "q1")
+	v.Calls[0].Prompt.Schema = json.RawMessage(clashSchema)
+	e.setView(v)
+	b := e.browser(ann)
+	pagePath, path := "/conversations/"+conv.ID, "/conversations/"+conv.ID+"/calls/q1/resolve"
+	answers := map[string]string{"action": "delete everything", "_csrf": "not a token", "return": "/inbox",
+		"decision": "deny", "name": "Ann", "first name": "Ann Lee", "a.b": "dotted", "x[0]": "bracketed",
+		"café": "crème brûlée", "f.action": "prefixed", "age": "41"}
+	post := func(body string) *http.Response {
+		return b.do("POST", path, "application/x-www-form-urlencoded", strings.NewReader(body))
+	}
+
+	res := post(submitQuestion(t, readBody(b.do("GET", pagePath, "", nil)), answers, "accept"))
+	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != pagePath+"#call-q1" {
+		t.Fatalf("accept = %d %q %s", res.StatusCode, res.Header.Get("Location"), readBody(res))
+	}
+	r := e.lastResolution(t).r
+	var got map[string]any
+	if err := json.Unmarshal(r.Content, &got); err != nil || r.Action != "accept" || r.Decision != "" {
+		t.Fatalf("answer = %+v %s (%v)", r, r.Content, err)
+	}
+	want := map[string]any{"age": 41.0}
+	for k, v := range answers {
+		if k != "age" {
+			want[k] = v
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("content = %v\nwant      %v", got, want)
+	}
+
+	// A rejected answer comes back with every value in its own field.
+	n := e.resolvedCount()
+	answers["age"] = "old"
+	res = post(submitQuestion(t, readBody(b.do("GET", pagePath, "", nil)), answers, "accept"))
+	body := readBody(res)
+	if res.StatusCode != http.StatusUnprocessableEntity || e.resolvedCount() != n {
+		t.Fatalf("bad age = %d, resolved %d times", res.StatusCode, e.resolvedCount()-n)
+	}
+	form, _ := viewstest.MustParse(body).One(`form[data-parley="elicitation"]`)
+	if form == nil {
+		t.Fatal("no question form in the re-render")
+	}
+	for _, field := range viewstest.In(form, `div[data-field]`) {
+		prop, _ := viewstest.Attr(field, "data-field")
+		if in := viewstest.In(field, "input"); len(in) == 1 {
+			if v, _ := viewstest.Attr(in[0], "value"); v != answers[prop] {
+				t.Errorf("re-rendered %q = %q, want %q", prop, v, answers[prop])
+			}
+		}
+	}
+
+	// The form's own buttons still decide what happens, whatever the fields hold.
+	post(submitQuestion(t, body, answers, "decline"))
+	if r := e.lastResolution(t).r; r.Action != "decline" || r.Decision != "" || r.Content != nil {
+		t.Errorf("decline = %+v %s", r, r.Content)
 	}
 }
 

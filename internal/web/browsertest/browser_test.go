@@ -406,8 +406,8 @@ func TestBrowser(t *testing.T) {
 		ann.do(chromedp.Click(chromedp.CSS(form + ` button[name="action"][value="accept"]`)))
 		ann.until(`document.querySelector(` + q(form+` [data-field="name"] [data-parley="field-error"]`) + `) !== null`)
 		ann.shot("question-invalid")
-		ann.do(chromedp.SendKeys(chromedp.CSS(form+` input[name="name"]`), "Ann"),
-			chromedp.SetValue(chromedp.CSS(form+` select[name="favourite_colour"]`), "green"),
+		ann.do(chromedp.SendKeys(chromedp.CSS(form+` div[data-field="name"] input`), "Ann"),
+			chromedp.SetValue(chromedp.CSS(form+` div[data-field="favourite_colour"] select`), "green"),
 			chromedp.Click(chromedp.CSS(form+` button[name="action"][value="accept"]`)))
 		ann.until(callStatusIs(id, "resolved"))
 		ann.until(`document.querySelector(` + q(callSel(id)) + `).innerText.includes("green")`)
