@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -38,12 +39,25 @@ type Store struct {
 	pool      *pgxpool.Pool
 	want      int // the newest embedded migration
 	closeOnce sync.Once
+
+	committers     int           // group-commit goroutines; 0 appends without grouping
+	writePool      *pgxpool.Pool // the committers' connections, one each; nil without grouping
+	group          *grouper      // nil without grouping
+	groupFallbacks atomic.Int64 // groups rerun one append at a time
+	groupedAppends atomic.Int64 // appends committed in a group of more than one
 }
 
 var _ store.Store = (*Store)(nil)
 
 // Option configures Open.
 type Option func(*Store)
+
+// WithCommitters sets how many goroutines commit grouped appends (see group.go), each on a
+// connection of its own taken from the configured pool size; 0 turns grouping off, so each
+// append is its own transaction on the shared pool. The default is half the pool's connections
+// (pgx's default size is max(4, CPUs), so 2 of 4), leaving the rest to reads and other writes;
+// a pool of one connection does not group.
+func WithCommitters(n int) Option { return func(s *Store) { s.committers = max(n, 0) } }
 
 // WithClock sets the clock that stamps rows and decides session expiry (default: the wall clock).
 func WithClock(c clock.Clock) Option { return func(s *Store) { s.Clock = c } }
@@ -56,7 +70,28 @@ func Open(ctx context.Context, databaseURL string, logger *slog.Logger, opts ...
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	pool, err := connect(ctx, databaseURL)
+	s := &Store{
+		Core:       sqlcore.Core{Dialect: sqlcore.Dialect{SkipLocked: "FOR UPDATE SKIP LOCKED"}, Clock: clock.Real{}},
+		committers: -1, // half the pool, decided once its size is known
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	cfg, err := parseConfig(databaseURL)
+	if err != nil {
+		return nil, err
+	}
+	if s.committers < 0 {
+		s.committers = int(cfg.MaxConns) / 2
+	}
+	if s.committers > 0 && cfg.MaxConns > 1 {
+		// The committers' connections come out of the configured size, not on top of it.
+		s.committers = min(s.committers, int(cfg.MaxConns)-1)
+		cfg.MaxConns -= int32(s.committers)
+	} else {
+		s.committers = 0
+	}
+	pool, err := openPool(ctx, cfg, databaseURL)
 	if err != nil {
 		return nil, err
 	}
@@ -65,13 +100,16 @@ func Open(ctx context.Context, databaseURL string, logger *slog.Logger, opts ...
 		pool.Close()
 		return nil, fmt.Errorf("migrate %s: %w", Redact(databaseURL), err)
 	}
-	s := &Store{
-		Core: sqlcore.Core{DB: &db{pool: pool}, Dialect: sqlcore.Dialect{SkipLocked: "FOR UPDATE SKIP LOCKED"}, Clock: clock.Real{}},
-		pool: pool,
-		want: want,
-	}
-	for _, o := range opts {
-		o(s)
+	s.DB, s.pool, s.want = &db{pool: pool}, pool, want
+	if s.committers > 0 {
+		wcfg := cfg.Copy()
+		wcfg.MaxConns, wcfg.MinConns = int32(s.committers), 0
+		s.writePool, err = openPool(ctx, wcfg, databaseURL)
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+		s.startGroupCommit(s.committers)
 	}
 	return s, nil
 }
@@ -79,19 +117,19 @@ func Open(ctx context.Context, databaseURL string, logger *slog.Logger, opts ...
 // Append implements store.Store with the rules of sqlcore.Core.Append, in one round trip: the
 // sequence check (parley_advance, which raises on a conflict) and every write are sent as one
 // pipelined batch, which PostgreSQL runs as a single implicit transaction — an error anywhere
-// rolls back all of it.
+// rolls back all of it. Appends that arrive together share that transaction (group.go).
 func (s *Store) Append(ctx context.Context, conversationID string, afterSeq int64, b store.Batch) (int64, error) {
-	now := s.Stamp()
-	last := afterSeq + int64(len(b.Entries))
-	var batch pgx.Batch
-	batch.Queue(`SELECT parley_advance($1, $2, $3, $4, $5)`, conversationID, afterSeq, last, now, b.Status)
-	for _, st := range sqlcore.PlanBatch(conversationID, afterSeq, now, b) {
-		batch.Queue(st.SQL, st.Args...)
+	r := &appendReq{ctx: ctx, conv: conversationID, afterSeq: afterSeq, batch: b, now: s.Stamp(), done: make(chan error, 1)}
+	var err error
+	if s.group != nil {
+		err = s.appendGrouped(ctx, r)
+	} else {
+		err = s.sendAppend(ctx, []*appendReq{r})
 	}
-	if err := s.pool.SendBatch(ctx, &batch).Close(); err != nil {
-		return 0, fmt.Errorf("append to conversation %q: %w", conversationID, mapErr(err))
+	if err != nil {
+		return 0, err
 	}
-	return last, nil
+	return afterSeq + int64(len(b.Entries)), nil
 }
 
 // Migrate applies pending migrations to databaseURL and returns; it is `web migrate`.
@@ -121,9 +159,18 @@ func (s *Store) SchemaVersion(ctx context.Context) (have, want int, err error) {
 	return have, s.want, nil
 }
 
-// Close closes the pool. Closing twice is harmless.
+// Close stops the committers (appends still queued fail) and closes the pool. Closing twice is
+// harmless.
 func (s *Store) Close() error {
-	s.closeOnce.Do(s.pool.Close)
+	s.closeOnce.Do(func() {
+		if s.group != nil {
+			s.group.stop()
+		}
+		if s.writePool != nil {
+			s.writePool.Close()
+		}
+		s.pool.Close()
+	})
 	return nil
 }
 
@@ -131,15 +178,30 @@ func (s *Store) Close() error {
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 func connect(ctx context.Context, databaseURL string) (*pgxpool.Pool, error) {
-	where := Redact(databaseURL)
+	cfg, err := parseConfig(databaseURL)
+	if err != nil {
+		return nil, err
+	}
+	return openPool(ctx, cfg, databaseURL)
+}
+
+// parseConfig reads databaseURL into a pool configuration, with ConnectTimeout as the longest
+// connect timeout.
+func parseConfig(databaseURL string) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		// pgx's parse errors can quote the URL; say only what is safe.
-		return nil, fmt.Errorf("database URL %s is not valid: %s", where, redactErr(err, databaseURL))
+		return nil, fmt.Errorf("database URL %s is not valid: %s", Redact(databaseURL), redactErr(err, databaseURL))
 	}
 	if cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > ConnectTimeout {
 		cfg.ConnConfig.ConnectTimeout = ConnectTimeout
 	}
+	return cfg, nil
+}
+
+// openPool connects a pool with cfg and checks the server answers within ConnectTimeout.
+func openPool(ctx context.Context, cfg *pgxpool.Config, databaseURL string) (*pgxpool.Pool, error) {
+	where := Redact(databaseURL)
 	ctx, cancel := context.WithTimeout(ctx, ConnectTimeout)
 	defer cancel()
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

@@ -1,0 +1,221 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"parley/internal/store"
+	"parley/internal/store/internal/sqlcore"
+)
+
+// Group commit. Under load many conversations append at once, and each append is a commit of its
+// own: with a handful of pooled connections the appends queue behind one another, one commit
+// each. The committers instead take every append waiting when they are free and commit them
+// together, as one pipelined batch in one implicit transaction: one round trip and one WAL flush
+// for the lot. Nothing waits for a group to fill — a lone append goes at once — so an idle
+// server's append costs what it did; a busy one's costs a share of a commit.
+//
+// A group is atomic, so one append that cannot be applied (its conversation's log moved on, a
+// constraint refused a row) would take the others down with it. When a group fails, each of its
+// appends is therefore run again on its own, and only the one at fault gets the error; the group
+// wrote nothing, so nothing is written twice. If the group's commit was lost with the connection
+// after PostgreSQL applied it, the rerun meets its own sequence already taken and answers
+// store.ErrConflict, as an append racing another writer does, and the caller reloads.
+
+// Group-commit limits.
+const (
+	// maxGroup bounds the appends in one transaction (each is a handful of statements).
+	maxGroup = 64
+	// queueDepth bounds appends waiting for a committer. A caller finding the queue full waits
+	// for room (or its context): backpressure, never a dropped write.
+	queueDepth = 1024
+	// groupTimeout bounds a group's round trip. A group runs on the store's context, not on any
+	// one caller's, since it carries the others' writes too.
+	groupTimeout = 30 * time.Second
+)
+
+// errClosed answers an append made after Close, or left in the queue by it.
+var errClosed = errors.New("store closed")
+
+// Request states: a committer takes a queued request, or its caller abandons it (its context
+// ended before a committer got to it); whichever comes first decides.
+const (
+	reqQueued int32 = iota
+	reqTaken
+	reqAbandoned
+)
+
+type appendReq struct {
+	ctx      context.Context
+	conv     string
+	afterSeq int64
+	batch    store.Batch
+	now      time.Time
+	state    atomic.Int32
+	done     chan error // buffered: a committer never blocks on a caller that left
+}
+
+// grouper owns the committer goroutines: started by Open, stopped by Store.Close.
+type grouper struct {
+	queue  chan *appendReq
+	ctx    context.Context // the groups' context, canceled by stop
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+	closed chan struct{}
+}
+
+// startGroupCommit starts n committers on s.writePool.
+func (s *Store) startGroupCommit(n int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	g := &grouper{queue: make(chan *appendReq, queueDepth), ctx: ctx, cancel: cancel, closed: make(chan struct{})}
+	s.group = g
+	for range n {
+		g.wg.Go(func() { s.commitLoop(g) })
+	}
+}
+
+// stop ends the committers after their current group and fails what is still queued.
+func (g *grouper) stop() {
+	g.once.Do(func() {
+		close(g.closed)
+		g.wg.Wait()
+		g.cancel()
+		for {
+			select {
+			case r := <-g.queue:
+				if r.state.CompareAndSwap(reqQueued, reqTaken) {
+					r.done <- errClosed
+				}
+			default:
+				return
+			}
+		}
+	})
+}
+
+// appendGrouped queues one append and waits for its group's outcome.
+func (s *Store) appendGrouped(ctx context.Context, r *appendReq) error {
+	g := s.group
+	select {
+	case <-g.closed:
+		return errClosed
+	default:
+	}
+	select {
+	case g.queue <- r:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-g.closed:
+		return errClosed
+	}
+	select {
+	case err := <-r.done:
+		return err
+	case <-ctx.Done():
+		if r.state.CompareAndSwap(reqQueued, reqAbandoned) {
+			return ctx.Err()
+		}
+		// Taken into a group already: its outcome is the truth about the log, so wait for it.
+		return <-r.done
+	case <-g.closed:
+		if r.state.CompareAndSwap(reqQueued, reqAbandoned) {
+			return errClosed
+		}
+		return <-r.done
+	}
+}
+
+// commitLoop takes the first queued append, everything queued behind it (up to maxGroup), and
+// commits them together.
+func (s *Store) commitLoop(g *grouper) {
+	group := make([]*appendReq, 0, maxGroup)
+	for {
+		select {
+		case <-g.closed:
+			return
+		case r := <-g.queue:
+			group = append(group[:0], r)
+		}
+	fill:
+		for len(group) < maxGroup {
+			select {
+			case r := <-g.queue:
+				group = append(group, r)
+			default:
+				break fill
+			}
+		}
+		s.commitGroup(g.ctx, group)
+	}
+}
+
+// commitGroup runs the appends in group that their callers still wait for and answers each.
+func (s *Store) commitGroup(ctx context.Context, group []*appendReq) {
+	live := group[:0:0]
+	for _, r := range group {
+		if r.state.CompareAndSwap(reqQueued, reqTaken) {
+			live = append(live, r)
+		}
+	}
+	switch len(live) {
+	case 0:
+		return
+	case 1:
+		// Alone, the append runs on its caller's context, exactly as without grouping.
+		r := live[0]
+		r.done <- s.sendAppend(r.ctx, []*appendReq{r})
+		return
+	}
+	// One transaction touching several conversations: take their rows in one order, so two
+	// groups (or two processes) never wait on each other's locks in a cycle.
+	slices.SortStableFunc(live, func(a, b *appendReq) int { return strings.Compare(a.conv, b.conv) })
+	gctx, cancel := context.WithTimeout(ctx, groupTimeout)
+	err := s.sendAppend(gctx, live)
+	cancel()
+	if err == nil {
+		s.groupedAppends.Add(int64(len(live)))
+		for _, r := range live {
+			r.done <- nil
+		}
+		return
+	}
+	// Nothing of the group was written: find the append at fault by running each alone.
+	s.groupFallbacks.Add(1)
+	for _, r := range live {
+		r.done <- s.sendAppend(r.ctx, []*appendReq{r})
+	}
+}
+
+// sendAppend writes the appends as one pipelined batch, which PostgreSQL runs as a single
+// implicit transaction: each one's sequence check (parley_advance, which raises on a conflict)
+// and then its writes; an error anywhere rolls back all of it.
+func (s *Store) sendAppend(ctx context.Context, rs []*appendReq) error {
+	var batch pgx.Batch
+	for _, r := range rs {
+		last := r.afterSeq + int64(len(r.batch.Entries))
+		batch.Queue(`SELECT parley_advance($1, $2, $3, $4, $5)`, r.conv, r.afterSeq, last, r.now, r.batch.Status)
+		for _, st := range sqlcore.PlanBatch(r.conv, r.afterSeq, r.now, r.batch) {
+			batch.Queue(st.SQL, st.Args...)
+		}
+	}
+	pool := s.pool
+	if s.writePool != nil {
+		pool = s.writePool
+	}
+	if err := pool.SendBatch(ctx, &batch).Close(); err != nil {
+		if len(rs) == 1 {
+			return fmt.Errorf("append to conversation %q: %w", rs[0].conv, mapErr(err))
+		}
+		return fmt.Errorf("append to %d conversations: %w", len(rs), mapErr(err))
+	}
+	return nil
+}

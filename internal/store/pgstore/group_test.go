@@ -1,0 +1,195 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+
+	"parley/internal/store"
+	"parley/internal/store/pgtest"
+)
+
+// groupFixture opens a store with opts and creates n conversations owned by one user.
+func groupFixture(t *testing.T, n int, opts ...Option) (*Store, []string) {
+	t.Helper()
+	ctx := t.Context()
+	s, err := Open(ctx, pgtest.NewURL(t), nil, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	u, err := s.CreateUser(ctx, store.User{Name: "ann", Role: store.RoleMember, PasswordHash: []byte("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, n)
+	for i := range ids {
+		c, err := s.CreateConversation(ctx, store.Conversation{OwnerID: u.ID, Title: fmt.Sprint("c", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = c.ID
+	}
+	return s, ids
+}
+
+func textBatch(text string) store.Batch {
+	return store.Batch{Entries: []store.Entry{{Type: store.EntryUserMessage, Actor: "u", Data: []byte(fmt.Sprintf(`{"text":%q}`, text))}}}
+}
+
+func newReq(ctx context.Context, s *Store, conv string, after int64, b store.Batch) *appendReq {
+	return &appendReq{ctx: ctx, conv: conv, afterSeq: after, batch: b, now: s.Stamp(), done: make(chan error, 1)}
+}
+
+func logTexts(t *testing.T, s *Store, conv string) []string {
+	t.Helper()
+	es, err := s.Log(t.Context(), conv, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]string, len(es))
+	for i, e := range es {
+		out[i] = string(e.Data)
+	}
+	return out
+}
+
+// TestGroupCommitIsolatesTheAppendAtFault commits one group in which one append expects a
+// sequence its log is not at and another breaks a constraint: those two get their own errors,
+// and the others are written, each once.
+func TestGroupCommitIsolatesTheAppendAtFault(t *testing.T) {
+	ctx := t.Context()
+	s, ids := groupFixture(t, 4, WithCommitters(0))
+	if _, err := s.Append(ctx, ids[1], 0, textBatch("first")); err != nil {
+		t.Fatal(err)
+	}
+	// The same call logged twice is refused by the entries' unique index.
+	call := store.Entry{Type: store.EntryToolCall, ToolCallID: "same", Actor: "model", Data: []byte(`{}`)}
+	dup := store.Batch{Entries: []store.Entry{call, call}}
+	reqs := []*appendReq{
+		newReq(ctx, s, ids[0], 0, textBatch("a")),
+		newReq(ctx, s, ids[1], 0, textBatch("stale")), // the log is at 1
+		newReq(ctx, s, ids[2], 0, textBatch("c")),
+		newReq(ctx, s, ids[3], 0, dup),
+	}
+	s.commitGroup(ctx, reqs)
+
+	errs := make([]error, len(reqs))
+	for i, r := range reqs {
+		errs[i] = <-r.done
+	}
+	if errs[0] != nil || errs[2] != nil {
+		t.Fatalf("the sound appends failed: %v, %v", errs[0], errs[2])
+	}
+	if !errors.Is(errs[1], store.ErrConflict) {
+		t.Fatalf("the stale append: err = %v, want ErrConflict", errs[1])
+	}
+	if errs[3] == nil {
+		t.Fatal("the append breaking a unique index succeeded")
+	}
+	if got := s.groupFallbacks.Load(); got != 1 {
+		t.Fatalf("group fallbacks = %d, want 1", got)
+	}
+	for i, want := range [][]string{{`{"text":"a"}`}, {`{"text":"first"}`}, {`{"text":"c"}`}, {}} {
+		if got := logTexts(t, s, ids[i]); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("conversation %d log = %q, want %q", i, got, want)
+		}
+	}
+}
+
+// TestGroupCommitManyWriters appends from many conversations at once through one committer,
+// so appends queue and go in groups, and checks every log is whole and in order.
+func TestGroupCommitManyWriters(t *testing.T) {
+	const convs, each = 60, 5
+	s, ids := groupFixture(t, convs, WithCommitters(1))
+	var wg sync.WaitGroup
+	errs := make(chan error, convs)
+	for _, id := range ids {
+		wg.Go(func() {
+			for i := range each {
+				if _, err := s.Append(t.Context(), id, int64(i), textBatch(fmt.Sprint(i))); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		got := logTexts(t, s, id)
+		if len(got) != each {
+			t.Fatalf("log of %s has %d entries, want %d", id, len(got), each)
+		}
+		for i, d := range got {
+			if want := fmt.Sprintf(`{"text":"%d"}`, i); d != want {
+				t.Fatalf("entry %d of %s = %s, want %s", i+1, id, d, want)
+			}
+		}
+		c, err := s.GetConversation(t.Context(), id)
+		if err != nil || c.LastSeq != each {
+			t.Fatalf("conversation %s last_seq = %d (err %v), want %d", id, c.LastSeq, err, each)
+		}
+	}
+	if s.groupedAppends.Load() == 0 {
+		t.Fatal("no append went in a group: the test did not exercise group commit")
+	}
+	t.Logf("%d of %d appends went in groups", s.groupedAppends.Load(), convs*each)
+	if s.groupFallbacks.Load() != 0 {
+		t.Fatalf("%d groups fell back with no append at fault", s.groupFallbacks.Load())
+	}
+}
+
+// TestGroupCommitAbandonedAppendWritesNothing: an append whose caller gave up before a
+// committer took it is skipped, so the caller's error is the truth about the log.
+func TestGroupCommitAbandonedAppendWritesNothing(t *testing.T) {
+	s, ids := groupFixture(t, 2, WithCommitters(0))
+	// A grouper with no committers: appends stay queued until the test commits them.
+	g := &grouper{queue: make(chan *appendReq, 4), closed: make(chan struct{})}
+	g.ctx, g.cancel = context.WithCancel(t.Context())
+	s.group = g
+	ctx, cancel := context.WithCancel(t.Context())
+	result := make(chan error, 1)
+	go func() {
+		_, err := s.Append(ctx, ids[0], 0, textBatch("gave up"))
+		result <- err
+	}()
+	r := <-g.queue
+	cancel()
+	if err := <-result; !errors.Is(err, context.Canceled) {
+		t.Fatalf("abandoned append: err = %v, want context.Canceled", err)
+	}
+	live := newReq(t.Context(), s, ids[1], 0, textBatch("kept"))
+	s.commitGroup(t.Context(), []*appendReq{r, live})
+	if err := <-live.done; err != nil {
+		t.Fatal(err)
+	}
+	if got := logTexts(t, s, ids[0]); len(got) != 0 {
+		t.Fatalf("the abandoned append was written: %q", got)
+	}
+	if got := logTexts(t, s, ids[1]); len(got) != 1 {
+		t.Fatalf("the live append's log = %q", got)
+	}
+
+	// Close fails what is still queued, and what comes after.
+	go func() {
+		_, err := s.Append(t.Context(), ids[1], 1, textBatch("late"))
+		result <- err
+	}()
+	for len(g.queue) == 0 {
+		runtime.Gosched()
+	}
+	g.stop()
+	if err := <-result; !errors.Is(err, errClosed) {
+		t.Fatalf("append queued at Close: err = %v, want errClosed", err)
+	}
+	if _, err := s.Append(t.Context(), ids[1], 1, textBatch("after")); !errors.Is(err, errClosed) {
+		t.Fatalf("append after Close: err = %v, want errClosed", err)
+	}
+}
