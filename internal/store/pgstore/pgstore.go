@@ -43,8 +43,8 @@ type Store struct {
 	committers     int           // group-commit goroutines; 0 appends without grouping
 	writePool      *pgxpool.Pool // the committers' connections, one each; nil without grouping
 	group          *grouper      // nil without grouping
-	groupFallbacks atomic.Int64 // groups rerun one append at a time
-	groupedAppends atomic.Int64 // appends committed in a group of more than one
+	groupFallbacks atomic.Int64  // groups rerun one append at a time
+	groupedAppends atomic.Int64  // appends committed in a group of more than one
 }
 
 var _ store.Store = (*Store)(nil)
