@@ -17,6 +17,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
@@ -328,8 +329,58 @@ func compileSchema(tool, part string, raw json.RawMessage) (*jsonschema.Schema, 
 
 // CompileSchema compiles a schema that is not part of a declaration (an elicitation form
 // supplied in a call's arguments). name only labels errors.
+//
+// Compiled schemas are kept (schemaCache): a form is compiled when the call suspends and again
+// when each answer is checked, and a model asking with the same tool tends to send the same
+// form, so compiling each time cost more than the rest of a resolve's work.
 func CompileSchema(name string, raw json.RawMessage) (*jsonschema.Schema, error) {
-	return compileSchema(name, "schema", raw)
+	key := name + "\x00" + string(raw)
+	if s := compiledSchemas.get(key); s != nil {
+		return s, nil
+	}
+	s, err := compileSchema(name, "schema", raw)
+	if err != nil {
+		return nil, err
+	}
+	if len(key) <= maxCachedSchemaBytes {
+		compiledSchemas.put(key, s)
+	}
+	return s, nil
+}
+
+// schemaCache's bounds: at most maxCachedSchemas schemas of at most maxCachedSchemaBytes each
+// (label included); a larger one is compiled every time.
+const (
+	maxCachedSchemas     = 256
+	maxCachedSchemaBytes = 16 << 10
+)
+
+var compiledSchemas = schemaCache{m: map[string]*jsonschema.Schema{}}
+
+// schemaCache holds compiled schemas by label and text. A compiled schema is only read after
+// compiling, so one may be shared by any number of goroutines. Overflow policy: when full, an
+// arbitrary entry makes room for the new one (the map's iteration order picks it).
+type schemaCache struct {
+	mu sync.Mutex
+	m  map[string]*jsonschema.Schema
+}
+
+func (c *schemaCache) get(key string) *jsonschema.Schema {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[key]
+}
+
+func (c *schemaCache) put(key string, s *jsonschema.Schema) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= maxCachedSchemas {
+		for k := range c.m {
+			delete(c.m, k)
+			break
+		}
+	}
+	c.m[key] = s
 }
 
 // Name is the tool's unique name, the one the model calls.

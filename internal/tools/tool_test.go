@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"strings"
@@ -655,5 +656,49 @@ func TestDefinitionErrorUnwraps(t *testing.T) {
 	var de *DefinitionError
 	if !errors.As(err, &de) || errors.Unwrap(err) == nil {
 		t.Fatalf("cause not kept: %v", err)
+	}
+}
+
+func TestCompileSchemaKeepsCompiledSchemas(t *testing.T) {
+	raw := json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer","minimum":1}},"required":["n"]}`)
+	a, err := CompileSchema("cache-test", raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := CompileSchema("cache-test", raw)
+	if err != nil || a != b {
+		t.Fatalf("second compile of the same schema: %p, %v; want the first, %p", b, err, a)
+	}
+	if c, _ := CompileSchema("other-label", raw); c == a {
+		t.Fatal("a schema compiled under another label was shared: its errors would name the wrong tool")
+	}
+	if err := a.Validate(map[string]any{"n": json.Number("0")}); err == nil {
+		t.Fatal("the cached schema accepted n = 0")
+	}
+	if _, err := CompileSchema("cache-test", json.RawMessage(`{"type":"object","properties":{"n":{"type":"nope"}}}`)); err == nil {
+		t.Fatal("a schema that does not compile was accepted")
+	}
+
+	// Full: the cache stays at its bound.
+	for i := range maxCachedSchemas + 10 {
+		if _, err := CompileSchema("cache-test", json.RawMessage(fmt.Sprintf(`{"type":"object","title":"%d"}`, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	compiledSchemas.mu.Lock()
+	n := len(compiledSchemas.m)
+	compiledSchemas.mu.Unlock()
+	if n > maxCachedSchemas {
+		t.Fatalf("cache holds %d schemas, bound %d", n, maxCachedSchemas)
+	}
+	big := json.RawMessage(`{"type":"object","description":"` + strings.Repeat("x", maxCachedSchemaBytes) + `"}`)
+	if _, err := CompileSchema("cache-test", big); err != nil {
+		t.Fatal(err)
+	}
+	compiledSchemas.mu.Lock()
+	_, kept := compiledSchemas.m["cache-test\x00"+string(big)]
+	compiledSchemas.mu.Unlock()
+	if kept {
+		t.Fatal("a schema over the size bound was kept")
 	}
 }
