@@ -29,6 +29,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 
@@ -553,23 +554,50 @@ func clip(s string, n int) string {
 func toolNames(defs []llm.Tool) map[string]bool {
 	names := map[string]bool{}
 	for _, d := range defs {
-		var t struct {
-			Name     string `json:"name"`
-			Function struct {
-				Name string `json:"name"`
-			} `json:"function"`
-		}
-		if json.Unmarshal(d, &t) != nil {
-			continue
-		}
-		if t.Function.Name != "" {
-			names[t.Function.Name] = true
-		}
-		if t.Name != "" {
-			names[t.Name] = true
+		if n := toolName(d); n != "" {
+			names[n] = true
 		}
 	}
 	return names
+}
+
+// definedNames keeps each tool definition's name: the same definitions come with every request,
+// and parsing them all each time was most of the demo model's work. Bounded by maxDefinedNames;
+// when full it is emptied and refills from the requests that follow.
+var definedNames = struct {
+	sync.Mutex
+	m map[string]string
+}{m: map[string]string{}}
+
+const maxDefinedNames = 1024
+
+// toolName is a definition's name in either export format ("" when it has none).
+func toolName(d llm.Tool) string {
+	definedNames.Lock()
+	n, ok := definedNames.m[string(d)]
+	definedNames.Unlock()
+	if ok {
+		return n
+	}
+	var t struct {
+		Name     string `json:"name"`
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if json.Unmarshal(d, &t) == nil {
+		n = t.Function.Name
+		if n == "" {
+			n = t.Name
+		}
+	}
+	definedNames.Lock()
+	if len(definedNames.m) >= maxDefinedNames {
+		clear(definedNames.m)
+	}
+	definedNames.m[string(d)] = n
+	definedNames.Unlock()
+	return n
 }
 
 func lastUserText(msgs []llm.Message) string {
