@@ -400,7 +400,7 @@ func (a *actor) handleSend(req *request) (error, func()) {
 		return tools.NewError(tools.KindConflict, "a turn is in progress; wait until it ends", map[string]any{"status": a.st.status}), nil
 	}
 	d, _ := json.Marshal(userMessageData{Text: req.text})
-	if err := a.commit(store.Batch{Entries: []store.Entry{{Type: store.EntryUserMessage, Actor: by.UserID, Data: d}}}, nil); err != nil {
+	if err := a.commit(store.Batch{Entries: []store.Entry{{Type: store.EntryUserMessage, Actor: by.UserID, Data: d}}, Urgent: true}, nil); err != nil {
 		return err, nil
 	}
 	a.publish(Event{Seq: a.st.lastSeq, Type: EventMessage, Text: req.text, Data: roleData("user")})

@@ -110,6 +110,7 @@ func (a *actor) resolveApproval(c *call, r Resolution, by Principal) (error, fun
 		return invalidArgs("an approval needs a decision", "/decision", `must be "approve" or "deny"`), nil
 	}
 	b.Audit = []store.AuditRecord{audit}
+	b.Urgent = true // the person's request waits for it
 	if err := a.commit(b, []string{c.id}); err != nil {
 		return err, nil
 	}
@@ -162,6 +163,7 @@ func (a *actor) resolveElicitation(c *call, r Resolution, by Principal) (error, 
 		Cancel:  []string{c.id},
 		Audit: []store.AuditRecord{{ConversationID: a.id, ToolCallID: c.id, Tool: c.name, ActorID: by.UserID,
 			Action: r.Action, ArgsHash: canonicalHash(c.args), At: a.now()}},
+		Urgent: true, // the person's request waits for it
 	}
 	if err := a.commit(b, []string{c.id}); err != nil {
 		return err, nil
@@ -227,6 +229,7 @@ func (a *actor) resolveClient(c *call, r Resolution, by Principal) (error, func(
 		Cancel:  []string{c.id},
 		Audit: []store.AuditRecord{{ConversationID: a.id, ToolCallID: c.id, Tool: c.name, ActorID: by.UserID,
 			Action: action, ArgsHash: canonicalHash(c.effectiveArgs()), At: a.now()}},
+		Urgent: true, // the browser's request waits for it
 	}
 	delete(a.graceAt, c.id)
 	if err := a.commit(b, []string{c.id}); err != nil {

@@ -220,6 +220,10 @@ type Batch struct {
 	Steps     []Step   // upserted by (conversation, key)
 	DoneSteps []string // step keys removed
 	Audit     []AuditRecord
+	// Urgent marks an append a person is waiting on: their message or their decision, whose
+	// request answers once it is durable. A store that queues appends (pgstore's group commit)
+	// commits urgent ones first; nothing else changes.
+	Urgent bool
 }
 
 // Store is what the rest of Parley persists through. Every method is safe for concurrent use.

@@ -34,8 +34,9 @@ import (
 const (
 	// maxGroup bounds the appends in one transaction (each is a handful of statements).
 	maxGroup = 64
-	// queueDepth bounds appends waiting for a committer. A caller finding the queue full waits
-	// for room (or its context): backpressure, never a dropped write.
+	// queueDepth bounds appends waiting for a committer, in each of the two queues (urgent and
+	// the rest). A caller finding its queue full waits for room (or its context): backpressure,
+	// never a dropped write.
 	queueDepth = 1024
 	// groupTimeout bounds a group's round trip. A group runs on the store's context, not on any
 	// one caller's, since it carries the others' writes too.
@@ -63,8 +64,11 @@ type appendReq struct {
 	done     chan error // buffered: a committer never blocks on a caller that left
 }
 
-// grouper owns the committer goroutines: started by Open, stopped by Store.Close.
+// grouper owns the committer goroutines: started by Open, stopped by Store.Close. Appends marked
+// store.Batch.Urgent (a person waits on them) queue apart and are taken first, so a decision
+// is not committed behind the background work of every other conversation.
 type grouper struct {
+	urgent chan *appendReq
 	queue  chan *appendReq
 	ctx    context.Context // the groups' context, canceled by stop
 	cancel context.CancelFunc
@@ -76,7 +80,7 @@ type grouper struct {
 // startGroupCommit starts n committers on s.writePool.
 func (s *Store) startGroupCommit(n int) {
 	ctx, cancel := context.WithCancel(context.Background())
-	g := &grouper{queue: make(chan *appendReq, queueDepth), ctx: ctx, cancel: cancel, closed: make(chan struct{})}
+	g := &grouper{urgent: make(chan *appendReq, queueDepth), queue: make(chan *appendReq, queueDepth), ctx: ctx, cancel: cancel, closed: make(chan struct{})}
 	s.group = g
 	for range n {
 		g.wg.Go(func() { s.commitLoop(g) })
@@ -90,13 +94,15 @@ func (g *grouper) stop() {
 		g.wg.Wait()
 		g.cancel()
 		for {
+			var r *appendReq
 			select {
-			case r := <-g.queue:
-				if r.state.CompareAndSwap(reqQueued, reqTaken) {
-					r.done <- errClosed
-				}
+			case r = <-g.urgent:
+			case r = <-g.queue:
 			default:
 				return
+			}
+			if r.state.CompareAndSwap(reqQueued, reqTaken) {
+				r.done <- errClosed
 			}
 		}
 	})
@@ -110,8 +116,12 @@ func (s *Store) appendGrouped(ctx context.Context, r *appendReq) error {
 		return errClosed
 	default:
 	}
+	queue := g.queue
+	if r.batch.Urgent {
+		queue = g.urgent
+	}
 	select {
-	case g.queue <- r:
+	case queue <- r:
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-g.closed:
@@ -134,28 +144,50 @@ func (s *Store) appendGrouped(ctx context.Context, r *appendReq) error {
 	}
 }
 
-// commitLoop takes the first queued append, everything queued behind it (up to maxGroup), and
-// commits them together.
+// commitLoop commits group after group until the grouper stops.
 func (s *Store) commitLoop(g *grouper) {
 	group := make([]*appendReq, 0, maxGroup)
 	for {
-		select {
-		case <-g.closed:
+		group = g.next(group[:0])
+		if len(group) == 0 {
 			return
-		case r := <-g.queue:
-			group = append(group[:0], r)
-		}
-	fill:
-		for len(group) < maxGroup {
-			select {
-			case r := <-g.queue:
-				group = append(group, r)
-			default:
-				break fill
-			}
 		}
 		s.commitGroup(g.ctx, group)
 	}
+}
+
+// next waits for an append — taking an urgent one if any waits — and adds everything queued
+// behind it to group, urgent appends first, up to maxGroup. It returns group empty when the
+// grouper stops.
+func (g *grouper) next(group []*appendReq) []*appendReq {
+	select {
+	case r := <-g.urgent:
+		group = append(group, r)
+	default:
+		select {
+		case <-g.closed:
+			return group
+		case r := <-g.urgent:
+			group = append(group, r)
+		case r := <-g.queue:
+			group = append(group, r)
+		}
+	}
+	group = drain(group, g.urgent)
+	return drain(group, g.queue)
+}
+
+// drain appends what q holds to group, up to maxGroup, without waiting.
+func drain(group []*appendReq, q chan *appendReq) []*appendReq {
+	for len(group) < maxGroup {
+		select {
+		case r := <-q:
+			group = append(group, r)
+		default:
+			return group
+		}
+	}
+	return group
 }
 
 // commitGroup runs the appends in group that their callers still wait for and answers each.
@@ -196,15 +228,31 @@ func (s *Store) commitGroup(ctx context.Context, group []*appendReq) {
 }
 
 // sendAppend writes the appends as one pipelined batch, which PostgreSQL runs as a single
-// implicit transaction: each one's sequence check (parley_advance, which raises on a conflict)
-// and then its writes; an error anywhere rolls back all of it.
+// implicit transaction: the sequence checks (which raise on a conflict), then the writes; an
+// error anywhere rolls back all of it. Appends to distinct conversations are merged into one
+// statement per table (sqlcore.PlanMerged); otherwise each append's statements run in turn.
 func (s *Store) sendAppend(ctx context.Context, rs []*appendReq) error {
 	var batch pgx.Batch
-	for _, r := range rs {
-		last := r.afterSeq + int64(len(r.batch.Entries))
-		batch.Queue(`SELECT parley_advance($1, $2, $3, $4, $5)`, r.conv, r.afterSeq, last, r.now, r.batch.Status)
-		for _, st := range sqlcore.PlanBatch(r.conv, r.afterSeq, r.now, r.batch) {
+	if len(rs) > 1 && distinctConversations(rs) {
+		n := len(rs)
+		convs, afters, lasts, ats, statuses := make([]string, n), make([]int64, n), make([]int64, n), make([]time.Time, n), make([]string, n)
+		writes := make([]sqlcore.Writes, n)
+		for i, r := range rs {
+			convs[i], afters[i], ats[i], statuses[i] = r.conv, r.afterSeq, r.now, r.batch.Status
+			lasts[i] = r.afterSeq + int64(len(r.batch.Entries))
+			writes[i] = sqlcore.PlanWrites(r.conv, r.afterSeq, r.now, r.batch)
+		}
+		batch.Queue(`SELECT parley_advance_all($1, $2, $3, $4, $5)`, convs, afters, lasts, ats, statuses)
+		for _, st := range sqlcore.PlanMerged(writes) {
 			batch.Queue(st.SQL, st.Args...)
+		}
+	} else {
+		for _, r := range rs {
+			last := r.afterSeq + int64(len(r.batch.Entries))
+			batch.Queue(`SELECT parley_advance($1, $2, $3, $4, $5)`, r.conv, r.afterSeq, last, r.now, r.batch.Status)
+			for _, st := range sqlcore.PlanBatch(r.conv, r.afterSeq, r.now, r.batch) {
+				batch.Queue(st.SQL, st.Args...)
+			}
 		}
 	}
 	pool := s.pool
@@ -218,4 +266,15 @@ func (s *Store) sendAppend(ctx context.Context, rs []*appendReq) error {
 		return fmt.Errorf("append to %d conversations: %w", len(rs), mapErr(err))
 	}
 	return nil
+}
+
+func distinctConversations(rs []*appendReq) bool {
+	seen := make(map[string]bool, len(rs))
+	for _, r := range rs {
+		if seen[r.conv] {
+			return false
+		}
+		seen[r.conv] = true
+	}
+	return true
 }

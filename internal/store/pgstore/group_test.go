@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"parley/internal/store"
 	"parley/internal/store/pgtest"
@@ -151,7 +153,7 @@ func TestGroupCommitManyWriters(t *testing.T) {
 func TestGroupCommitAbandonedAppendWritesNothing(t *testing.T) {
 	s, ids := groupFixture(t, 2, WithCommitters(0))
 	// A grouper with no committers: appends stay queued until the test commits them.
-	g := &grouper{queue: make(chan *appendReq, 4), closed: make(chan struct{})}
+	g := &grouper{urgent: make(chan *appendReq, 4), queue: make(chan *appendReq, 4), closed: make(chan struct{})}
 	g.ctx, g.cancel = context.WithCancel(t.Context())
 	s.group = g
 	ctx, cancel := context.WithCancel(t.Context())
@@ -191,5 +193,133 @@ func TestGroupCommitAbandonedAppendWritesNothing(t *testing.T) {
 	}
 	if _, err := s.Append(t.Context(), ids[1], 1, textBatch("after")); !errors.Is(err, errClosed) {
 		t.Fatalf("append after Close: err = %v, want errClosed", err)
+	}
+}
+
+// TestMergedGroupWritesWhatSingleAppendsWrite commits a group through the merged statements
+// (one per table) and the same batches, with the same stamps, one append at a time to twin
+// conversations, and compares every row they left.
+func TestMergedGroupWritesWhatSingleAppendsWrite(t *testing.T) {
+	ctx := t.Context()
+	s, ids := groupFixture(t, 6, WithCommitters(0))
+	now := time.Date(2030, 1, 2, 3, 4, 5, 6000, time.UTC)
+	due := now.Add(time.Hour)
+	retry := now.Add(time.Minute)
+	first := store.Batch{
+		Status: store.StatusAwaiting,
+		Entries: []store.Entry{
+			{Type: store.EntryUserMessage, Actor: "u1", Data: []byte(`{"text":"héllo"}`)},
+			{Type: store.EntryAssistantMessage, Actor: "model", Data: []byte(`{"text":"","calls":2}`)},
+			{Type: store.EntryToolCall, ToolCallID: "c1", Actor: "model", Data: []byte(`{"name":"send_email"}`)},
+			{Type: store.EntryToolCall, ToolCallID: "c2", Actor: "model"}, // no payload: NULL
+		},
+		Calls: []store.ToolCall{
+			{ToolCallID: "c1", Name: "send_email", Executor: "server", Approval: "required", Approvers: "owner", Status: store.CallAwaiting,
+				PendingKind: "approval", Args: []byte(`{"to":"a@b"}`), Prompt: []byte(`{"plan":"x"}`), ExpiresAt: &due},
+			{ToolCallID: "c2", Name: "echo", Executor: "server", Status: store.CallRunning, Args: []byte(`{}`)},
+		},
+		Schedule: []store.Expiry{{ToolCallID: "c1", At: due}},
+		Steps:    []store.Step{{Key: "llm:1", Attempts: 1}},
+	}
+	second := store.Batch{
+		Status: store.StatusDispatching,
+		Entries: []store.Entry{
+			{Type: store.EntryDecision, ToolCallID: "c1", Actor: "u1", Data: []byte(`{"action":"approve"}`)},
+			{Type: store.EntryToolResult, ToolCallID: "c2", Actor: "system", Data: []byte(`{"ok":true}`)},
+		},
+		Calls: []store.ToolCall{
+			{ToolCallID: "c1", Name: "send_email", Executor: "server", Approval: "required", Approvers: "owner", Status: store.CallRunning,
+				Args: []byte(`{"to":"a@b"}`)}, // Seq 0 keeps the call's seq
+			{ToolCallID: "c2", Name: "echo", Executor: "server", Status: store.CallResolved, Args: []byte(`{}`), Result: []byte(`{"ok":true}`), Seq: 4},
+		},
+		Cancel:    []string{"c1"},
+		Schedule:  []store.Expiry{{ToolCallID: "c3", At: due}},
+		DoneSteps: []string{"llm:1"},
+		Steps:     []store.Step{{Key: "tool:c2", Attempts: 2, NextAttemptAt: &retry, LastError: "timeout"}},
+		Audit:     []store.AuditRecord{{ToolCallID: "c1", Tool: "send_email", ActorID: "u1", Action: "approve", Reason: "ok", ArgsHash: "ab"}},
+	}
+	grouped, single := ids[:3], ids[3:]
+	for step, b := range []store.Batch{first, second} {
+		var group []*appendReq
+		for i := range grouped {
+			after := int64(0)
+			if step == 1 {
+				after = 4
+			}
+			group = append(group, &appendReq{ctx: ctx, conv: grouped[i], afterSeq: after, batch: b, now: now, done: make(chan error, 1)})
+			r := &appendReq{ctx: ctx, conv: single[i], afterSeq: after, batch: b, now: now, done: make(chan error, 1)}
+			if err := s.sendAppend(ctx, []*appendReq{r}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.commitGroup(ctx, group)
+		for _, r := range group {
+			if err := <-r.done; err != nil {
+				t.Fatalf("step %d: %v", step+1, err)
+			}
+		}
+		now = now.Add(time.Second)
+	}
+	if s.groupFallbacks.Load() != 0 || s.groupedAppends.Load() != 6 {
+		t.Fatalf("fallbacks %d, grouped %d: the merged statements failed", s.groupFallbacks.Load(), s.groupedAppends.Load())
+	}
+	dump := func(conv string) string {
+		var out []string
+		for _, q := range []string{
+			`SELECT to_jsonb(c) - 'id' - 'created_at' - 'title' FROM conversations c WHERE id = $1`,
+			`SELECT to_jsonb(e) - 'conversation_id' FROM entries e WHERE conversation_id = $1 ORDER BY seq`,
+			`SELECT to_jsonb(tc) - 'conversation_id' FROM tool_calls tc WHERE conversation_id = $1 ORDER BY tool_call_id`,
+			`SELECT to_jsonb(x) - 'conversation_id' FROM expiries x WHERE conversation_id = $1 ORDER BY tool_call_id`,
+			`SELECT to_jsonb(st) - 'conversation_id' FROM steps st WHERE conversation_id = $1 ORDER BY key`,
+			`SELECT to_jsonb(a) - 'conversation_id' - 'id' FROM audit a WHERE conversation_id = $1 ORDER BY id`,
+		} {
+			rows, err := s.pool.Query(ctx, q, conv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rows.Next() {
+				var v string
+				if err := rows.Scan(&v); err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, v)
+			}
+			if rows.Err() != nil {
+				t.Fatal(rows.Err())
+			}
+		}
+		return strings.Join(out, "\n")
+	}
+	for i := range grouped {
+		got, want := dump(grouped[i]), dump(single[i])
+		if got != want {
+			t.Fatalf("merged group wrote\n%s\nsingle appends wrote\n%s", got, want)
+		}
+		if !strings.Contains(got, `"tool_call_id": "c3", "claimed_until": null`) || strings.Contains(got, `"key": "llm:1"`) ||
+			!strings.Contains(got, `"last_seq": 6`) || strings.Count(got, `"seq"`) != 8 {
+			t.Fatalf("the rows are not the ones expected:\n%s", got)
+		}
+	}
+}
+
+// TestGroupTakesUrgentAppendsFirst: with more background appends queued than a group holds,
+// the urgent ones (a person waits on them) go in the next group, ahead of the rest.
+func TestGroupTakesUrgentAppendsFirst(t *testing.T) {
+	g := &grouper{urgent: make(chan *appendReq, queueDepth), queue: make(chan *appendReq, queueDepth), closed: make(chan struct{})}
+	for i := range maxGroup + 10 {
+		g.queue <- &appendReq{conv: fmt.Sprint("background-", i)}
+	}
+	g.urgent <- &appendReq{conv: "urgent-1", batch: store.Batch{Urgent: true}}
+	g.urgent <- &appendReq{conv: "urgent-2", batch: store.Batch{Urgent: true}}
+	first := g.next(nil)
+	if len(first) != maxGroup || first[0].conv != "urgent-1" || first[1].conv != "urgent-2" || first[2].conv != "background-0" {
+		t.Fatalf("first group: %d appends starting %s, %s, %s; want %d starting with the urgent ones", len(first), first[0].conv, first[1].conv, first[2].conv, maxGroup)
+	}
+	if second := g.next(nil); len(second) != 12 || second[0].conv != fmt.Sprint("background-", maxGroup-2) {
+		t.Fatalf("second group: %d appends starting %s, want the 12 left in order", len(second), second[0].conv)
+	}
+	close(g.closed)
+	if rest := g.next(nil); len(rest) != 0 {
+		t.Fatalf("a stopped grouper handed out %d appends", len(rest))
 	}
 }

@@ -486,22 +486,41 @@ func (c *Core) Append(ctx context.Context, conversationID string, afterSeq int64
 	return last, nil
 }
 
-// PlanBatch returns the statements that write b after the log's sequence check (see Append for
-// the rules), stamped now, in the order they must run.
-func PlanBatch(conv string, afterSeq int64, now time.Time, b store.Batch) []Stmt {
-	var out []Stmt
+// The writes of an append, table by table. PlanBatch and PlanMerged share these heads and tails.
+const (
+	entriesInsert = `INSERT INTO entries (conversation_id, seq, type, tool_call_id, actor, data, created_at)`
+	callsInsert   = `INSERT INTO tool_calls (conversation_id, tool_call_id, name, executor, approval, approvers, status, pending_kind, args, result, prompt, expires_at, seq, created_at, updated_at)`
+	callsUpsert   = `ON CONFLICT (conversation_id, tool_call_id) DO UPDATE SET name = excluded.name, executor = excluded.executor, approval = excluded.approval,
+		approvers = excluded.approvers, status = excluded.status, pending_kind = excluded.pending_kind, args = excluded.args, result = excluded.result,
+		prompt = excluded.prompt, expires_at = excluded.expires_at, seq = CASE WHEN excluded.seq = 0 THEN tool_calls.seq ELSE excluded.seq END,
+		updated_at = excluded.updated_at`
+	expiriesInsert = `INSERT INTO expiries (conversation_id, tool_call_id, at)`
+	expiriesUpsert = `ON CONFLICT (conversation_id, tool_call_id) DO UPDATE SET at = excluded.at, claimed_until = NULL`
+	stepsInsert    = `INSERT INTO steps (conversation_id, key, attempts, next_attempt_at, last_error, updated_at)`
+	stepsUpsert    = `ON CONFLICT (conversation_id, key) DO UPDATE SET attempts = excluded.attempts, next_attempt_at = excluded.next_attempt_at,
+		last_error = excluded.last_error, updated_at = excluded.updated_at`
+	auditInsert = `INSERT INTO audit (conversation_id, tool_call_id, tool, actor_id, action, reason, args_hash, at)`
+)
+
+// Writes are the rows an append writes after its sequence check, table by table, each row in the
+// column order of its table's insert above. Cancel and DoneSteps are (conversation, key) pairs
+// to delete.
+type Writes struct {
+	Entries, Calls, Cancel, Schedule, DoneSteps, Steps, Audit [][]any
+}
+
+// PlanWrites returns the rows that write b after the entry numbered afterSeq, stamped now.
+func PlanWrites(conv string, afterSeq int64, now time.Time, b store.Batch) Writes {
+	var r Writes
 	callSeq := map[string]int64{}
-	rows := make([][]any, len(b.Entries))
+	r.Entries = make([][]any, len(b.Entries))
 	for i, e := range b.Entries {
 		seq := afterSeq + int64(i) + 1
 		if e.Type == store.EntryToolCall && e.ToolCallID != "" {
 			callSeq[e.ToolCallID] = seq
 		}
-		rows[i] = []any{conv, seq, string(e.Type), e.ToolCallID, e.Actor, jsonArg(e.Data), now}
+		r.Entries[i] = []any{conv, seq, string(e.Type), e.ToolCallID, e.Actor, jsonArg(e.Data), now}
 	}
-	out = insertMany(out, `INSERT INTO entries (conversation_id, seq, type, tool_call_id, actor, data, created_at)`, "", rows)
-
-	rows = nil
 	for _, tc := range lastByKey(b.Calls, func(tc store.ToolCall) string { return tc.ToolCallID }) {
 		seq := tc.Seq
 		if seq == 0 {
@@ -511,47 +530,108 @@ func PlanBatch(conv string, afterSeq int64, now time.Time, b store.Batch) []Stmt
 		if !tc.CreatedAt.IsZero() {
 			created = ts(tc.CreatedAt)
 		}
-		rows = append(rows, []any{conv, tc.ToolCallID, tc.Name, tc.Executor, tc.Approval, tc.Approvers, tc.Status, tc.PendingKind,
+		r.Calls = append(r.Calls, []any{conv, tc.ToolCallID, tc.Name, tc.Executor, tc.Approval, tc.Approvers, tc.Status, tc.PendingKind,
 			jsonArg(tc.Args), jsonArg(tc.Result), jsonArg(tc.Prompt), tsPtr(tc.ExpiresAt), seq, created, now})
 	}
-	out = insertMany(out, `INSERT INTO tool_calls (conversation_id, tool_call_id, name, executor, approval, approvers, status, pending_kind, args, result, prompt, expires_at, seq, created_at, updated_at)`,
-		`ON CONFLICT (conversation_id, tool_call_id) DO UPDATE SET name = excluded.name, executor = excluded.executor, approval = excluded.approval,
-		approvers = excluded.approvers, status = excluded.status, pending_kind = excluded.pending_kind, args = excluded.args, result = excluded.result,
-		prompt = excluded.prompt, expires_at = excluded.expires_at, seq = CASE WHEN excluded.seq = 0 THEN tool_calls.seq ELSE excluded.seq END,
-		updated_at = excluded.updated_at`, rows)
-
-	if len(b.Cancel) > 0 {
-		out = append(out, Stmt{`DELETE FROM expiries WHERE conversation_id = $1 AND tool_call_id IN (` + placeholders(len(b.Cancel), 2) + `)`,
-			append([]any{conv}, anySlice(b.Cancel)...)})
+	for _, id := range b.Cancel {
+		r.Cancel = append(r.Cancel, []any{conv, id})
 	}
-	rows = nil
 	for _, e := range lastByKey(b.Schedule, func(e store.Expiry) string { return e.ToolCallID }) {
-		rows = append(rows, []any{conv, e.ToolCallID, ts(e.At)})
+		r.Schedule = append(r.Schedule, []any{conv, e.ToolCallID, ts(e.At)})
 	}
-	out = insertMany(out, `INSERT INTO expiries (conversation_id, tool_call_id, at)`,
-		`ON CONFLICT (conversation_id, tool_call_id) DO UPDATE SET at = excluded.at, claimed_until = NULL`, rows)
-
-	if len(b.DoneSteps) > 0 {
-		out = append(out, Stmt{`DELETE FROM steps WHERE conversation_id = $1 AND key IN (` + placeholders(len(b.DoneSteps), 2) + `)`,
-			append([]any{conv}, anySlice(b.DoneSteps)...)})
+	for _, k := range b.DoneSteps {
+		r.DoneSteps = append(r.DoneSteps, []any{conv, k})
 	}
-	rows = nil
 	for _, s := range lastByKey(b.Steps, func(s store.Step) string { return s.Key }) {
-		rows = append(rows, []any{conv, s.Key, int64(s.Attempts), tsPtr(s.NextAttemptAt), s.LastError, now})
+		r.Steps = append(r.Steps, []any{conv, s.Key, int64(s.Attempts), tsPtr(s.NextAttemptAt), s.LastError, now})
 	}
-	out = insertMany(out, `INSERT INTO steps (conversation_id, key, attempts, next_attempt_at, last_error, updated_at)`,
-		`ON CONFLICT (conversation_id, key) DO UPDATE SET attempts = excluded.attempts, next_attempt_at = excluded.next_attempt_at,
-		last_error = excluded.last_error, updated_at = excluded.updated_at`, rows)
-
-	rows = nil
 	for _, a := range b.Audit {
 		at := now
 		if !a.At.IsZero() {
 			at = ts(a.At)
 		}
-		rows = append(rows, []any{conv, a.ToolCallID, a.Tool, a.ActorID, a.Action, a.Reason, a.ArgsHash, at})
+		r.Audit = append(r.Audit, []any{conv, a.ToolCallID, a.Tool, a.ActorID, a.Action, a.Reason, a.ArgsHash, at})
 	}
-	return insertMany(out, `INSERT INTO audit (conversation_id, tool_call_id, tool, actor_id, action, reason, args_hash, at)`, "", rows)
+	return r
+}
+
+// PlanBatch returns the statements that write b after the log's sequence check (see Append for
+// the rules), stamped now, in the order they must run.
+func PlanBatch(conv string, afterSeq int64, now time.Time, b store.Batch) []Stmt {
+	r := PlanWrites(conv, afterSeq, now, b)
+	var out []Stmt
+	out = insertMany(out, entriesInsert, "", r.Entries)
+	out = insertMany(out, callsInsert, callsUpsert, r.Calls)
+	if len(b.Cancel) > 0 {
+		out = append(out, Stmt{`DELETE FROM expiries WHERE conversation_id = $1 AND tool_call_id IN (` + placeholders(len(b.Cancel), 2) + `)`,
+			append([]any{conv}, anySlice(b.Cancel)...)})
+	}
+	out = insertMany(out, expiriesInsert, expiriesUpsert, r.Schedule)
+	if len(b.DoneSteps) > 0 {
+		out = append(out, Stmt{`DELETE FROM steps WHERE conversation_id = $1 AND key IN (` + placeholders(len(b.DoneSteps), 2) + `)`,
+			append([]any{conv}, anySlice(b.DoneSteps)...)})
+	}
+	out = insertMany(out, stepsInsert, stepsUpsert, r.Steps)
+	return insertMany(out, auditInsert, "", r.Audit)
+}
+
+// PlanMerged returns the statements that write the rows of several appends — at most one per
+// conversation, their sequence checks already made — one statement per table whatever the
+// number of rows: each column travels as one array and unnest turns the arrays back into rows,
+// so the statements' text never changes and stays prepared. PostgreSQL only.
+func PlanMerged(rs []Writes) []Stmt {
+	var m Writes
+	for _, r := range rs {
+		m.Entries = append(m.Entries, r.Entries...)
+		m.Calls = append(m.Calls, r.Calls...)
+		m.Cancel = append(m.Cancel, r.Cancel...)
+		m.Schedule = append(m.Schedule, r.Schedule...)
+		m.DoneSteps = append(m.DoneSteps, r.DoneSteps...)
+		m.Steps = append(m.Steps, r.Steps...)
+		m.Audit = append(m.Audit, r.Audit...)
+	}
+	var out []Stmt
+	add := func(sql string, types []string, rows [][]any) {
+		if len(rows) > 0 {
+			out = append(out, Stmt{strings.Replace(sql, "UNNEST", unnest(types), 1), columns(rows, len(types))})
+		}
+	}
+	add(entriesInsert+` SELECT * FROM UNNEST`, []string{"text", "bigint", "text", "text", "text", "json", "timestamptz"}, m.Entries)
+	add(callsInsert+` SELECT * FROM UNNEST `+callsUpsert, []string{"text", "text", "text", "text", "text", "text", "text", "text",
+		"json", "json", "json", "timestamptz", "bigint", "timestamptz", "timestamptz"}, m.Calls)
+	add(`DELETE FROM expiries WHERE (conversation_id, tool_call_id) IN (SELECT * FROM UNNEST)`, []string{"text", "text"}, m.Cancel)
+	add(expiriesInsert+` SELECT * FROM UNNEST `+expiriesUpsert, []string{"text", "text", "timestamptz"}, m.Schedule)
+	add(`DELETE FROM steps WHERE (conversation_id, key) IN (SELECT * FROM UNNEST)`, []string{"text", "text"}, m.DoneSteps)
+	add(stepsInsert+` SELECT * FROM UNNEST `+stepsUpsert, []string{"text", "text", "bigint", "timestamptz", "text", "timestamptz"}, m.Steps)
+	add(auditInsert+` SELECT * FROM UNNEST`, []string{"text", "text", "text", "text", "text", "text", "text", "timestamptz"}, m.Audit)
+	return out
+}
+
+// unnest is "unnest($1::t1[], $2::t2[], …)".
+func unnest(types []string) string {
+	var b strings.Builder
+	b.WriteString("unnest(")
+	for i, t := range types {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "$%d::%s[]", i+1, t)
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+// columns transposes rows into one []any per column.
+func columns(rows [][]any, width int) []any {
+	cols := make([]any, width)
+	for c := range width {
+		col := make([]any, len(rows))
+		for i, r := range rows {
+			col[i] = r[c]
+		}
+		cols[c] = col
+	}
+	return cols
 }
 
 func anySlice(ss []string) []any {
