@@ -18,10 +18,17 @@ import (
 
 // Group commit. Under load many conversations append at once, and each append is a commit of its
 // own: with a handful of pooled connections the appends queue behind one another, one commit
-// each. The committers instead take every append waiting when they are free and commit them
-// together, as one pipelined batch in one implicit transaction: one round trip and one WAL flush
-// for the lot. Nothing waits for a group to fill — a lone append goes at once — so an idle
-// server's append costs what it did; a busy one's costs a share of a commit.
+// each. Instead, appends that wait together commit together, as one pipelined batch in one
+// implicit transaction: one round trip and one WAL flush for the lot. Nothing waits for a group
+// to fill — a lone append goes at once — so an idle server's append costs what it did; a busy
+// one's costs a share of a commit.
+//
+// There are no committer goroutines. Each of the write pool's connections is a slot; an append
+// that finds a slot free leads: it commits itself and whatever is queued, in its own goroutine.
+// One that finds none queues and waits either for a leader to answer it or for a slot to free
+// up, and then leads itself. Every queued append's caller is waiting for a slot, so nothing
+// queued is left behind, and an append that meets no contention is never handed to another
+// goroutine.
 //
 // A group is atomic, so one append that cannot be applied (its conversation's log moved on, a
 // constraint refused a row) would take the others down with it. When a group fails, each of its
@@ -37,7 +44,7 @@ const (
 	// (2.6× against 3.5× the bare commit, medians of six runs; docs/benchmarks.md) at the same
 	// throughput, while 8 and 16 cost throughput.
 	maxGroup = 32
-	// queueDepth bounds appends waiting for a committer, in each of the two queues (urgent and
+	// queueDepth bounds appends waiting for a slot, in each of the two queues (urgent and
 	// the rest). A caller finding its queue full waits for room (or its context): backpressure,
 	// never a dropped write.
 	queueDepth = 1024
@@ -64,37 +71,40 @@ type appendReq struct {
 	batch    store.Batch
 	now      time.Time
 	state    atomic.Int32
-	done     chan error // buffered: a committer never blocks on a caller that left
+	done     chan error // buffered: a leader never blocks on a caller that left
 }
 
-// grouper owns the committer goroutines: started by Open, stopped by Store.Close. Appends marked
-// store.Batch.Urgent (a person waits on them) queue apart and are taken first, so a decision
-// is not committed behind the background work of every other conversation.
+// grouper queues appends for the slot holders. Appends marked store.Batch.Urgent (a person
+// waits on them) queue apart and are taken first, so a decision is not committed behind the
+// background work of every other conversation.
 type grouper struct {
+	slots  chan struct{} // one per write-pool connection; holding one is leading a group
 	urgent chan *appendReq
 	queue  chan *appendReq
 	ctx    context.Context // the groups' context, canceled by stop
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
 	once   sync.Once
 	closed chan struct{}
 }
 
-// startGroupCommit starts n committers on s.writePool.
-func (s *Store) startGroupCommit(n int) {
+func newGrouper(slots int) *grouper {
 	ctx, cancel := context.WithCancel(context.Background())
-	g := &grouper{urgent: make(chan *appendReq, queueDepth), queue: make(chan *appendReq, queueDepth), ctx: ctx, cancel: cancel, closed: make(chan struct{})}
-	s.group = g
-	for range n {
-		g.wg.Go(func() { s.commitLoop(g) })
+	return &grouper{
+		slots:  make(chan struct{}, slots),
+		urgent: make(chan *appendReq, queueDepth),
+		queue:  make(chan *appendReq, queueDepth),
+		ctx:    ctx, cancel: cancel,
+		closed: make(chan struct{}),
 	}
 }
 
-// stop ends the committers after their current group and fails what is still queued.
+// stop refuses new appends, waits for the groups in flight and fails what is still queued.
 func (g *grouper) stop() {
 	g.once.Do(func() {
 		close(g.closed)
-		g.wg.Wait()
+		for range cap(g.slots) {
+			g.slots <- struct{}{}
+		}
 		g.cancel()
 		for {
 			var r *appendReq
@@ -111,12 +121,20 @@ func (g *grouper) stop() {
 	})
 }
 
-// appendGrouped queues one append and waits for its group's outcome.
+// appendGrouped commits r, leading a group when a slot is free and queueing for one otherwise,
+// and returns its outcome.
 func (s *Store) appendGrouped(ctx context.Context, r *appendReq) error {
 	g := s.group
 	select {
 	case <-g.closed:
 		return errClosed
+	default:
+	}
+	select {
+	case g.slots <- struct{}{}:
+		r.state.Store(reqTaken)
+		s.lead(g, r)
+		return <-r.done
 	default:
 	}
 	queue := g.queue
@@ -130,54 +148,60 @@ func (s *Store) appendGrouped(ctx context.Context, r *appendReq) error {
 	case <-g.closed:
 		return errClosed
 	}
-	select {
-	case err := <-r.done:
-		return err
-	case <-ctx.Done():
-		if r.state.CompareAndSwap(reqQueued, reqAbandoned) {
-			return ctx.Err()
+	for {
+		select {
+		case err := <-r.done:
+			return err
+		case g.slots <- struct{}{}:
+			var own *appendReq
+			if r.state.CompareAndSwap(reqQueued, reqTaken) {
+				own = r
+			}
+			s.lead(g, own)
+		case <-ctx.Done():
+			if r.state.CompareAndSwap(reqQueued, reqAbandoned) {
+				return ctx.Err()
+			}
+			// Taken into a group already: its outcome is the truth about the log, so wait for it.
+			return <-r.done
+		case <-g.closed:
+			if r.state.CompareAndSwap(reqQueued, reqAbandoned) {
+				return errClosed
+			}
+			return <-r.done
 		}
-		// Taken into a group already: its outcome is the truth about the log, so wait for it.
-		return <-r.done
-	case <-g.closed:
-		if r.state.CompareAndSwap(reqQueued, reqAbandoned) {
-			return errClosed
-		}
-		return <-r.done
 	}
 }
 
-// commitLoop commits group after group until the grouper stops.
-func (s *Store) commitLoop(g *grouper) {
+// lead commits one group — own (already taken; nil when another leader took it) and what is
+// queued — and gives the slot back.
+func (s *Store) lead(g *grouper, own *appendReq) {
+	defer func() { <-g.slots }()
 	group := make([]*appendReq, 0, maxGroup)
-	for {
-		group = g.next(group[:0])
-		if len(group) == 0 {
-			return
-		}
+	if own != nil {
+		group = append(group, own)
+	}
+	group = take(g.collect(group), len(group))
+	if len(group) > 0 {
 		s.commitGroup(g.ctx, group)
 	}
 }
 
-// next waits for an append — taking an urgent one if any waits — and adds everything queued
-// behind it to group, urgent appends first, up to maxGroup. It returns group empty when the
-// grouper stops.
-func (g *grouper) next(group []*appendReq) []*appendReq {
-	select {
-	case r := <-g.urgent:
-		group = append(group, r)
-	default:
-		select {
-		case <-g.closed:
-			return group
-		case r := <-g.urgent:
-			group = append(group, r)
-		case r := <-g.queue:
-			group = append(group, r)
+// collect adds to group what is queued, urgent appends first, up to maxGroup, without waiting.
+func (g *grouper) collect(group []*appendReq) []*appendReq {
+	return drain(drain(group, g.urgent), g.queue)
+}
+
+// take keeps group[:taken], already this leader's, and those of the rest it takes now, dropping
+// the ones whose callers gave up or that another leader took first.
+func take(group []*appendReq, taken int) []*appendReq {
+	live := group[:taken]
+	for _, r := range group[taken:] {
+		if r.state.CompareAndSwap(reqQueued, reqTaken) {
+			live = append(live, r)
 		}
 	}
-	group = drain(group, g.urgent)
-	return drain(group, g.queue)
+	return live
 }
 
 // drain appends what q holds to group, up to maxGroup, without waiting.
@@ -193,14 +217,8 @@ func drain(group []*appendReq, q chan *appendReq) []*appendReq {
 	return group
 }
 
-// commitGroup runs the appends in group that their callers still wait for and answers each.
-func (s *Store) commitGroup(ctx context.Context, group []*appendReq) {
-	live := group[:0:0]
-	for _, r := range group {
-		if r.state.CompareAndSwap(reqQueued, reqTaken) {
-			live = append(live, r)
-		}
-	}
+// commitGroup commits live, appends this leader has taken, and answers each.
+func (s *Store) commitGroup(ctx context.Context, live []*appendReq) {
 	switch len(live) {
 	case 0:
 		return

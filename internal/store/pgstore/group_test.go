@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -77,7 +78,7 @@ func TestGroupCommitIsolatesTheAppendAtFault(t *testing.T) {
 		newReq(ctx, s, ids[2], 0, textBatch("c")),
 		newReq(ctx, s, ids[3], 0, dup),
 	}
-	s.commitGroup(ctx, reqs)
+	s.commitGroup(ctx, take(slices.Clone(reqs), 0)) // commitGroup orders its slice by conversation
 
 	errs := make([]error, len(reqs))
 	for i, r := range reqs {
@@ -152,9 +153,9 @@ func TestGroupCommitManyWriters(t *testing.T) {
 // committer took it is skipped, so the caller's error is the truth about the log.
 func TestGroupCommitAbandonedAppendWritesNothing(t *testing.T) {
 	s, ids := groupFixture(t, 2, WithCommitters(0))
-	// A grouper with no committers: appends stay queued until the test commits them.
-	g := &grouper{urgent: make(chan *appendReq, 4), queue: make(chan *appendReq, 4), closed: make(chan struct{})}
-	g.ctx, g.cancel = context.WithCancel(t.Context())
+	// A grouper whose one slot the test holds: appends stay queued until the test commits them.
+	g := newGrouper(1)
+	g.slots <- struct{}{}
 	s.group = g
 	ctx, cancel := context.WithCancel(t.Context())
 	result := make(chan error, 1)
@@ -168,7 +169,11 @@ func TestGroupCommitAbandonedAppendWritesNothing(t *testing.T) {
 		t.Fatalf("abandoned append: err = %v, want context.Canceled", err)
 	}
 	live := newReq(t.Context(), s, ids[1], 0, textBatch("kept"))
-	s.commitGroup(t.Context(), []*appendReq{r, live})
+	group := take([]*appendReq{r, live}, 0)
+	if len(group) != 1 || group[0] != live {
+		t.Fatalf("take kept %d appends, want only the live one", len(group))
+	}
+	s.commitGroup(t.Context(), group)
 	if err := <-live.done; err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +184,8 @@ func TestGroupCommitAbandonedAppendWritesNothing(t *testing.T) {
 		t.Fatalf("the live append's log = %q", got)
 	}
 
-	// Close fails what is still queued, and what comes after.
+	// Close fails what is still queued, waits for the group in flight (the test's slot), and
+	// refuses what comes after.
 	go func() {
 		_, err := s.Append(t.Context(), ids[1], 1, textBatch("late"))
 		result <- err
@@ -187,12 +193,23 @@ func TestGroupCommitAbandonedAppendWritesNothing(t *testing.T) {
 	for len(g.queue) == 0 {
 		runtime.Gosched()
 	}
-	g.stop()
+	stopped := make(chan struct{})
+	go func() { g.stop(); close(stopped) }()
 	if err := <-result; !errors.Is(err, errClosed) {
 		t.Fatalf("append queued at Close: err = %v, want errClosed", err)
 	}
+	select {
+	case <-stopped:
+		t.Fatal("stop returned while a group was still in flight")
+	case <-time.After(50 * time.Millisecond):
+	}
+	<-g.slots // the group in flight ends
+	<-stopped
 	if _, err := s.Append(t.Context(), ids[1], 1, textBatch("after")); !errors.Is(err, errClosed) {
 		t.Fatalf("append after Close: err = %v, want errClosed", err)
+	}
+	if got := logTexts(t, s, ids[1]); len(got) != 1 {
+		t.Fatalf("appends refused at Close were written: %q", got)
 	}
 }
 
@@ -252,7 +269,7 @@ func TestMergedGroupWritesWhatSingleAppendsWrite(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		s.commitGroup(ctx, group)
+		s.commitGroup(ctx, take(group, 0))
 		for _, r := range group {
 			if err := <-r.done; err != nil {
 				t.Fatalf("step %d: %v", step+1, err)
@@ -305,21 +322,75 @@ func TestMergedGroupWritesWhatSingleAppendsWrite(t *testing.T) {
 // TestGroupTakesUrgentAppendsFirst: with more background appends queued than a group holds,
 // the urgent ones (a person waits on them) go in the next group, ahead of the rest.
 func TestGroupTakesUrgentAppendsFirst(t *testing.T) {
-	g := &grouper{urgent: make(chan *appendReq, queueDepth), queue: make(chan *appendReq, queueDepth), closed: make(chan struct{})}
+	g := newGrouper(1)
 	for i := range maxGroup + 10 {
 		g.queue <- &appendReq{conv: fmt.Sprint("background-", i)}
 	}
 	g.urgent <- &appendReq{conv: "urgent-1", batch: store.Batch{Urgent: true}}
 	g.urgent <- &appendReq{conv: "urgent-2", batch: store.Batch{Urgent: true}}
-	first := g.next(nil)
-	if len(first) != maxGroup || first[0].conv != "urgent-1" || first[1].conv != "urgent-2" || first[2].conv != "background-0" {
-		t.Fatalf("first group: %d appends starting %s, %s, %s; want %d starting with the urgent ones", len(first), first[0].conv, first[1].conv, first[2].conv, maxGroup)
+	own := &appendReq{conv: "leader"}
+	first := take(g.collect([]*appendReq{own}), 1)
+	if len(first) != maxGroup || first[0] != own || first[1].conv != "urgent-1" || first[2].conv != "urgent-2" || first[3].conv != "background-0" {
+		t.Fatalf("first group: %d appends starting %s, %s, %s, %s; want %d: the leader's, then the urgent ones", len(first), first[0].conv, first[1].conv, first[2].conv, first[3].conv, maxGroup)
 	}
-	if second := g.next(nil); len(second) != 12 || second[0].conv != fmt.Sprint("background-", maxGroup-2) {
-		t.Fatalf("second group: %d appends starting %s, want the 12 left in order", len(second), second[0].conv)
+	if second := take(g.collect(nil), 0); len(second) != 13 || second[0].conv != fmt.Sprint("background-", maxGroup-3) {
+		t.Fatalf("second group: %d appends starting %s, want the 13 left in order", len(second), second[0].conv)
 	}
-	close(g.closed)
-	if rest := g.next(nil); len(rest) != 0 {
-		t.Fatalf("a stopped grouper handed out %d appends", len(rest))
+}
+
+// TestGroupCommitLeadersUnderCancellation has many writers through two slots, a third of their
+// appends canceled at random moments, and checks that every writer finishes (a queued append
+// always finds a leader) and every log ends gap-free, in step with its conversation's last_seq.
+func TestGroupCommitLeadersUnderCancellation(t *testing.T) {
+	const convs, each = 40, 12
+	s, ids := groupFixture(t, convs, WithCommitters(2))
+	var wg sync.WaitGroup
+	for n, id := range ids {
+		wg.Go(func() {
+			after := int64(0)
+			for i := range each {
+				ctx, cancel := context.WithCancel(t.Context())
+				if (n+i)%3 == 0 {
+					time.AfterFunc(time.Duration(i*50)*time.Microsecond, cancel)
+				}
+				last, err := s.Append(ctx, id, after, textBatch(fmt.Sprint(i)))
+				cancel()
+				if err != nil {
+					// Canceled: reread where the log is (a commit under way may have landed).
+					c, gerr := s.GetConversation(t.Context(), id)
+					if gerr != nil {
+						t.Error(gerr)
+						return
+					}
+					last = c.LastSeq
+				}
+				after = last
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("writers still waiting after a minute: a queued append found no leader")
+	}
+	for _, id := range ids {
+		c, err := s.GetConversation(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		es, err := s.Log(t.Context(), id, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int64(len(es)) != c.LastSeq {
+			t.Fatalf("%s: %d entries, last_seq %d", id, len(es), c.LastSeq)
+		}
+		for i, e := range es {
+			if e.Seq != int64(i+1) {
+				t.Fatalf("%s: entry %d has seq %d", id, i+1, e.Seq)
+			}
+		}
 	}
 }

@@ -40,8 +40,8 @@ type Store struct {
 	want      int // the newest embedded migration
 	closeOnce sync.Once
 
-	committers     int           // group-commit goroutines; 0 appends without grouping
-	writePool      *pgxpool.Pool // the committers' connections, one each; nil without grouping
+	committers     int           // group-commit slots (write-pool connections); 0 appends without grouping
+	writePool      *pgxpool.Pool // the groups' connections; nil without grouping
 	group          *grouper      // nil without grouping
 	groupFallbacks atomic.Int64  // groups rerun one append at a time
 	groupedAppends atomic.Int64  // appends committed in a group of more than one
@@ -52,7 +52,7 @@ var _ store.Store = (*Store)(nil)
 // Option configures Open.
 type Option func(*Store)
 
-// WithCommitters sets how many goroutines commit grouped appends (see group.go), each on a
+// WithCommitters sets how many groups of appends may commit at once (see group.go), each on a
 // connection of its own taken from the configured pool size; 0 turns grouping off, so each
 // append is its own transaction on the shared pool. The default is half the pool's connections
 // (pgx's default size is max(4, CPUs), so 2 of 4), leaving the rest to reads and other writes;
@@ -109,7 +109,7 @@ func Open(ctx context.Context, databaseURL string, logger *slog.Logger, opts ...
 			pool.Close()
 			return nil, err
 		}
-		s.startGroupCommit(s.committers)
+		s.group = newGrouper(s.committers)
 	}
 	return s, nil
 }
@@ -159,7 +159,7 @@ func (s *Store) SchemaVersion(ctx context.Context) (have, want int, err error) {
 	return have, s.want, nil
 }
 
-// Close stops the committers (appends still queued fail) and closes the pool. Closing twice is
+// Close waits for the groups committing (appends still queued fail) and closes the pools. Closing twice is
 // harmless.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
