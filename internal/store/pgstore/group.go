@@ -85,6 +85,8 @@ type grouper struct {
 	cancel context.CancelFunc
 	once   sync.Once
 	closed chan struct{}
+
+	idleLeads atomic.Int64 // slots taken that found nothing to commit (at most one per queued append)
 }
 
 func newGrouper(slots int) *grouper {
@@ -148,28 +150,29 @@ func (s *Store) appendGrouped(ctx context.Context, r *appendReq) error {
 	case <-g.closed:
 		return errClosed
 	}
-	for {
-		select {
-		case err := <-r.done:
-			return err
-		case g.slots <- struct{}{}:
-			var own *appendReq
-			if r.state.CompareAndSwap(reqQueued, reqTaken) {
-				own = r
-			}
-			s.lead(g, own)
-		case <-ctx.Done():
-			if r.state.CompareAndSwap(reqQueued, reqAbandoned) {
-				return ctx.Err()
-			}
-			// Taken into a group already: its outcome is the truth about the log, so wait for it.
-			return <-r.done
-		case <-g.closed:
-			if r.state.CompareAndSwap(reqQueued, reqAbandoned) {
-				return errClosed
-			}
-			return <-r.done
+	select {
+	case err := <-r.done:
+		return err
+	case g.slots <- struct{}{}:
+		// Lead, with r unless another leader took it first (then lead whatever is queued, once,
+		// and wait for r's answer: competing for slots again would spin while its group commits).
+		var own *appendReq
+		if r.state.CompareAndSwap(reqQueued, reqTaken) {
+			own = r
 		}
+		s.lead(g, own)
+		return <-r.done
+	case <-ctx.Done():
+		if r.state.CompareAndSwap(reqQueued, reqAbandoned) {
+			return ctx.Err()
+		}
+		// Taken into a group already: its outcome is the truth about the log, so wait for it.
+		return <-r.done
+	case <-g.closed:
+		if r.state.CompareAndSwap(reqQueued, reqAbandoned) {
+			return errClosed
+		}
+		return <-r.done
 	}
 }
 
@@ -182,9 +185,11 @@ func (s *Store) lead(g *grouper, own *appendReq) {
 		group = append(group, own)
 	}
 	group = take(g.collect(group), len(group))
-	if len(group) > 0 {
-		s.commitGroup(g.ctx, group)
+	if len(group) == 0 {
+		g.idleLeads.Add(1)
+		return
 	}
+	s.commitGroup(g.ctx, group)
 }
 
 // collect adds to group what is queued, urgent appends first, up to maxGroup, without waiting.

@@ -375,6 +375,11 @@ func TestGroupCommitLeadersUnderCancellation(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("writers still waiting after a minute: a queued append found no leader")
 	}
+	// A follower whose append another leader took waits for its answer; it does not keep taking
+	// free slots with nothing to commit (that spun a core while the group committed).
+	if idle := s.group.idleLeads.Load(); idle > convs*each {
+		t.Fatalf("%d slots were taken with nothing to commit, for %d appends", idle, convs*each)
+	}
 	for _, id := range ids {
 		c, err := s.GetConversation(t.Context(), id)
 		if err != nil {
