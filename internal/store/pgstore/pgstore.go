@@ -7,6 +7,7 @@
 // Open applies the embedded migrations (package migrations) under an advisory lock before
 // returning; Migrate does only that, for `web migrate`. The pool takes pgx's defaults
 // (max(4, CPUs) connections); the URL's pool_max_conns and other pgxpool parameters override them.
+// Half of those connections commit appends in groups (group.go), the rest serve everything else.
 package pgstore
 
 import (
