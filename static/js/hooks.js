@@ -256,9 +256,9 @@
   // Enhanced forms post over fetch with the same fields (the CSRF token is one of them) and apply
   // the JSON answer; anything unexpected falls back to the plain POST the form was built for.
   //
-  // A question form's inputs are named after its schema's properties, which the model chooses,
-  // and a form's named controls shadow its own properties (the "action" button hides the action attribute).
-  // So form methods and attributes are reached through the prototypes, never as form.x.
+  // A form's named controls shadow its own properties: the "action" buttons hide the action
+  // attribute, and a question form's inputs ("f." + a property name the model chose) could hide
+  // others. So form methods and attributes are reached through the prototypes, never as form.x.
   const attr = (el, name) => Element.prototype.getAttribute.call(el, name);
   const setAttr = (el, name, v) => Element.prototype.setAttribute.call(el, name, v);
   const within = (el, sel) => Element.prototype.querySelectorAll.call(el, sel);
