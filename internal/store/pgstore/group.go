@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"parley/internal/store"
 	"parley/internal/store/internal/sqlcore"
@@ -145,6 +146,10 @@ func (s *Store) appendGrouped(ctx context.Context, r *appendReq) error {
 	}
 	select {
 	case queue <- r:
+	case g.slots <- struct{}{}: // the queue is full (of appends whose callers left, say) but a slot freed
+		r.state.Store(reqTaken)
+		s.lead(g, r)
+		return <-r.done
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-g.closed:
@@ -233,8 +238,10 @@ func (s *Store) commitGroup(ctx context.Context, live []*appendReq) {
 		r.done <- s.sendAppend(r.ctx, []*appendReq{r})
 		return
 	}
-	// One transaction touching several conversations: take their rows in one order, so two
-	// groups (or two processes) never wait on each other's locks in a cycle.
+	// In conversation order, the per-append statements take their rows in one order. The merged
+	// UPDATE's order is the planner's, so two groups racing for the same conversations (only
+	// several processes do) can deadlock; PostgreSQL then aborts one, whose appends are rerun
+	// one at a time below.
 	slices.SortStableFunc(live, func(a, b *appendReq) int { return strings.Compare(a.conv, b.conv) })
 	gctx, cancel := context.WithTimeout(ctx, groupTimeout)
 	err := s.sendAppend(gctx, live)
@@ -246,7 +253,17 @@ func (s *Store) commitGroup(ctx context.Context, live []*appendReq) {
 		}
 		return
 	}
-	// Nothing of the group was written: find the append at fault by running each alone.
+	if _, refused := errors.AsType[*pgconn.PgError](err); !refused {
+		// No answer from the server (the connection dropped, the timeout fired): the group may
+		// have committed, and rerunning an append without entries, which no sequence check
+		// guards, could write it twice. Each append gets the error, as a lone append would.
+		for _, r := range live {
+			r.done <- err
+		}
+		return
+	}
+	// PostgreSQL refused the group, so nothing of it was written: find the append at fault by
+	// running each alone.
 	s.groupFallbacks.Add(1)
 	for _, r := range live {
 		r.done <- s.sendAppend(r.ctx, []*appendReq{r})

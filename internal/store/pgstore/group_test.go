@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"parley/internal/store"
@@ -198,10 +199,11 @@ func TestGroupCommitAbandonedAppendWritesNothing(t *testing.T) {
 	if err := <-result; !errors.Is(err, errClosed) {
 		t.Fatalf("append queued at Close: err = %v, want errClosed", err)
 	}
+	// stop closed the grouper (the queued append saw it) and now waits for the test's slot.
 	select {
 	case <-stopped:
 		t.Fatal("stop returned while a group was still in flight")
-	case <-time.After(50 * time.Millisecond):
+	default:
 	}
 	<-g.slots // the group in flight ends
 	<-stopped
@@ -255,10 +257,15 @@ func TestMergedGroupWritesWhatSingleAppendsWrite(t *testing.T) {
 		Steps:     []store.Step{{Key: "tool:c2", Attempts: 2, NextAttemptAt: &retry, LastError: "timeout"}},
 		Audit:     []store.AuditRecord{{ToolCallID: "c1", Tool: "send_email", ActorID: "u1", Action: "approve", Reason: "ok", ArgsHash: "ab"}},
 	}
+	// The third pair's second batch removes nothing: the other conversations' deletes of the
+	// same keys must leave its expiry and step alone.
+	quiet := second
+	quiet.Cancel, quiet.DoneSteps = nil, nil
 	grouped, single := ids[:3], ids[3:]
-	for step, b := range []store.Batch{first, second} {
+	for step, batches := range [][]store.Batch{{first, first, first}, {second, second, quiet}} {
 		var group []*appendReq
 		for i := range grouped {
+			b := batches[i]
 			after := int64(0)
 			if step == 1 {
 				after = 4
@@ -312,9 +319,13 @@ func TestMergedGroupWritesWhatSingleAppendsWrite(t *testing.T) {
 		if got != want {
 			t.Fatalf("merged group wrote\n%s\nsingle appends wrote\n%s", got, want)
 		}
-		if !strings.Contains(got, `"tool_call_id": "c3", "claimed_until": null`) || strings.Contains(got, `"key": "llm:1"`) ||
-			!strings.Contains(got, `"last_seq": 6`) || strings.Count(got, `"seq"`) != 8 {
+		if !strings.Contains(got, `"tool_call_id": "c3", "claimed_until": null`) || !strings.Contains(got, `"last_seq": 6`) ||
+			strings.Count(got, `"seq"`) != 8 {
 			t.Fatalf("the rows are not the ones expected:\n%s", got)
+		}
+		removed := i < 2 // the third pair's second batch removed nothing
+		if strings.Contains(got, `"key": "llm:1"`) == removed || strings.Contains(got, `"tool_call_id": "c1", "claimed_until"`) == removed {
+			t.Fatalf("pair %d: the step llm:1 and the expiry of c1 should be there: %v; rows:\n%s", i, !removed, got)
 		}
 	}
 }
@@ -347,16 +358,27 @@ func TestGroupCommitLeadersUnderCancellation(t *testing.T) {
 	var wg sync.WaitGroup
 	for n, id := range ids {
 		wg.Go(func() {
-			after := int64(0)
+			after, hadCanceled := int64(0), false
 			for i := range each {
 				ctx, cancel := context.WithCancel(t.Context())
-				if (n+i)%3 == 0 {
+				if (n+i)%3 == 0 { // canceled, below
 					time.AfterFunc(time.Duration(i*50)*time.Microsecond, cancel)
 				}
+				canceled := (n+i)%3 == 0
 				last, err := s.Append(ctx, id, after, textBatch(fmt.Sprint(i)))
 				cancel()
+				// A canceled append may still land after Append returned (a lone append runs on
+				// its caller's context, and pgx cancels asynchronously), so the next one may find
+				// the log moved on: a conflict, after a cancellation, is the one other error.
+				ok := err == nil || canceled && errors.Is(err, context.Canceled) ||
+					hadCanceled && errors.Is(err, store.ErrConflict)
+				if !ok {
+					t.Errorf("append %d to %s (canceled: %v): %v", i, id, canceled, err)
+					return
+				}
+				hadCanceled = hadCanceled || canceled
 				if err != nil {
-					// Canceled: reread where the log is (a commit under way may have landed).
+					// Reread where the log is (a commit under way may have landed).
 					c, gerr := s.GetConversation(t.Context(), id)
 					if gerr != nil {
 						t.Error(gerr)
@@ -397,5 +419,61 @@ func TestGroupCommitLeadersUnderCancellation(t *testing.T) {
 				t.Fatalf("%s: entry %d has seq %d", id, i+1, e.Seq)
 			}
 		}
+	}
+}
+
+// TestGroupCommitFullQueueStillFindsASlot: a caller waiting for room in a queue full of appends
+// whose callers left takes a slot when one frees up, instead of waiting for someone to drain
+// the queue.
+func TestGroupCommitFullQueueStillFindsASlot(t *testing.T) {
+	s, ids := groupFixture(t, 1, WithCommitters(0))
+	synctest.Test(t, func(t *testing.T) {
+		g := newGrouper(1)
+		s.group = g
+		g.slots <- struct{}{} // the test holds the only slot
+		for range queueDepth {
+			r := &appendReq{conv: "gone"}
+			r.state.Store(reqAbandoned)
+			g.queue <- r
+		}
+		result := make(chan error, 1)
+		go func() {
+			_, err := s.Append(t.Context(), ids[0], 0, textBatch("waited for room"))
+			result <- err
+		}()
+		synctest.Wait() // the append waits: no slot, no room
+		<-g.slots
+		if err := <-result; err != nil {
+			t.Fatal(err)
+		}
+		g.stop() // its channels belong to the bubble
+		s.group = nil
+	})
+	if got := logTexts(t, s, ids[0]); len(got) != 1 {
+		t.Fatalf("log = %q", got)
+	}
+}
+
+// TestGroupCommitUnknownOutcomeIsNotRerun: when a group gets no answer from the server (here its
+// context is already over), the group may have committed, so its appends are not rerun one by
+// one — an append without entries would be written twice — and each gets the error.
+func TestGroupCommitUnknownOutcomeIsNotRerun(t *testing.T) {
+	s, ids := groupFixture(t, 2, WithCommitters(0))
+	audit := store.Batch{Audit: []store.AuditRecord{{ToolCallID: "c1", Tool: "t", ActorID: "u", Action: "approve"}}}
+	group := []*appendReq{newReq(t.Context(), s, ids[0], 0, audit), newReq(t.Context(), s, ids[1], 0, audit)}
+	over, cancel := context.WithCancel(t.Context())
+	cancel()
+	s.commitGroup(over, take(group, 0))
+	for _, r := range group {
+		if err := <-r.done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v, want the group's context.Canceled", err)
+		}
+	}
+	if n := s.groupFallbacks.Load(); n != 0 {
+		t.Fatalf("%d groups were rerun one append at a time", n)
+	}
+	recs, err := s.ListAudit(t.Context(), store.AuditFilter{})
+	if err != nil || len(recs) != 0 {
+		t.Fatalf("audit = %v (err %v), want nothing written", recs, err)
 	}
 }

@@ -118,7 +118,10 @@ func Open(ctx context.Context, databaseURL string, logger *slog.Logger, opts ...
 // Append implements store.Store with the rules of sqlcore.Core.Append, in one round trip: the
 // sequence check (parley_advance, which raises on a conflict) and every write are sent as one
 // pipelined batch, which PostgreSQL runs as a single implicit transaction — an error anywhere
-// rolls back all of it. Appends that arrive together share that transaction (group.go).
+// rolls back all of it. Appends that arrive together share that transaction (group.go). A
+// caller's context ending while its append waits for a connection returns ctx.Err() with nothing
+// written; once the append is being committed — or the caller is committing a group, its own
+// append with others' — Append returns only with the outcome (a group is bounded by 30 s).
 func (s *Store) Append(ctx context.Context, conversationID string, afterSeq int64, b store.Batch) (int64, error) {
 	r := &appendReq{ctx: ctx, conv: conversationID, afterSeq: afterSeq, batch: b, now: s.Stamp(), done: make(chan error, 1)}
 	var err error
