@@ -32,11 +32,11 @@ import (
 // goroutine.
 //
 // A group is atomic, so one append that cannot be applied (its conversation's log moved on, a
-// constraint refused a row) would take the others down with it. When a group fails, each of its
-// appends is therefore run again on its own, and only the one at fault gets the error; the group
-// wrote nothing, so nothing is written twice. If the group's commit was lost with the connection
-// after PostgreSQL applied it, the rerun meets its own sequence already taken and answers
-// store.ErrConflict, as an append racing another writer does, and the caller reloads.
+// constraint refused a row) would take the others down with it. When PostgreSQL refuses a
+// group, each of its appends is therefore run again on its own, and only the one at fault gets
+// the error; the group wrote nothing, so nothing is written twice. When the group gets no answer
+// (the connection dropped, its timeout fired) it may have committed, so nothing is rerun: every
+// append gets the error, as a lone append would, and its caller reloads.
 
 // Group-commit limits.
 const (
