@@ -531,7 +531,7 @@ func TestTimelineInterleavesByLogOrderAndRevTracksContent(t *testing.T) {
 	a := v.Calls[0]
 	b := a
 	b.Status = "resolved"
-	if rev(a) != rev(a) || rev(a) == rev(b) {
+	if first, again := rev(a), rev(a); first != again || first == rev(b) {
 		t.Errorf("data-rev must be stable for equal content and change with it")
 	}
 }

@@ -15,8 +15,7 @@ import (
 // ask_user question and the browser's geolocation.
 func TestDemoModelDrivesTheDemoTools(t *testing.T) {
 	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
-		var e *env
-		e = newEnv(t, open, newScripted(), func(st store.Store) []*tools.Tool {
+		e := newEnv(t, open, newScripted(), func(st store.Store) []*tools.Tool {
 			return tools.Builtins(tools.BuiltinDeps{Outbox: storeOutbox{st}})
 		}, func(c *Config) { c.Provider = demo.New(demo.Config{Pace: demo.NoPace}) })
 		pendingOf := func(kind tools.PendingKind) string {
