@@ -17,6 +17,12 @@ import (
 // CSRFField is the name of the hidden form field that carries the session's CSRF token.
 const CSRFField = "_csrf"
 
+// AnswerFieldPrefix begins the form name of each answer of a question form: the input of
+// property p is named AnswerFieldPrefix + p. The model names the properties, and any name may
+// clash with the form's own fields (CSRFField, action, return, decision); only prefixed fields
+// are answers, so every property name, whatever its characters, comes back as it was.
+const AnswerFieldPrefix = "f."
+
 // Viewer is who looks at a page; it decides which buttons a card offers. The server still
 // authorizes every decision: hiding a button is a courtesy, not a check.
 type Viewer struct {

@@ -163,8 +163,8 @@ func (s *Store) SchemaVersion(ctx context.Context) (have, want int, err error) {
 	return have, s.want, nil
 }
 
-// Close waits for the groups committing (appends still queued fail) and closes the pools. Closing twice is
-// harmless.
+// Close waits for the groups committing (appends still queued fail) and closes the pools.
+// Closing twice is harmless.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		if s.group != nil {
