@@ -42,7 +42,7 @@ import (
 const (
 	// maxGroup bounds the appends in one transaction. A group's commit takes longer the more it
 	// holds: at 500 conversations in step, groups of 32 gave the resolve a lower p99 than 64
-	// (2.6× against 3.5× the bare commit, medians of six runs; docs/benchmarks.md) at the same
+	// (2.6× against 3.3× the bare commit, medians of 6 and 8 runs; docs/benchmarks.md) at the same
 	// throughput, while 8 and 16 cost throughput.
 	maxGroup = 32
 	// queueDepth bounds appends waiting for a slot, in each of the two queues (urgent and
