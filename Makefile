@@ -4,7 +4,7 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 export TEST_DATABASE_URL
 
 #
-.PHONY: loadtest docker-check docker-binary test check generate generate-check lint fmt-check vet run bench services
+.PHONY: loadtest docker-check docker-binary test check generate generate-check lint fmt-check vet staticcheck run bench services
 
 ## test: start or install what the tests need, check generated code, format and vet, then run every test with -race
 test: services check docker-check
@@ -15,8 +15,8 @@ services:
 	@scripts/ensure-postgres.sh
 	@scripts/ensure-chromium.sh
 
-## check: generated files fresh, gofmt clean, go vet clean
-check: generate-check fmt-check vet
+## check: generated files fresh, gofmt clean, go vet and staticcheck clean
+check: generate-check fmt-check vet staticcheck
 
 generate:
 	$(GO) tool templ generate -include-version=false
@@ -31,8 +31,11 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
+## staticcheck: pinned as a Go tool (go.mod's tool line); staticcheck.conf says which checks run and why
+staticcheck:
+	$(GO) tool staticcheck ./...
+
 lint: check
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 ## run: the app on the embedded store and the demo model
 run:

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"parley/internal/fault"
 	"sort"
 	"strconv"
 	"strings"
@@ -228,10 +229,10 @@ func (fs FormSchema) FormContent(values map[string]string) (map[string]any, map[
 	return content, errs
 }
 
-// FieldErrors maps a validation error's problems ({"path": JSON pointer, "message"}) onto form
+// FieldErrors maps a validation error's problems (a JSON pointer and a message each) onto form
 // fields. A problem at the root ("missing properties: 'email'") goes to each field it names, or
 // to the form as a whole ("") when it names none.
-func (fs FormSchema) FieldErrors(problems []map[string]any) map[string]string {
+func (fs FormSchema) FieldErrors(problems []fault.Problem) map[string]string {
 	errs := map[string]string{}
 	add := func(k, msg string) {
 		if errs[k] == "" {
@@ -246,8 +247,7 @@ func (fs FormSchema) FieldErrors(problems []map[string]any) map[string]string {
 	}
 	sort.Slice(names, func(i, j int) bool { return len(names[i]) > len(names[j]) })
 	for _, p := range problems {
-		path, _ := p["path"].(string)
-		msg, _ := p["message"].(string)
+		path, msg := p.Path, p.Message
 		field := strings.SplitN(strings.TrimPrefix(path, "/"), "/", 2)[0]
 		field = strings.ReplaceAll(strings.ReplaceAll(field, "~1", "/"), "~0", "~")
 		if field != "" {

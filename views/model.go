@@ -1,3 +1,7 @@
+// Package views renders Parley's pages and fragments with templ: the layout, the conversation
+// timeline and its cards, the inbox and the account pages. Components take view models (the
+// agent's View and this package's page types) and never reach the store; whether the viewer may
+// act on a card is asked of the agent's policy.
 package views
 
 import (
@@ -10,7 +14,6 @@ import (
 	"time"
 
 	"parley/internal/agent"
-	"parley/internal/store"
 	"parley/internal/tools"
 )
 
@@ -23,16 +26,13 @@ const CSRFField = "_csrf"
 // are answers, so every property name, whatever its characters, comes back as it was.
 const AnswerFieldPrefix = "f."
 
-// Viewer is who looks at a page; it decides which buttons a card offers. The server still
-// authorizes every decision: hiding a button is a courtesy, not a check.
+// Viewer is who looks at a page; the agent's policy, asked with its Principal, decides which
+// buttons a card offers. The agent still authorizes every decision: hiding a button is a
+// courtesy, not a check.
 type Viewer struct {
-	UserID string
-	Name   string
-	Role   store.Role
+	agent.Principal
+	Name string
 }
-
-// Reviewer reports whether the viewer may decide reviewer-gated calls.
-func (v Viewer) Reviewer() bool { return v.Role == store.RoleReviewer || v.Role == store.RoleAdmin }
 
 // FormState is what a re-rendered card remembers of a rejected submission: the values typed and
 // an error per field ("" keys the form as a whole).
@@ -88,19 +88,16 @@ func (p Page) formFor(id string) *FormState {
 	return nil
 }
 
-// IsOwner reports whether the viewer owns the conversation.
-func (p Page) IsOwner() bool { return p.Viewer.UserID != "" && p.Viewer.UserID == p.OwnerID }
+// CanAnswer reports whether the viewer may answer the conversation's questions (agent.MayAnswer).
+func (p Page) CanAnswer() bool { return agent.MayAnswer(p.Viewer.Principal, p.OwnerID) }
 
-// CanDecide reports whether the viewer may decide a call's approval.
+// CanSend reports whether the viewer may write in the conversation (agent.MaySend): others
+// read it without a composer.
+func (p Page) CanSend() bool { return agent.MaySend(p.Viewer.Principal, p.OwnerID) }
+
+// CanDecide reports whether the viewer may decide a call's approval (agent.MayDecide).
 func (p Page) CanDecide(c agent.CallView) bool {
-	if p.Viewer.Role == store.RoleAdmin {
-		return true
-	}
-	if c.Approvers == tools.ByReviewer {
-		// A second pair of eyes: a reviewer other than the conversation's owner.
-		return p.Viewer.Role == store.RoleReviewer && !p.IsOwner()
-	}
-	return p.IsOwner() || p.Viewer.Reviewer()
+	return agent.MayDecide(p.Viewer.Principal, p.OwnerID, c.Approvers)
 }
 
 // ConversationPage is everything the conversation page shows.
@@ -112,7 +109,7 @@ type ConversationPage struct {
 // ConversationsPage is the list of the viewer's conversations.
 type ConversationsPage struct {
 	CSRF          string
-	Conversations []store.Conversation
+	Conversations []agent.Summary
 	Demo          bool
 	Notice        string
 }
@@ -275,17 +272,17 @@ func parseEnvelope(raw json.RawMessage) (envelope, bool) {
 // statusText is a call status in words.
 func statusText(s string) string {
 	switch s {
-	case store.CallRunning:
+	case agent.CallRunning:
 		return "running"
-	case store.CallAwaiting:
+	case agent.CallAwaiting:
 		return "waiting"
-	case store.CallResolved:
+	case agent.CallResolved:
 		return "done"
-	case store.CallErrored:
+	case agent.CallErrored:
 		return "failed"
-	case store.CallDenied:
+	case agent.CallDenied:
 		return "denied"
-	case store.CallExpired:
+	case agent.CallExpired:
 		return "expired"
 	}
 	return s
@@ -294,13 +291,13 @@ func statusText(s string) string {
 // conversationStatusText is the status line's words.
 func conversationStatusText(s string) string {
 	switch s {
-	case store.StatusIdle, "":
+	case agent.StatusIdle, "":
 		return "Ready."
-	case store.StatusGenerating:
+	case agent.StatusGenerating:
 		return "The assistant is writing…"
-	case store.StatusDispatching:
+	case agent.StatusDispatching:
 		return "Running tools…"
-	case store.StatusAwaiting:
+	case agent.StatusAwaiting:
 		return "Waiting for an answer or a decision."
 	}
 	return s

@@ -13,7 +13,7 @@ import (
 	"golang.org/x/net/html"
 
 	"parley/internal/agent"
-	"parley/internal/store"
+	"parley/internal/fault"
 	"parley/internal/tools"
 	"parley/views/viewstest"
 )
@@ -57,8 +57,12 @@ func assertInert(t *testing.T, doc *viewstest.Doc) {
 	})
 }
 
-func owner() Viewer    { return Viewer{UserID: "u1", Name: "ann", Role: store.RoleMember} }
-func reviewer() Viewer { return Viewer{UserID: "r1", Name: "rev", Role: store.RoleReviewer} }
+func owner() Viewer {
+	return Viewer{Principal: agent.Principal{UserID: "u1", Role: agent.RoleMember, Via: "session"}, Name: "ann"}
+}
+func reviewer() Viewer {
+	return Viewer{Principal: agent.Principal{UserID: "r1", Role: agent.RoleReviewer, Via: "session"}, Name: "rev"}
+}
 
 func page(v Viewer) Page {
 	return Page{ConversationID: "c1", CSRF: "tok", Viewer: v, OwnerID: "u1"}
@@ -201,6 +205,19 @@ func TestToolCallCardStates(t *testing.T) {
 		{"reviewer-gated seen by a reviewer", agent.CallView{ID: "c", Name: "wire", Executor: tools.Server, Approval: tools.RequiresApproval, Approvers: tools.ByReviewer, Status: "awaiting",
 			PendingKind: tools.PendingApproval, Plan: &tools.Plan{Summary: "s"}},
 			reviewer(), []string{`button[name="decision"][value="approve"]`}, []string{`[data-parley="waiting-for"]`}},
+		{"owner-approved seen by a reviewer: no buttons (the owner's call)", agent.CallView{ID: "c", Name: "send_email", Executor: tools.Server, Approval: tools.RequiresApproval, Approvers: tools.ByOwner, Status: "awaiting",
+			PendingKind: tools.PendingApproval, Plan: &tools.Plan{Summary: "s"}},
+			reviewer(), []string{`[data-parley="approval"] [data-parley="waiting-for"]`}, []string{`button[name="decision"]`}},
+		{"reviewer-gated of an admin's own conversation: no self-approval", agent.CallView{ID: "c", Name: "wire", Executor: tools.Server, Approval: tools.RequiresApproval, Approvers: tools.ByReviewer, Status: "awaiting",
+			PendingKind: tools.PendingApproval, Plan: &tools.Plan{Summary: "s"}},
+			Viewer{Principal: agent.Principal{UserID: "u1", Role: agent.RoleAdmin, Via: "session"}, Name: "ann"}, []string{`[data-parley="approval"] [data-parley="waiting-for"]`}, []string{`button[name="decision"]`}},
+		{"owner-approved of someone else, seen by an admin: the override is offered", agent.CallView{ID: "c", Name: "send_email", Executor: tools.Server, Approval: tools.RequiresApproval, Approvers: tools.ByOwner, Status: "awaiting",
+			PendingKind: tools.PendingApproval, Plan: &tools.Plan{Summary: "s"}},
+			Viewer{Principal: agent.Principal{UserID: "a9", Role: agent.RoleAdmin, Via: "session"}, Name: "root"}, []string{`button[name="decision"][value="approve"]`}, nil},
+		{"client exec asks its owner first", agent.CallView{ID: "c", Name: "geolocation", Executor: tools.Client, Status: "awaiting", PendingKind: tools.PendingClientExec, AskFirst: true},
+			owner(), []string{`[data-parley="client-consent"][data-tool-call-id="c"] button[data-parley="client-allow"]`, `[data-parley="client-consent"] button[data-parley="client-deny"]`}, []string{`form`, `[data-parley="client-exec"]`}},
+		{"client exec asking, seen by a reader: no buttons", agent.CallView{ID: "c", Name: "geolocation", Executor: tools.Client, Status: "awaiting", PendingKind: tools.PendingClientExec, AskFirst: true},
+			reviewer(), []string{`[data-parley="client-exec"]`}, []string{`[data-parley="client-consent"]`}},
 		{"client exec", agent.CallView{ID: "c", Name: "geolocation", Executor: tools.Client, Status: "awaiting", PendingKind: tools.PendingClientExec},
 			owner(), []string{`[data-parley="client-exec"]`}, []string{`form`}},
 		{"provider", agent.CallView{ID: "c", Name: "web_search", Executor: tools.Provider, Status: "resolved", Args: json.RawMessage(`{"query":"go 1.26"}`),
@@ -421,10 +438,10 @@ func TestFormContentAndFieldErrors(t *testing.T) {
 		t.Errorf("unchecked box = %#v, want false", c["subscribe"])
 	}
 
-	fe := fs.FieldErrors([]map[string]any{
-		{"path": "", "message": "missing properties: 'name', 'email'"},
-		{"path": "/age", "message": "must be <= 150"},
-		{"path": "", "message": "something global"},
+	fe := fs.FieldErrors([]fault.Problem{
+		{Path: "", Message: "missing properties: 'name', 'email'"},
+		{Path: "/age", Message: "must be <= 150"},
+		{Path: "", Message: "something global"},
 	})
 	if fe["name"] != "This field is required." || fe["email"] != "This field is required." || fe["age"] != "must be <= 150" || fe[""] != "something global" {
 		t.Errorf("field errors = %v", fe)
@@ -493,7 +510,7 @@ func TestConversationPageFrame(t *testing.T) {
 }
 
 func TestConversationsList(t *testing.T) {
-	d := ConversationsPage{CSRF: "tok", Conversations: []store.Conversation{{ID: "a", Title: "First", Status: "idle"}, {ID: "b", Status: "awaiting"}}}
+	d := ConversationsPage{CSRF: "tok", Conversations: []agent.Summary{{ID: "a", Title: "First", Status: "idle"}, {ID: "b", Status: "awaiting"}}}
 	_, doc := render(t, ConversationsBody(d))
 	assertInert(t, doc)
 	if _, n := doc.One(`form[data-parley="new-conversation"][method="post"][action="/conversations"] input[name="_csrf"][value="tok"]`); n != 1 {

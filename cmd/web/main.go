@@ -8,7 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"parley/internal/web/app"
+	"parley/internal/app"
 )
 
 func main() {

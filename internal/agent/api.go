@@ -125,6 +125,9 @@ type CallView struct {
 	DecidedBy   string
 	Reason      string
 	ExpiresAt   *time.Time
+	// AskFirst says the owner's page asks the person before it runs this client call
+	// (tools.Tool.AsksBeforeRunning).
+	AskFirst bool
 }
 
 // PendingView is the API's "pending" entry of an awaiting call.
@@ -137,15 +140,25 @@ type PendingView struct {
 }
 
 // Subscription receives a conversation's events (or every conversation's, for the inbox). C is
-// closed after an EventResync (the subscriber lagged) or after Close.
+// closed after an EventResync (the subscriber lagged) or after Close. Subscribe checked that
+// its principal may follow them; Log reads the conversation's log on the same grounds.
 type Subscription struct {
-	C     <-chan Event
-	close func()
+	C <-chan Event
+	// OwnerID and LastSeq are the conversation's owner and last sequence when the subscription
+	// began (zero for every conversation's): events for later entries come on C.
+	OwnerID string
+	LastSeq int64
+
+	convID string
+	m      *Manager
+	close  func()
 }
 
-// NewSubscription wraps a channel and its cancel function; package agent's hub creates them.
-func NewSubscription(c <-chan Event, cancel func()) *Subscription {
-	return &Subscription{C: c, close: cancel}
+// NewSubscription is how an Events implementation outside this package hands out a
+// subscription: c carries the events, and close (called once per Close, which callers may call
+// more than once) stops them.
+func NewSubscription(c <-chan Event, close func()) *Subscription {
+	return &Subscription{C: c, close: close}
 }
 
 // Close stops the subscription; it is safe to call more than once.
@@ -155,21 +168,49 @@ func (s *Subscription) Close() {
 	}
 }
 
-// Facts are what a conversation's actor knows when a checked request reaches it: the owner and,
-// for a resolve, the call it names. A caller's Check decides from them inside the actor, so an
-// entry point with rules of its own (the JSON API's 404 for strangers, its 422 for a resolution
-// of the wrong kind) needs no store read before asking.
-type Facts struct {
-	OwnerID string
-	// Found reports whether the conversation has a call with the id (in any turn); the fields
-	// below describe it when it does.
-	Found       bool
-	Approval    tools.Approval
-	Approvers   tools.Approvers
-	Status      string            // store.Call*
-	PendingKind tools.PendingKind // what an awaiting call waits for
+// Resolved is a call as it stands after Resolve answered, with its conversation's owner, so a
+// caller can show it without reading the conversation again.
+type Resolved struct {
+	ConversationID string
+	OwnerID        string
+	Call           CallView
 }
 
-// Check runs inside the conversation's actor before the request's own checks; a non-nil error
-// is the request's answer and nothing changes. It must not block.
-type Check func(Facts) error
+// Summary is a conversation in a list.
+type Summary struct {
+	ID        string
+	Title     string
+	Status    string
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// PendingApproval is an approval that waits for a principal's decision (the inbox), with the
+// conversation it belongs to.
+type PendingApproval struct {
+	ConversationID string
+	Title          string
+	OwnerID        string
+	Call           CallView
+	// Prompt is the API's "prompt" of the approval: {"tool", "args", "plan"}.
+	Prompt    json.RawMessage
+	CreatedAt time.Time
+}
+
+// Conversation statuses, as View and Summary report them.
+const (
+	StatusIdle        = store.StatusIdle
+	StatusGenerating  = store.StatusGenerating
+	StatusDispatching = store.StatusDispatching
+	StatusAwaiting    = store.StatusAwaiting
+)
+
+// Call statuses, as CallView reports them.
+const (
+	CallRunning  = store.CallRunning
+	CallAwaiting = store.CallAwaiting
+	CallResolved = store.CallResolved
+	CallErrored  = store.CallErrored
+	CallDenied   = store.CallDenied
+	CallExpired  = store.CallExpired
+)

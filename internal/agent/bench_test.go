@@ -149,7 +149,7 @@ func BenchmarkResolveAckPostgres(b *testing.B) {
 		b.StopTimer()
 		clk := clock.NewFake(time.Now())
 		e := newBenchEnv(b, pg, clk, gatedModel{}, benchTools(b, true), convs, nil)
-		sub := e.m.hub.subscribeSize("", convs*16)
+		sub := e.m.events.(*hub).subscribeSize("", convs*16)
 		for _, c := range e.convs {
 			if err := e.m.Send(ctx, c, e.owner, "act"); err != nil {
 				b.Fatal(err)
@@ -158,7 +158,7 @@ func BenchmarkResolveAckPostgres(b *testing.B) {
 		waitAll(b, sub, e.convs, store.StatusAwaiting)
 		ids := map[string]string{}
 		for _, c := range e.convs {
-			v, err := e.m.View(ctx, c)
+			v, err := e.m.View(ctx, c, System)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -181,7 +181,7 @@ func BenchmarkResolveAckPostgres(b *testing.B) {
 				defer wg.Done()
 				for c := range work {
 					start := time.Now()
-					if err := e.m.Resolve(ctx, c, ids[c], Resolution{Decision: "approve"}, e.owner); err != nil {
+					if _, err := e.m.Resolve(ctx, c, ids[c], Resolution{Decision: "approve"}, e.owner); err != nil {
 						b.Error(err)
 						return
 					}
@@ -234,7 +234,7 @@ func BenchmarkLoopPerToolCall(b *testing.B) {
 		st, clk := open(b)
 		// A fresh conversation per turn: the cost of one tool call, not of an ever longer context.
 		e := newBenchEnv(b, st, clk, gatedModel{}, benchTools(b, false), b.N, nil)
-		sub := e.m.Subscribe("")
+		sub := e.m.events.Subscribe("")
 		defer sub.Close()
 		b.ResetTimer()
 		defer reportCPU(b)()
@@ -350,12 +350,12 @@ func memoryFigures(b *testing.B) (hibernated, live float64) {
 			b.Fatal(err)
 		}
 	}
-	sub := e.m.hub.subscribeSize("", 8*nLive)
+	sub := e.m.events.(*hub).subscribeSize("", 8*nLive)
 	defer sub.Close()
 	base := heap()
 	// Revive every one (rebuilding its state from the log), then let them hibernate.
 	for _, c := range e.convs[:nHib] {
-		if _, err := e.m.View(ctx, c); err != nil {
+		if _, err := e.m.View(ctx, c, System); err != nil {
 			b.Fatal(err)
 		}
 		if _, err := e.m.ensureStarted(c); err != nil {

@@ -2,7 +2,9 @@ package agent
 
 import (
 	"encoding/json"
+	"fmt"
 
+	"parley/internal/fault"
 	"parley/internal/llm"
 	"parley/internal/tools"
 )
@@ -36,7 +38,7 @@ func (a *actor) buildRequest() llm.Request {
 				content := c.result
 				switch {
 				case content == nil:
-					content = tools.ErrorEnvelope(tools.NewError(tools.KindInternal, "the call has no result", nil))
+					content = tools.ErrorEnvelope(fault.New(fault.KindInternal, "the call has no result", nil))
 				case evict[c.id]:
 					content = placeholder(c)
 				}
@@ -47,6 +49,9 @@ func (a *actor) buildRequest() llm.Request {
 		}
 	}
 	req := llm.Request{System: a.cfg().System, Messages: msgs, MaxTokens: a.cfg().MaxTokens}
+	if dropped := fitBudget(&req, a.cfg().ContextBudget); dropped > 0 {
+		req.System += fmt.Sprintf("\n\n(%d earlier messages of this conversation were left out of this request to fit the context window.)", dropped)
+	}
 	switch a.cfg().Provider.ToolFormat() {
 	case "anthropic":
 		req.Tools = a.cfg().Tools.AnthropicTools()
@@ -54,6 +59,54 @@ func (a *actor) buildRequest() llm.Request {
 		req.Tools = a.cfg().Tools.OpenAITools()
 	}
 	return req
+}
+
+// bytesPerToken is the estimate of a token's size in the context budget: rough, and on the
+// safe side for English and JSON.
+const bytesPerToken = 4
+
+// estimateTokens is the budget's estimate of a message.
+func estimateTokens(m llm.Message) int {
+	n := len(m.Content) + len(m.ToolCallID) + 8
+	for _, tc := range m.ToolCalls {
+		n += len(tc.ID) + len(tc.Name) + len(tc.Args) + len(tc.Result) + 8
+	}
+	return n/bytesPerToken + 1
+}
+
+// fitBudget leaves the oldest whole turns (from a user message up to the next) out of req
+// until its messages' estimate is within budget tokens, and says how many messages it left
+// out. The newest turn always stays, whatever its size: the model must see what it answers
+// (its old results are compacted by retention first). Cutting at user messages keeps every
+// tool call with its result, and the request starting with the user's turn.
+func fitBudget(req *llm.Request, budget int) int {
+	total := 0
+	sizes := make([]int, len(req.Messages))
+	for i, m := range req.Messages {
+		sizes[i] = estimateTokens(m)
+		total += sizes[i]
+	}
+	if total <= budget {
+		return 0
+	}
+	var starts []int // where each turn begins: its user message
+	for i, m := range req.Messages {
+		if m.Role == llm.RoleUser {
+			starts = append(starts, i)
+		}
+	}
+	cut := 0
+	for k := 1; k < len(starts) && total > budget; k++ {
+		for j := cut; j < starts[k]; j++ {
+			total -= sizes[j]
+		}
+		cut = starts[k]
+	}
+	if cut == 0 {
+		return 0
+	}
+	req.Messages = append([]llm.Message(nil), req.Messages[cut:]...)
+	return cut
 }
 
 // evictions applies each tool's retention to the results in the context: a result older than

@@ -16,7 +16,7 @@ import (
 func TestDemoModelDrivesTheDemoTools(t *testing.T) {
 	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
 		e := newEnv(t, open, newScripted(), func(st store.Store) []*tools.Tool {
-			return tools.Builtins(tools.BuiltinDeps{Outbox: storeOutbox{st}})
+			return tools.Builtins(tools.BuiltinDeps{Outbox: storeOutbox{st}, TestTools: true})
 		}, func(c *Config) { c.Provider = demo.New(demo.Config{Pace: demo.NoPace}) })
 		pendingOf := func(kind tools.PendingKind) string {
 			t.Helper()
@@ -32,7 +32,7 @@ func TestDemoModelDrivesTheDemoTools(t *testing.T) {
 
 		e.send("email bob@example.test about lunch")
 		id := pendingOf(tools.PendingApproval)
-		if err := e.m.Resolve(e.ctx, e.conv, id, Resolution{Decision: "approve"}, e.owner); err != nil {
+		if _, err := e.m.Resolve(e.ctx, e.conv, id, Resolution{Decision: "approve"}, e.owner); err != nil {
 			t.Fatalf("approve: %v", err)
 		}
 		e.waitStatus(store.StatusIdle)
@@ -42,7 +42,7 @@ func TestDemoModelDrivesTheDemoTools(t *testing.T) {
 
 		e.send("ask me what I want for dinner")
 		id = pendingOf(tools.PendingElicitation)
-		if err := e.m.Resolve(e.ctx, e.conv, id, Resolution{Action: "decline"}, e.owner); err != nil {
+		if _, err := e.m.Resolve(e.ctx, e.conv, id, Resolution{Action: "decline"}, e.owner); err != nil {
 			t.Fatalf("decline: %v", err)
 		}
 		e.waitStatus(store.StatusIdle)
@@ -51,7 +51,7 @@ func TestDemoModelDrivesTheDemoTools(t *testing.T) {
 		defer detach()
 		e.send("where am I?")
 		id = pendingOf(tools.PendingClientExec)
-		if err := e.m.Resolve(e.ctx, e.conv, id, Resolution{Result: json.RawMessage(`{"latitude":48.85,"longitude":2.35,"accuracy":20}`)}, e.owner); err != nil {
+		if _, err := e.m.Resolve(e.ctx, e.conv, id, Resolution{Result: json.RawMessage(`{"latitude":48.85,"longitude":2.35,"accuracy":20}`)}, e.owner); err != nil {
 			t.Fatalf("client result: %v", err)
 		}
 		e.waitStatus(store.StatusIdle)

@@ -26,7 +26,7 @@ func TestEventsCarryTheLoggedEntries(t *testing.T) {
 			collect(ev)
 			return ev.Type == EventToolCall && ev.ToolCallID == "a1" && ev.Status == store.CallAwaiting
 		})
-		if err := e.m.Resolve(e.ctx, e.conv, "a1", Resolution{Action: "decline"}, e.owner); err != nil {
+		if _, err := e.m.Resolve(e.ctx, e.conv, "a1", Resolution{Action: "decline"}, e.owner); err != nil {
 			t.Fatalf("decline: %v", err)
 		}
 		e.next("idle", func(ev Event) bool {

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"parley/internal/clock"
+	"parley/internal/fault"
 	"parley/internal/llm"
 	"parley/internal/store"
 	"parley/internal/store/sqlitestore"
@@ -206,7 +207,7 @@ func (e *env) startManager() {
 			e.t.Errorf("close manager: %v", err)
 		}
 	})
-	e.sub = m.Subscribe(e.conv)
+	e.sub = m.events.Subscribe(e.conv)
 	if err := m.Start(e.ctx); err != nil {
 		e.t.Fatalf("start: %v", err)
 	}
@@ -268,7 +269,7 @@ func (e *env) send(text string) {
 
 func (e *env) view() View {
 	e.t.Helper()
-	v, err := e.m.View(e.ctx, e.conv)
+	v, err := e.m.View(e.ctx, e.conv, System)
 	if err != nil {
 		e.t.Fatalf("view: %v", err)
 	}
@@ -314,12 +315,12 @@ func errKind(t *testing.T, env map[string]any) string {
 	return k
 }
 
-func kindOf(err error) tools.Kind {
-	var te *tools.Error
+func kindOf(err error) fault.Kind {
+	var te *fault.Error
 	if errors.As(err, &te) {
 		return te.Kind
 	}
-	return tools.Kind(fmt.Sprintf("not a tool error: %v", err))
+	return fault.Kind(fmt.Sprintf("not a tool error: %v", err))
 }
 
 // --- tools ----------------------------------------------------------------------------------

@@ -5,6 +5,25 @@ import (
 	"sync/atomic"
 )
 
+// Events carries conversation events from the actors that publish them to the subscribers
+// that follow them. The actor and the door (door.go) use only this interface: the in-process
+// hub below is its first implementation; one that fans out across processes (through
+// PostgreSQL) can replace it in Config.Events without touching either.
+type Events interface {
+	// Publish delivers e to the subscribers of its conversation and to those of every
+	// conversation. It never blocks: a subscriber that cannot keep up gets EventResync as its
+	// last event and is closed.
+	Publish(e Event)
+	// Subscribe follows one conversation's events, or every conversation's when convID is "".
+	Subscribe(convID string) *Subscription
+	// Dropped counts subscribers closed for lagging.
+	Dropped() int64
+	// Close ends every subscription.
+	Close()
+}
+
+var _ Events = (*hub)(nil)
+
 // hub fans events out to subscribers of one conversation and to subscribers of every
 // conversation. Publishing never blocks: each subscriber has a bounded buffer, and one that
 // falls behind gets EventResync as its last event and is closed (it must reload and subscribe
@@ -32,7 +51,11 @@ type sub struct {
 	closed bool // guarded by hub.mu
 }
 
-func (h *hub) subscribe(convID string) *Subscription { return h.subscribeSize(convID, h.buffer) }
+// Subscribe implements Events with the hub's buffer size.
+func (h *hub) Subscribe(convID string) *Subscription { return h.subscribeSize(convID, h.buffer) }
+
+// Dropped implements Events.
+func (h *hub) Dropped() int64 { return h.dropped.Load() }
 
 // subscribeSize subscribes with a buffer of n events.
 func (h *hub) subscribeSize(convID string, n int) *Subscription {
@@ -50,11 +73,11 @@ func (h *hub) subscribeSize(convID string, n int) *Subscription {
 		}
 		set[s] = struct{}{}
 	}
-	return NewSubscription(s.c, func() {
+	return &Subscription{C: s.c, close: func() {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		h.removeLocked(s)
-	})
+	}}
 }
 
 func (h *hub) removeLocked(s *sub) {
@@ -75,8 +98,8 @@ func (h *hub) removeLocked(s *sub) {
 	}
 }
 
-// publish delivers e to the conversation's subscribers and to the global ones.
-func (h *hub) publish(e Event) {
+// Publish delivers e to the conversation's subscribers and to the global ones.
+func (h *hub) Publish(e Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for s := range h.byConv[e.ConversationID] {
@@ -97,8 +120,8 @@ func (h *hub) sendLocked(s *sub, e Event) {
 	h.removeLocked(s)
 }
 
-// closeAll closes every subscription (the manager is shutting down).
-func (h *hub) closeAll() {
+// Close closes every subscription (the manager is shutting down).
+func (h *hub) Close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, set := range h.byConv {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"parley/internal/clock"
+	"parley/internal/fault"
 	"parley/internal/llm"
 	"parley/internal/store"
 	"parley/internal/tools"
@@ -61,10 +62,10 @@ func TestKillAndRevive(t *testing.T) {
 					t.Fatalf("pending %s changed: %+v → %+v", id, p, q)
 				}
 			}
-			if err := e.m.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "approve"}, e.owner); err != nil {
+			if _, err := e.m.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "approve"}, e.owner); err != nil {
 				t.Fatalf("approve after revival: %v", err)
 			}
-			if err := e.m.Resolve(e.ctx, e.conv, "q1", Resolution{Action: "accept", Content: json.RawMessage(`{"city":"Lyon"}`)}, e.owner); err != nil {
+			if _, err := e.m.Resolve(e.ctx, e.conv, "q1", Resolution{Action: "accept", Content: json.RawMessage(`{"city":"Lyon"}`)}, e.owner); err != nil {
 				t.Fatalf("answer after revival: %v", err)
 			}
 			e.waitStatus(store.StatusIdle)
@@ -138,10 +139,10 @@ func TestCloseLetsRunningToolsFinishWithinItsContext(t *testing.T) {
 		// Close waits for the running call; new requests are refused meanwhile.
 		for {
 			err := e.m.Send(e.ctx, e.conv, e.owner, "more")
-			if kindOf(err) == tools.KindServiceUnavailable {
+			if kindOf(err) == fault.KindServiceUnavailable {
 				break
 			}
-			if kindOf(err) != tools.KindConflict {
+			if kindOf(err) != fault.KindConflict {
 				t.Fatalf("send during close: %v", err)
 			}
 		}
@@ -178,7 +179,7 @@ func TestServerToolTimeoutOnTheClock(t *testing.T) {
 		e.clk.Advance(3 * time.Second)
 		e.waitCall("s1", store.CallErrored)
 		e.waitStatus(store.StatusIdle)
-		if k := errKind(t, envelope(t, toolMessages(prov.requests()[1])[0].Content)); k != string(tools.KindTimeout) {
+		if k := errKind(t, envelope(t, toolMessages(prov.requests()[1])[0].Content)); k != string(fault.KindTimeout) {
 			t.Fatalf("kind %s", k)
 		}
 	})
@@ -211,9 +212,9 @@ func TestSlowSubscriberIsResyncedAndNeverBlocksTheActor(t *testing.T) {
 	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
 		prov := newScripted(say(strings.Repeat("word ", 50)))
 		e := newEnv(t, open, prov, emailTools, nil)
-		slow := e.m.hub.subscribeSize(e.conv, 3) // never read until the turn is over
+		slow := e.m.events.(*hub).subscribeSize(e.conv, 3) // never read until the turn is over
 		defer slow.Close()
-		inbox := e.m.hub.subscribeSize("", 3) // a global subscriber lags the same way
+		inbox := e.m.events.(*hub).subscribeSize("", 3) // a global subscriber lags the same way
 		defer inbox.Close()
 		e.send("talk")
 		e.waitStatus(store.StatusIdle) // the actor finished although nobody read slow
@@ -234,8 +235,8 @@ func TestSlowSubscriberIsResyncedAndNeverBlocksTheActor(t *testing.T) {
 		if last.Type != EventResync || last.ConversationID != e.conv {
 			t.Fatalf("the lagging inbox ended with %+v", last)
 		}
-		if e.m.hub.dropped.Load() < 2 {
-			t.Fatalf("dropped %d", e.m.hub.dropped.Load())
+		if e.m.events.Dropped() < 2 {
+			t.Fatalf("dropped %d", e.m.events.Dropped())
 		}
 	})
 }
@@ -244,7 +245,7 @@ func TestEventsCarryTheLogSequence(t *testing.T) {
 	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
 		prov := newScripted(callTools(tc{"c1", "send_email", emailArgs}), say("Sent."))
 		e := newEnv(t, open, prov, emailTools, nil)
-		inbox := e.m.Subscribe("")
+		inbox := e.m.events.Subscribe("")
 		defer inbox.Close()
 		e.send("email bob")
 		ev := e.waitCall("c1", store.CallAwaiting)
@@ -262,7 +263,7 @@ func TestEventsCarryTheLogSequence(t *testing.T) {
 			}
 		}
 		deltas := ""
-		_ = e.m.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "approve"}, e.owner)
+		_, _ = e.m.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "approve"}, e.owner)
 		for {
 			ev := e.next("text", func(ev Event) bool { return ev.Type == EventTextDelta || ev.Type == EventMessage })
 			if ev.Type == EventMessage {
@@ -302,7 +303,7 @@ func TestHibernationAndRevival(t *testing.T) {
 		// An awaiting conversation hibernates too; its answer revives it.
 		e.clk.Advance(time.Minute)
 		waitGone(t, e)
-		if err := e.m.Resolve(e.ctx, e.conv, "q1", Resolution{Action: "decline"}, e.owner); err != nil {
+		if _, err := e.m.Resolve(e.ctx, e.conv, "q1", Resolution{Action: "decline"}, e.owner); err != nil {
 			t.Fatalf("resolve a hibernated conversation: %v", err)
 		}
 		e.waitStatus(store.StatusIdle)
@@ -358,7 +359,7 @@ func TestConcurrentEnsureStartedStartsOneActor(t *testing.T) {
 		errs := make(chan error, 16)
 		for range 16 {
 			go func() {
-				_, err := e.m.View(e.ctx, e.conv)
+				_, err := e.m.View(e.ctx, e.conv, System)
 				errs <- err
 			}()
 		}
@@ -385,22 +386,22 @@ func TestTwoManagersOnOneStoreStayConsistent(t *testing.T) {
 
 		e.startManager() // a second process: its Start revives the awaiting conversation
 		second := e.m
-		if err := second.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "approve"}, e.owner); err != nil {
+		if _, err := second.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "approve"}, e.owner); err != nil {
 			t.Fatalf("approve on the second manager: %v", err)
 		}
 		e.waitStatus(store.StatusIdle)
 
 		// The first manager's actor still believes the call is pending; the log says otherwise.
-		if err := first.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "deny"}, e.owner); kindOf(err) != tools.KindStale {
+		if _, err := first.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "deny"}, e.owner); kindOf(err) != fault.KindStale {
 			t.Fatalf("a second decision through the first manager: %v, want stale", err)
 		}
 		if err := first.Send(e.ctx, e.conv, e.owner, "hi again"); err != nil {
 			t.Fatalf("send through the first manager after it reloaded: %v", err)
 		}
-		sub := first.Subscribe(e.conv)
+		sub := first.events.Subscribe(e.conv)
 		defer sub.Close()
 		for {
-			v, err := first.View(e.ctx, e.conv)
+			v, err := first.View(e.ctx, e.conv, System)
 			if err != nil {
 				t.Fatal(err)
 			}

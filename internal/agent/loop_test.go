@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"parley/internal/clock"
+	"parley/internal/fault"
 	"parley/internal/llm"
 	"parley/internal/store"
 	"parley/internal/tools"
@@ -38,7 +39,7 @@ func TestMixedTurnWaitsForEveryCallAndSendsResultsInCallOrder(t *testing.T) {
 		if n := len(prov.requests()); n != 1 {
 			t.Fatalf("%d LLM calls while a call of the turn is pending, want 1", n)
 		}
-		if err := e.m.Resolve(e.ctx, e.conv, "q", Resolution{Action: "accept", Content: json.RawMessage(`{"city":"Lyon"}`)}, e.owner); err != nil {
+		if _, err := e.m.Resolve(e.ctx, e.conv, "q", Resolution{Action: "accept", Content: json.RawMessage(`{"city":"Lyon"}`)}, e.owner); err != nil {
 			t.Fatalf("answer: %v", err)
 		}
 		e.waitStatus(store.StatusIdle)
@@ -136,10 +137,10 @@ func TestSuspensionTimesOutThroughTheDurableExpiry(t *testing.T) {
 		e.waitCall("q1", store.CallExpired)
 		e.waitStatus(store.StatusIdle)
 		env := envelope(t, toolMessages(prov.requests()[1])[0].Content)
-		if errKind(t, env) != string(tools.KindTimeout) || !strings.Contains(env["error"].(map[string]any)["message"].(string), "did not respond") {
+		if errKind(t, env) != string(fault.KindTimeout) || !strings.Contains(env["error"].(map[string]any)["message"].(string), "did not respond") {
 			t.Fatalf("the model got %v", env)
 		}
-		if err := e.m.Resolve(e.ctx, e.conv, "q1", Resolution{Action: "decline"}, e.owner); kindOf(err) != tools.KindStale {
+		if _, err := e.m.Resolve(e.ctx, e.conv, "q1", Resolution{Action: "decline"}, e.owner); kindOf(err) != fault.KindStale {
 			t.Fatalf("a late answer: %v, want stale", err)
 		}
 		audit, _ := e.st.ListAudit(e.ctx, store.AuditFilter{ConversationID: e.conv})
@@ -185,7 +186,7 @@ func TestClientCalls(t *testing.T) {
 			e.clk.Advance(time.Second)
 			e.waitCall("g1", store.CallErrored)
 			e.waitStatus(store.StatusIdle)
-			if k := errKind(t, envelope(t, toolMessages(prov.requests()[1])[0].Content)); k != string(tools.KindNoClient) {
+			if k := errKind(t, envelope(t, toolMessages(prov.requests()[1])[0].Content)); k != string(fault.KindNoClient) {
 				t.Fatalf("kind %s, want no_client", k)
 			}
 		})
@@ -203,13 +204,14 @@ func TestClientCalls(t *testing.T) {
 			if p := e.view().Pending["g1"]; p.Kind != tools.PendingClientExec {
 				t.Fatalf("pending %+v", e.view().Pending)
 			}
-			if err := e.m.Resolve(e.ctx, e.conv, "g1", Resolution{Result: json.RawMessage(`{"latitude":45.7,"longitude":4.8,"accuracy":10}`)}, e.rev); kindOf(err) != tools.KindPermissionDenied {
-				t.Fatalf("a reviewer's browser result: %v", err)
+			if _, err := e.m.Resolve(e.ctx, e.conv, "g1", Resolution{Result: json.RawMessage(`{"latitude":45.7,"longitude":4.8,"accuracy":10}`)}, e.rev); kindOf(err) != fault.KindNotFound {
+				// A reviewer with no call of theirs in the conversation learns nothing of it.
+				t.Fatalf("a reviewer's browser result: %v, want not_found", err)
 			}
-			if err := e.m.Resolve(e.ctx, e.conv, "g1", Resolution{Result: json.RawMessage(`{"latitude":145,"longitude":4.8}`)}, e.owner); kindOf(err) != tools.KindInvalidArgs {
+			if _, err := e.m.Resolve(e.ctx, e.conv, "g1", Resolution{Result: json.RawMessage(`{"latitude":145,"longitude":4.8}`)}, e.owner); kindOf(err) != fault.KindInvalidArgs {
 				t.Fatalf("an invalid result: %v", err)
 			}
-			if err := e.m.Resolve(e.ctx, e.conv, "g1", Resolution{Result: json.RawMessage(`{"latitude":45.7,"longitude":4.8,"accuracy":10}`)}, e.owner); err != nil {
+			if _, err := e.m.Resolve(e.ctx, e.conv, "g1", Resolution{Result: json.RawMessage(`{"latitude":45.7,"longitude":4.8,"accuracy":10}`)}, e.owner); err != nil {
 				t.Fatalf("result: %v", err)
 			}
 			e.waitStatus(store.StatusIdle)
@@ -224,12 +226,12 @@ func TestClientCalls(t *testing.T) {
 			defer detach()
 			e.send("where am I")
 			e.waitCall("g1", store.CallAwaiting)
-			if err := e.m.Resolve(e.ctx, e.conv, "g1", Resolution{Error: &ClientError{Message: "User denied Geolocation"}}, e.owner); err != nil {
+			if _, err := e.m.Resolve(e.ctx, e.conv, "g1", Resolution{Error: &ClientError{Message: "User denied Geolocation"}}, e.owner); err != nil {
 				t.Fatalf("client error: %v", err)
 			}
 			e.waitStatus(store.StatusIdle)
 			msg := toolMessages(prov.requests()[1])[0].Content
-			if errKind(t, envelope(t, msg)) != string(tools.KindClientError) || !strings.Contains(msg, "User denied") {
+			if errKind(t, envelope(t, msg)) != string(fault.KindClientError) || !strings.Contains(msg, "User denied") {
 				t.Fatalf("the model got %s", msg)
 			}
 		})
@@ -253,17 +255,17 @@ func TestGatedClientCallSuspendsTwice(t *testing.T) {
 		if k := e.view().Pending["p1"].Kind; k != tools.PendingApproval {
 			t.Fatalf("first suspension %s", k)
 		}
-		if err := e.m.Resolve(e.ctx, e.conv, "p1", Resolution{Result: json.RawMessage(`{}`)}, e.owner); kindOf(err) != tools.KindInvalidArgs {
+		if _, err := e.m.Resolve(e.ctx, e.conv, "p1", Resolution{Result: json.RawMessage(`{}`)}, e.owner); kindOf(err) != fault.KindInvalidArgs {
 			t.Fatalf("a client result while awaiting approval: %v", err)
 		}
-		if err := e.m.Resolve(e.ctx, e.conv, "p1", Resolution{Decision: "approve"}, e.owner); err != nil {
+		if _, err := e.m.Resolve(e.ctx, e.conv, "p1", Resolution{Decision: "approve"}, e.owner); err != nil {
 			t.Fatalf("approve: %v", err)
 		}
 		e.next("client_exec", func(ev Event) bool { return ev.Type == EventClientExec && ev.ToolCallID == "p1" })
 		if p := e.view().Pending["p1"]; p.Kind != tools.PendingClientExec || p.ExpiresAt == nil {
 			t.Fatalf("second suspension %+v", p)
 		}
-		if err := e.m.Resolve(e.ctx, e.conv, "p1", Resolution{Result: json.RawMessage(`{"name":"a.txt"}`)}, e.owner); err != nil {
+		if _, err := e.m.Resolve(e.ctx, e.conv, "p1", Resolution{Result: json.RawMessage(`{"name":"a.txt"}`)}, e.owner); err != nil {
 			t.Fatalf("result: %v", err)
 		}
 		e.waitStatus(store.StatusIdle)
@@ -272,7 +274,7 @@ func TestGatedClientCallSuspendsTwice(t *testing.T) {
 		prov.add(callTools(tc{"p2", "pick_file", `{}`}), say("Nobody picked."))
 		e.send("pick again")
 		e.waitCall("p2", store.CallAwaiting)
-		if err := e.m.Resolve(e.ctx, e.conv, "p2", Resolution{Decision: "approve"}, e.owner); err != nil {
+		if _, err := e.m.Resolve(e.ctx, e.conv, "p2", Resolution{Decision: "approve"}, e.owner); err != nil {
 			t.Fatalf("approve: %v", err)
 		}
 		e.next("client_exec", func(ev Event) bool { return ev.Type == EventClientExec && ev.ToolCallID == "p2" })
@@ -322,10 +324,10 @@ func TestSendWhileATurnRunsIsAConflict(t *testing.T) {
 		e := newEnv(t, open, prov, emailTools, nil)
 		e.send("ask me")
 		e.waitCall("q1", store.CallAwaiting)
-		if err := e.m.Send(e.ctx, e.conv, e.owner, "hello?"); kindOf(err) != tools.KindConflict {
+		if err := e.m.Send(e.ctx, e.conv, e.owner, "hello?"); kindOf(err) != fault.KindConflict {
 			t.Fatalf("send during a turn: %v, want conflict", err)
 		}
-		if err := e.m.Send(e.ctx, e.conv, e.owner, "  "); kindOf(err) != tools.KindInvalidArgs {
+		if err := e.m.Send(e.ctx, e.conv, e.owner, "  "); kindOf(err) != fault.KindInvalidArgs {
 			t.Fatalf("empty message: %v", err)
 		}
 	})
@@ -342,7 +344,7 @@ func flakyTool(t testing.TB, failures int, retryAfter time.Duration, runs *count
 			defer mu.Unlock()
 			n++
 			if n <= failures {
-				e := tools.Errorf(tools.KindHTTPError, "upstream 503 (attempt %d)", call.Attempt)
+				e := fault.Errorf(fault.KindHTTPError, "upstream 503 (attempt %d)", call.Attempt)
 				e.Retryable, e.RetryAfter = true, retryAfter
 				return nil, e
 			}
@@ -419,7 +421,7 @@ func TestToolRetriesRunOutIntoAToolError(t *testing.T) {
 		if n := len(runs.list()); n != 3 {
 			t.Fatalf("%d runs, want MaxAttempts 3", n)
 		}
-		if k := errKind(t, envelope(t, toolMessages(prov.requests()[1])[0].Content)); k != string(tools.KindHTTPError) {
+		if k := errKind(t, envelope(t, toolMessages(prov.requests()[1])[0].Content)); k != string(fault.KindHTTPError) {
 			t.Fatalf("kind %s", k)
 		}
 	})
@@ -427,12 +429,12 @@ func TestToolRetriesRunOutIntoAToolError(t *testing.T) {
 
 func TestModelRetryOnTransientErrors(t *testing.T) {
 	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
-		rateLimited := &llm.Error{Status: 429, Kind: string(tools.KindRateLimited), Message: "slow down", Retryable: true, RetryAfter: 3 * time.Second}
+		rateLimited := &llm.Error{Status: 429, Kind: string(fault.KindRateLimited), Message: "slow down", Retryable: true, RetryAfter: 3 * time.Second}
 		prov := newScripted(
 			func(ctx context.Context, req llm.Request, emit func(llm.Event) error) (llm.Response, error) {
 				// A stream cut mid-way: the partial text must be discarded.
 				_ = emit(llm.Event{Type: llm.EventTextDelta, Text: "Hel"})
-				return llm.Response{}, &llm.Error{Kind: string(tools.KindNetwork), Message: "connection reset", Retryable: true}
+				return llm.Response{}, &llm.Error{Kind: string(fault.KindNetwork), Message: "connection reset", Retryable: true}
 			},
 			failWith(rateLimited),
 			say("Hello!"),
@@ -474,7 +476,7 @@ func TestModelRetryOnTransientErrors(t *testing.T) {
 
 func TestModelErrorThatIsNotRetryableEndsTheTurn(t *testing.T) {
 	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
-		prov := newScripted(failWith(&llm.Error{Status: 401, Kind: string(tools.KindNotAuthenticated), Message: "bad key"}))
+		prov := newScripted(failWith(&llm.Error{Status: 401, Kind: string(fault.KindNotAuthenticated), Message: "bad key"}))
 		e := newEnv(t, open, prov, emailTools, nil)
 		e.send("hi")
 		ev := e.next("turn error", func(ev Event) bool { return ev.Type == EventError })

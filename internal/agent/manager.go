@@ -3,23 +3,21 @@ package agent
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"parley/internal/fault"
 	"parley/internal/metrics"
-	"parley/internal/store"
-	"parley/internal/tools"
 )
 
 // Manager is the registry of conversation actors: at most one live actor per conversation,
 // started (rehydrated from the store) on demand and hibernated when idle. Its mutex guards only
 // the registry and the socket counts; no I/O happens under it.
 type Manager struct {
-	cfg Config
-	hub *hub
+	cfg    Config
+	events Events
 
 	// base is the context of every store write and every piece of work the actors start. It is
 	// cancelled when Close's context runs out (a hard stop).
@@ -34,6 +32,12 @@ type Manager struct {
 	// pending counts awaiting calls by kind per conversation, as its actor last reported them;
 	// kept while the actor hibernates (the calls are still pending). Guarded by mu.
 	pending map[string]map[string]int
+	// modelSlots holds a token per model call in flight (MaxModelCalls): a call waits for room.
+	modelSlots chan struct{}
+	// failures counts the consecutive failed appends of each conversation in this process, and
+	// whether the last was the model's answer (writeFailure); an actor reads and clears its own
+	// when it starts. Guarded by mu.
+	failures map[string]writeFailure
 	// unregister removes the manager's metrics source (set by Start).
 	unregister func()
 	closed     bool // guarded by mu
@@ -54,13 +58,15 @@ func New(cfg Config) *Manager {
 	base, cancel := context.WithCancel(context.Background())
 	return &Manager{
 		cfg:        cfg,
-		hub:        newHub(cfg.SubscriberBuffer),
+		events:     cfg.Events,
 		base:       base,
 		baseCancel: cancel,
 		quit:       make(chan struct{}),
 		actors:     map[string]*actor{},
 		clients:    map[string]int{},
 		pending:    map[string]map[string]int{},
+		failures:   map[string]writeFailure{},
+		modelSlots: make(chan struct{}, cfg.MaxModelCalls),
 	}
 }
 
@@ -126,7 +132,7 @@ func (m *Manager) Close(ctx context.Context) error {
 		<-finished
 	}
 	m.baseCancel()
-	m.hub.closeAll()
+	m.events.Close()
 	return err
 }
 
@@ -147,6 +153,16 @@ func (m *Manager) ensureStarted(id string) (*actor, error) {
 	m.wg.Add(1)
 	go a.run()
 	return a, nil
+}
+
+// forget takes a out of the registry. It is the only place an entry is removed, and it removes
+// a's only: a fresh actor registered for the same conversation since then stays.
+func (m *Manager) forget(a *actor) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.actors[a.id] == a {
+		delete(m.actors, a.id)
+	}
 }
 
 func (m *Manager) live(id string) *actor {
@@ -194,67 +210,6 @@ func (m *Manager) call(ctx context.Context, id string, req *request) (response, 
 	return response{}, m.internalError("deliver request", errors.New("the conversation's actor kept stopping"))
 }
 
-// Send posts the owner's message and starts a turn. It returns once the message is in the log;
-// the turn runs in the conversation's actor. A turn already in progress is a conflict.
-func (m *Manager) Send(ctx context.Context, convID string, by Principal, text string) error {
-	return m.SendChecked(ctx, convID, by, text, nil)
-}
-
-// SendChecked is Send with the caller's own rule: check runs in the conversation's actor first
-// (with Facts.Found false), and its error, if any, is the answer.
-func (m *Manager) SendChecked(ctx context.Context, convID string, by Principal, text string, check Check) error {
-	_, err := m.call(ctx, convID, &request{kind: reqSend, by: by, text: text, check: check})
-	return err
-}
-
-// Resolve answers one suspended call: an approval decision, an elicitation answer or a client
-// result. It returns nil once the answer is durable, before the loop continues. Errors: not_found
-// (no such conversation, or not visible to by), stale (unknown, not pending or already
-// resolved), permission_denied, invalid_args (details.problems), internal.
-func (m *Manager) Resolve(ctx context.Context, convID, toolCallID string, r Resolution, by Principal) error {
-	return m.ResolveChecked(ctx, convID, toolCallID, r, by, nil)
-}
-
-// ResolveChecked is Resolve with the caller's own rule: check runs in the conversation's actor
-// first, against the call as the actor knows it (no store read), and its error, if any, is the
-// answer. The JSON API passes its 404-for-strangers and kind rules this way.
-func (m *Manager) ResolveChecked(ctx context.Context, convID, toolCallID string, r Resolution, by Principal, check Check) error {
-	began := m.cfg.Clock.Now()
-	_, err := m.call(ctx, convID, &request{kind: reqResolve, by: by, callID: toolCallID, res: r, check: check})
-	outcome := "ok"
-	if err != nil {
-		outcome = string(tools.KindInternal)
-		var te *tools.Error
-		if errors.As(err, &te) {
-			outcome = string(te.Kind)
-		} else if ctx.Err() != nil {
-			outcome = "cancelled"
-		}
-	}
-	metrics.ResolveSeconds.WithLabelValues(outcome).Observe(m.cfg.Clock.Now().Sub(began).Seconds())
-	if err == nil {
-		m.cfg.Logger.Info("call resolved", "conversation_id", convID, "tool_call_id", toolCallID, "by", by.UserID, "via", by.Via)
-	}
-	return err
-}
-
-// View returns the conversation as the page shows it: from the live actor, or from the store
-// when the conversation is hibernated (without reviving it).
-func (m *Manager) View(ctx context.Context, convID string) (View, error) {
-	if m.live(convID) != nil {
-		r, err := m.call(ctx, convID, &request{kind: reqView})
-		return r.view, err
-	}
-	st, err := loadState(ctx, m.cfg.Store, m.cfg.Tools, convID)
-	if err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return View{}, errNotFound()
-		}
-		return View{}, m.internalError("load conversation", err)
-	}
-	return viewOf(st, ""), nil
-}
-
 // Stats are counters for metrics.
 type Stats struct {
 	LiveActors            int            // actors in memory now
@@ -277,7 +232,7 @@ func (m *Manager) Stats() Stats {
 	}
 	m.mu.Unlock()
 	return Stats{LiveActors: live, ActorStarts: m.starts.Load(), Hibernations: m.hibernations.Load(),
-		DroppedSubscribers: m.hub.dropped.Load(), AttachedConversations: attached, Pending: pending}
+		DroppedSubscribers: m.events.Dropped(), AttachedConversations: attached, Pending: pending}
 }
 
 // metricsSnapshot is the manager's source for /metrics, read at scrape time.
@@ -297,10 +252,6 @@ func (m *Manager) setPending(id string, byKind map[string]int) {
 	}
 	m.pending[id] = byKind
 }
-
-// Subscribe returns a subscription to one conversation's events, or to every conversation's
-// when convID is empty (the reviewer inbox). The caller must Close it.
-func (m *Manager) Subscribe(convID string) *Subscription { return m.hub.subscribe(convID) }
 
 // AttachClient records a live socket of the conversation's owner: client calls can run. The
 // returned function detaches it (call it once, when the socket closes). Pending client calls are
@@ -384,8 +335,8 @@ func (m *Manager) fireDueExpiries() {
 			default:
 			}
 			_, err := m.call(m.base, e.ConversationID, &request{kind: reqExpire, by: System, callID: e.ToolCallID})
-			var te *tools.Error
-			if errors.As(err, &te) && (te.Kind == tools.KindStale || te.Kind == tools.KindNotFound) {
+			var te *fault.Error
+			if errors.As(err, &te) && (te.Kind == fault.KindStale || te.Kind == fault.KindNotFound) {
 				// Already resolved (a race with a person) or gone: the timer has nothing to do.
 				if cerr := m.cfg.Store.CancelExpiry(m.base, e.ConversationID, e.ToolCallID); cerr != nil {
 					m.cfg.Logger.Warn("cancel stale expiry", "conversation_id", e.ConversationID, "tool_call_id", e.ToolCallID, "err", cerr)
@@ -400,17 +351,27 @@ func (m *Manager) fireDueExpiries() {
 	}
 }
 
+// writeFailure is what a conversation's failed appends left for its next actor: how many in a
+// row, and whether the last one was the model's answer.
+type writeFailure struct {
+	count  int
+	answer bool
+}
+
 // reviveLater restarts a conversation whose actor stopped after a failed write, once the store
-// had a moment to recover, so its turn continues from the log.
+// had a moment to recover, so its turn continues from the log. Each failure in a row doubles
+// the pause (backoff, up to RetryMax); the revived actor ends the turn once there were
+// MaxWriteFailures (actor.run), so a write that keeps failing cannot loop for ever.
 func (m *Manager) reviveLater(id string) {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
 		return
 	}
+	f := m.failures[id]
 	m.wg.Add(1)
 	m.mu.Unlock()
-	timer := m.cfg.Clock.NewTimer(m.cfg.RetryBase)
+	timer := m.cfg.Clock.NewTimer(m.backoff(f.count, 0))
 	go func() {
 		defer m.wg.Done()
 		defer timer.Stop()
@@ -420,6 +381,23 @@ func (m *Manager) reviveLater(id string) {
 			_, _ = m.ensureStarted(id)
 		}
 	}()
+}
+
+// noteFailure records a conversation's failed appends in a row (the latest note wins: a
+// model answer's failure is noted after its append's).
+func (m *Manager) noteFailure(id string, f writeFailure) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.failures[id] = f
+}
+
+// takeFailures returns and clears the conversation's failed appends in a row (reviveLater).
+func (m *Manager) takeFailures(id string) writeFailure {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := m.failures[id]
+	delete(m.failures, id)
+	return f
 }
 
 // backoff is the wait before attempt n+1 after n failures: exponential from RetryBase, capped
@@ -442,29 +420,19 @@ func (m *Manager) backoff(failures int, retryAfter time.Duration) time.Duration 
 
 // internalError logs err with a reference and returns the internal tool error that carries only
 // that reference.
-func (m *Manager) internalError(what string, err error) *tools.Error {
-	return internalErrorTo(m.cfg.Logger, what, err)
-}
-
-func internalErrorTo(log *slog.Logger, what string, err error) *tools.Error {
-	ref := tools.NewRef()
-	log.Error("agent: "+what, "ref", ref, "err", err)
-	return tools.NewError(tools.KindInternal, "internal error (reference "+ref+")", map[string]any{"ref": ref})
+func (m *Manager) internalError(what string, err error) *fault.Error {
+	return fault.Internal(m.cfg.Logger, "agent: "+what, err)
 }
 
 // errClosed is returned once Close has begun.
-func errClosed() *tools.Error {
-	return tools.NewError(tools.KindServiceUnavailable, "the agent is shutting down", nil)
+func errClosed() *fault.Error {
+	return fault.New(fault.KindServiceUnavailable, "the agent is shutting down", nil)
 }
 
-func errNotFound() *tools.Error {
-	return tools.NewError(tools.KindNotFound, "no such conversation", nil)
+func errNotFound() *fault.Error {
+	return fault.New(fault.KindNotFound, "no such conversation", nil)
 }
 
-func errStale(id string) *tools.Error {
-	return tools.NewError(tools.KindStale, "the call is not awaiting an answer (unknown, expired or already resolved)", map[string]any{"tool_call_id": id})
-}
-
-func invalidArgs(msg, path, problem string) *tools.Error {
-	return tools.NewError(tools.KindInvalidArgs, msg, map[string]any{"problems": []map[string]any{{"path": path, "message": problem}}})
+func errStale(id string) *fault.Error {
+	return fault.New(fault.KindStale, "the call is not awaiting an answer (unknown, expired or already resolved)", map[string]any{"tool_call_id": id})
 }

@@ -9,6 +9,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"parley/internal/clock"
+	"parley/internal/fault"
 	"parley/internal/metrics"
 	"parley/internal/store"
 	"parley/internal/tools"
@@ -66,7 +67,7 @@ func TestPendingGaugeFollowsTheCallsAcrossHibernation(t *testing.T) {
 			t.Fatalf("hibernated: stats %+v, want pending %v and 0 live", s, want)
 		}
 
-		if err := e.m.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "approve"}, e.owner); err != nil {
+		if _, err := e.m.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "approve"}, e.owner); err != nil {
 			t.Fatalf("approve: %v", err)
 		}
 		if got := counterValue(t, metrics.Revivals) - revivals; got != 1 {
@@ -75,10 +76,10 @@ func TestPendingGaugeFollowsTheCallsAcrossHibernation(t *testing.T) {
 		if s := e.m.Stats(); !equalCounts(s.Pending, map[string]int{"elicitation": 1}) {
 			t.Fatalf("after the approval: pending %v", s.Pending)
 		}
-		if err := e.m.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "approve"}, e.owner); kindOf(err) != tools.KindStale {
+		if _, err := e.m.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "approve"}, e.owner); kindOf(err) != fault.KindStale {
 			t.Fatalf("second approve: %v", err)
 		}
-		if err := e.m.Resolve(e.ctx, e.conv, "q1", Resolution{Action: "accept", Content: []byte(`{"city":"Oslo"}`)}, e.owner); err != nil {
+		if _, err := e.m.Resolve(e.ctx, e.conv, "q1", Resolution{Action: "accept", Content: []byte(`{"city":"Oslo"}`)}, e.owner); err != nil {
 			t.Fatalf("answer: %v", err)
 		}
 		e.waitStatus(store.StatusIdle)

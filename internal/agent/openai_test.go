@@ -84,7 +84,7 @@ func TestLoopOverRealHTTPWithTheOpenAIClient(t *testing.T) {
 		if p := e.view().Pending["call_1"]; p.Kind != "approval" {
 			t.Fatalf("pending %+v", p)
 		}
-		if err := e.m.Resolve(e.ctx, e.conv, "call_1", Resolution{Decision: "approve"}, e.owner); err != nil {
+		if _, err := e.m.Resolve(e.ctx, e.conv, "call_1", Resolution{Decision: "approve"}, e.owner); err != nil {
 			t.Fatal(err)
 		}
 		e.waitStatus(store.StatusIdle)

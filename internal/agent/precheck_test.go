@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"parley/internal/clock"
+	"parley/internal/fault"
 	"parley/internal/store"
 	"parley/internal/tools"
 )
@@ -19,14 +20,14 @@ func guardedTool(t testing.TB, refuse *atomic.Bool, failures int, runs *counter)
 	return mustTool(t, tools.Spec{Name: "guarded", Description: "prechecked", Executor: tools.Server, MaxAttempts: 3,
 		Precheck: func(ctx context.Context, args map[string]any) error {
 			if refuse.Load() {
-				return tools.Errorf(tools.KindBlockedHost, "host %q is not in allowed_hosts", "example.org")
+				return fault.Errorf(fault.KindBlockedHost, "host %q is not in allowed_hosts", "example.org")
 			}
 			return nil
 		},
 		Func: func(ctx context.Context, call tools.Call, args map[string]any) (any, error) {
 			runs.add(call.ToolCallID)
 			if int(n.Add(1)) <= failures {
-				e := tools.Errorf(tools.KindHTTPError, "upstream 503")
+				e := fault.Errorf(fault.KindHTTPError, "upstream 503")
 				e.Retryable = true
 				return nil, e
 			}
@@ -65,7 +66,7 @@ func TestPrecheckRefusesBeforeTheFirstAttempt(t *testing.T) {
 		if n := len(runs.list()); n != 0 {
 			t.Fatalf("the tool ran %d times after its precheck refused", n)
 		}
-		if k := errKind(t, envelope(t, toolMessages(prov.requests()[1])[0].Content)); k != string(tools.KindBlockedHost) {
+		if k := errKind(t, envelope(t, toolMessages(prov.requests()[1])[0].Content)); k != string(fault.KindBlockedHost) {
 			t.Fatalf("the model got kind %s, want blocked_host", k)
 		}
 	})
@@ -98,7 +99,7 @@ func TestPrecheckRunsAgainBeforeARetry(t *testing.T) {
 		if steps, _ := e.st.Steps(e.ctx, e.conv); len(steps) != 0 {
 			t.Fatalf("steps left behind: %+v", steps)
 		}
-		if k := errKind(t, envelope(t, toolMessages(prov.requests()[1])[0].Content)); k != string(tools.KindBlockedHost) {
+		if k := errKind(t, envelope(t, toolMessages(prov.requests()[1])[0].Content)); k != string(fault.KindBlockedHost) {
 			t.Fatalf("the model got kind %s, want blocked_host", k)
 		}
 	})

@@ -5,7 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 
+	"parley/internal/fault"
 	"parley/internal/metrics"
 	"parley/internal/store"
 	"parley/internal/tools"
@@ -13,14 +15,26 @@ import (
 
 // handleResolve is Resolve inside the actor: check the call against the pending set, authorize,
 // validate the payload, record durably, then (after the reply) continue the turn.
-func (a *actor) handleResolve(req *request) (error, func()) {
+func (a *actor) handleResolve(req *request) (then func(), err error) {
 	by := req.by
-	if !a.visible(by) {
-		return errNotFound(), nil
+	if !a.st.maySee(by) {
+		return nil, errNotFound()
 	}
 	c := a.st.calls[req.callID]
-	if c == nil || c.finished() || c.status != store.CallAwaiting {
-		return errStale(req.callID), nil
+	if c == nil {
+		return nil, fault.New(fault.KindNotFound, "no such tool call", map[string]any{"tool_call_id": req.callID})
+	}
+	kind, err := req.res.Kind()
+	if err != nil {
+		return nil, err
+	}
+	if c.finished() || c.status != store.CallAwaiting {
+		return nil, errStale(req.callID)
+	}
+	if kind != c.kind {
+		return nil, fault.New(fault.KindInvalidArgs,
+			fmt.Sprintf("this call awaits %s, not %s: %s", kindWords(c.kind), kindWords(kind), resolutionHint),
+			map[string]any{"pending_kind": string(c.kind), "sent_kind": string(kind)})
 	}
 	switch c.kind {
 	case tools.PendingApproval:
@@ -30,48 +44,39 @@ func (a *actor) handleResolve(req *request) (error, func()) {
 	case tools.PendingClientExec:
 		return a.resolveClient(c, req.res, by)
 	}
-	return errStale(req.callID), nil
+	return nil, errStale(req.callID)
 }
 
-func permissionDenied(msg string) *tools.Error {
-	return tools.NewError(tools.KindPermissionDenied, msg, nil)
+func permissionDenied(msg string) *fault.Error {
+	return fault.New(fault.KindPermissionDenied, msg, nil)
 }
 
-// mayApprove applies the tool's approvers policy. Admins may always decide. A reviewer-only
-// tool needs a reviewer who is not the conversation's owner (the point of such a gate is a
-// second pair of eyes); an owner-approved tool is the owner's alone (API.md: reviewers decide
-// the approvals of reviewer tools).
-func (a *actor) mayApprove(c *call, by Principal) bool {
-	if by.Via == "system" || by.Role == store.RoleAdmin {
-		return true
-	}
-	if c.approvers == tools.ByReviewer {
-		return by.Role == store.RoleReviewer && by.UserID != a.st.conv.OwnerID
-	}
-	return by.UserID == a.st.conv.OwnerID
-}
-
-func (a *actor) resolveApproval(c *call, r Resolution, by Principal) (error, func()) {
-	if !a.mayApprove(c, by) {
-		if c.approvers == tools.ByReviewer {
-			return permissionDenied("this call needs a reviewer's approval"), nil
-		}
-		return permissionDenied("only the conversation's owner may decide this call"), nil
+func (a *actor) resolveApproval(c *call, r Resolution, by Principal) (then func(), err error) {
+	right := DecideRight(by, a.st.conv.OwnerID, c.approvers)
+	switch {
+	case right == NoRight && c.approvers == tools.ByReviewer:
+		return nil, permissionDenied("this call needs a reviewer's approval, and not the owner's")
+	case right == NoRight:
+		return nil, permissionDenied("only the conversation's owner may decide this call")
 	}
 	now := a.now()
 	d := decisionData{By: by.UserID, Role: string(by.Role), Via: by.Via, Reason: r.Reason}
+	if right == AsOverride {
+		d.Override = true
+	}
 	audit := store.AuditRecord{ConversationID: a.id, ToolCallID: c.id, Tool: c.name, ActorID: by.UserID, Reason: r.Reason, At: now}
 	b := store.Batch{Cancel: []string{c.id}}
 	switch r.Decision {
 	case "approve":
 		d.Decision = "approve"
-		if len(bytes.TrimSpace(r.Args)) > 0 && !bytes.Equal(bytes.TrimSpace(r.Args), []byte("null")) {
+		// Arguments sent as they were (a card's field, unchanged) are a plain approval.
+		if present(r.Args) && canonicalHash(r.Args) != canonicalHash(c.args) {
 			if c.tool == nil {
-				return tools.Errorf(tools.KindInvalidArgs, "the tool %s is no longer registered; its arguments cannot be edited", c.name), nil
+				return nil, fault.Errorf(fault.KindInvalidArgs, "the tool %s is no longer registered; its arguments cannot be edited", c.name)
 			}
 			parsed, verr := c.tool.ValidateArgs(r.Args)
 			if verr != nil {
-				return verr, nil
+				return nil, verr
 			}
 			edited := mustJSON(parsed)
 			if canonicalHash(edited) != canonicalHash(c.args) {
@@ -83,7 +88,7 @@ func (a *actor) resolveApproval(c *call, r Resolution, by Principal) (error, fun
 			run = d.Args
 		}
 		d.ArgsHash = canonicalHash(run)
-		audit.Action, audit.ArgsHash = "approve", d.ArgsHash
+		audit.Action, audit.ArgsHash = auditAction("approve", right), d.ArgsHash
 		if c.executor == tools.Client {
 			// The second suspension gets its own timer; scheduling replaces the first one.
 			exp := now.Add(a.suspensionTimeout(c.tool))
@@ -93,29 +98,17 @@ func (a *actor) resolveApproval(c *call, r Resolution, by Principal) (error, fun
 		}
 		b.Entries = []store.Entry{{Type: store.EntryDecision, ToolCallID: c.id, Actor: by.UserID, Data: mustJSON(d)}}
 	case "deny":
-		d.Decision = "deny"
-		d.ArgsHash = canonicalHash(c.args)
-		audit.Action, audit.ArgsHash = "deny", d.ArgsHash
-		msg := "the call was denied by the approver"
-		if r.Reason != "" {
-			msg += ": " + r.Reason
-		}
-		env := tools.ErrorEnvelope(tools.NewError(tools.KindDenied, msg, map[string]any{"reason": r.Reason}))
-		rd := resultData{Envelope: env, Status: store.CallDenied, Decision: "deny", By: by.UserID, Reason: r.Reason}
-		b.Entries = []store.Entry{
-			{Type: store.EntryDecision, ToolCallID: c.id, Actor: by.UserID, Data: mustJSON(d)},
-			{Type: store.EntryToolError, ToolCallID: c.id, Actor: by.UserID, Data: mustJSON(rd)},
-		}
+		return a.deny(c, r, by, right, d)
 	default:
-		return invalidArgs("an approval needs a decision", "/decision", `must be "approve" or "deny"`), nil
+		return nil, fault.InvalidAt("an approval needs a decision", "/decision", `must be "approve" or "deny"`)
 	}
 	b.Audit = []store.AuditRecord{audit}
 	b.Urgent = true // the person's request waits for it
 	if err := a.commit(b, []string{c.id}); err != nil {
-		return err, nil
+		return nil, err
 	}
 	a.publishCall(c)
-	return nil, func() {
+	return func() {
 		switch {
 		case c.finished():
 			a.advance()
@@ -125,26 +118,57 @@ func (a *actor) resolveApproval(c *call, r Resolution, by Principal) (error, fun
 		default:
 			a.runTool(c)
 		}
-	}
+	}, nil
 }
 
-func (a *actor) resolveElicitation(c *call, r Resolution, by Principal) (error, func()) {
-	if by.Via != "system" && by.UserID != a.st.conv.OwnerID {
-		return permissionDenied("only the conversation's owner answers its questions"), nil
+// deny records a denial: the decision, then the error the model reads; the call never runs.
+func (a *actor) deny(c *call, r Resolution, by Principal, right Right, d decisionData) (then func(), err error) {
+	d.Decision = "deny"
+	d.ArgsHash = canonicalHash(c.args)
+	msg := "the call was denied by the approver"
+	if r.Reason != "" {
+		msg += ": " + r.Reason
+	}
+	if err := a.closeCall(c, closing{
+		before:   []store.Entry{{Type: store.EntryDecision, Data: mustJSON(d)}},
+		envelope: tools.ErrorEnvelope(fault.New(fault.KindDenied, msg, map[string]any{"reason": r.Reason})),
+		status:   store.CallDenied,
+		decision: "deny",
+		by:       by.UserID,
+		reason:   r.Reason,
+		audit:    auditAction("deny", right),
+		urgent:   true, // the person's request waits for it
+	}); err != nil {
+		return nil, err
+	}
+	return a.advance, nil
+}
+
+// auditAction is the audit trail's word for a decision: an admin's override of an owner's
+// decision is recorded as one ("override_approve", "override_deny").
+func auditAction(decision string, right Right) string {
+	if right == AsOverride {
+		return "override_" + decision
+	}
+	return decision
+}
+
+func (a *actor) resolveElicitation(c *call, r Resolution, by Principal) (then func(), err error) {
+	if !MayAnswer(by, a.st.conv.OwnerID) {
+		return nil, permissionDenied("only the conversation's owner answers its questions")
 	}
 	var (
 		env    json.RawMessage
 		status = store.CallResolved
-		typ    = store.EntryToolResult
 	)
 	switch r.Action {
 	case "accept":
 		content, err := tools.DecodeJSON(nonEmpty(r.Content))
 		if err != nil {
-			return invalidArgs("the answer is not valid JSON", "/content", err.Error()), nil
+			return nil, fault.InvalidAt("the answer is not valid JSON", "/content", err.Error())
 		}
 		if verr := a.validateAnswer(c, content); verr != nil {
-			return verr, nil
+			return nil, verr
 		}
 		env = tools.BoundEnvelope(tools.OKEnvelope(map[string]any{"action": "accept", "content": content}), a.maxBytes(c.tool))
 	case "decline", "cancel":
@@ -152,64 +176,56 @@ func (a *actor) resolveElicitation(c *call, r Resolution, by Principal) (error, 
 		if r.Action == "cancel" {
 			msg = "the user cancelled the question"
 		}
-		env = tools.ErrorEnvelope(tools.NewError(tools.KindDeclined, msg, map[string]any{"action": r.Action}))
-		status, typ = store.CallErrored, store.EntryToolError
+		env = tools.ErrorEnvelope(fault.New(fault.KindDeclined, msg, map[string]any{"action": r.Action}))
+		status = store.CallErrored
 	default:
-		return invalidArgs("an answer needs an action", "/action", `must be "accept", "decline" or "cancel"`), nil
+		return nil, fault.InvalidAt("an answer needs an action", "/action", `must be "accept", "decline" or "cancel"`)
 	}
-	rd := resultData{Envelope: env, Status: status, Decision: r.Action, By: by.UserID}
-	b := store.Batch{
-		Entries: []store.Entry{{Type: typ, ToolCallID: c.id, Actor: by.UserID, Data: mustJSON(rd)}},
-		Cancel:  []string{c.id},
-		Audit: []store.AuditRecord{{ConversationID: a.id, ToolCallID: c.id, Tool: c.name, ActorID: by.UserID,
-			Action: r.Action, ArgsHash: canonicalHash(c.args), At: a.now()}},
-		Urgent: true, // the person's request waits for it
+	if err := a.closeCall(c, closing{envelope: env, status: status, decision: r.Action, by: by.UserID, audit: r.Action,
+		urgent: true, // the person's request waits for it
+	}); err != nil {
+		return nil, err
 	}
-	if err := a.commit(b, []string{c.id}); err != nil {
-		return err, nil
-	}
-	a.publishCall(c)
-	return nil, a.advance
+	return a.advance, nil
 }
 
-func (a *actor) validateAnswer(c *call, content any) *tools.Error {
+func (a *actor) validateAnswer(c *call, content any) *fault.Error {
 	if c.prompt == nil {
-		return tools.NewError(tools.KindInvalidArgs, "the question has no form", nil)
+		return fault.New(fault.KindInvalidArgs, "the question has no form", nil)
 	}
 	if c.tool != nil {
 		return c.tool.ValidateAnswer(*c.prompt, content)
 	}
 	s, err := tools.CompileSchema(c.name, c.prompt.Schema)
 	if err != nil {
-		return tools.Errorf(tools.KindInvalidArgs, "the form's schema does not compile: %v", err)
+		return fault.Errorf(fault.KindInvalidArgs, "the form's schema does not compile: %v", err)
 	}
 	return tools.ValidateValue(s, content, "answers")
 }
 
 // resolveClient takes a browser's report. Only the owner's own session runs client tools; the
 // result is user-controllable, so it is validated and never trusted for a privileged decision.
-func (a *actor) resolveClient(c *call, r Resolution, by Principal) (error, func()) {
-	if by.UserID != a.st.conv.OwnerID {
-		return permissionDenied("only the conversation owner's browser reports client results"), nil
+func (a *actor) resolveClient(c *call, r Resolution, by Principal) (then func(), err error) {
+	if by.Via == "system" || !MayAnswer(by, a.st.conv.OwnerID) {
+		return nil, permissionDenied("only the conversation owner's browser reports client results")
 	}
 	hasResult := len(bytes.TrimSpace(r.Result)) > 0 && !bytes.Equal(bytes.TrimSpace(r.Result), []byte("null"))
 	var (
 		env    json.RawMessage
 		status = store.CallResolved
-		typ    = store.EntryToolResult
 		action = "client_result"
 	)
 	switch {
 	case hasResult && r.Error != nil:
-		return invalidArgs("a client report has a result or an error, not both", "", "both result and error are set"), nil
+		return nil, fault.InvalidAt("a client report has a result or an error, not both", "", "both result and error are set")
 	case hasResult:
 		v, err := tools.DecodeJSON(r.Result)
 		if err != nil {
-			return invalidArgs("the result is not valid JSON", "/result", err.Error()), nil
+			return nil, fault.InvalidAt("the result is not valid JSON", "/result", err.Error())
 		}
 		if c.tool != nil {
 			if verr := c.tool.ValidateResult(v); verr != nil {
-				return verr, nil
+				return nil, verr
 			}
 		}
 		env = tools.BoundEnvelope(tools.OKEnvelope(v), a.maxBytes(c.tool))
@@ -218,73 +234,98 @@ func (a *actor) resolveClient(c *call, r Resolution, by Principal) (error, func(
 		if msg == "" {
 			msg = "the browser reported a failure"
 		}
-		env = tools.ErrorEnvelope(tools.NewError(tools.KindClientError, tools.Truncate(msg, 2000), nil))
-		status, typ, action = store.CallErrored, store.EntryToolError, "client_error"
+		env = tools.ErrorEnvelope(fault.New(fault.KindClientError, tools.Truncate(msg, 2000), nil))
+		status, action = store.CallErrored, "client_error"
 	default:
-		return invalidArgs("a client report needs a result or an error", "/result", "missing"), nil
+		return nil, fault.InvalidAt("a client report needs a result or an error", "/result", "missing")
 	}
-	rd := resultData{Envelope: env, Status: status, Decision: action, By: by.UserID}
-	b := store.Batch{
-		Entries: []store.Entry{{Type: typ, ToolCallID: c.id, Actor: by.UserID, Data: mustJSON(rd)}},
-		Cancel:  []string{c.id},
-		Audit: []store.AuditRecord{{ConversationID: a.id, ToolCallID: c.id, Tool: c.name, ActorID: by.UserID,
-			Action: action, ArgsHash: canonicalHash(c.effectiveArgs()), At: a.now()}},
-		Urgent: true, // the browser's request waits for it
+	if err := a.closeCall(c, closing{envelope: env, status: status, decision: action, by: by.UserID, audit: action,
+		urgent: true, // the browser's request waits for it
+	}); err != nil {
+		return nil, err
 	}
-	delete(a.graceAt, c.id)
-	if err := a.commit(b, []string{c.id}); err != nil {
-		return err, nil
-	}
-	a.publishCall(c)
-	return nil, a.advance
+	return a.advance, nil
 }
 
 // handleExpire fires a durable expiry: the suspended call becomes a timeout error the model can
 // recover from.
-func (a *actor) handleExpire(req *request) (error, func()) {
+func (a *actor) handleExpire(req *request) (then func(), err error) {
 	c := a.st.calls[req.callID]
 	if c == nil || c.finished() || c.status != store.CallAwaiting {
-		return errStale(req.callID), nil
+		return nil, errStale(req.callID)
 	}
-	now := a.now()
 	what := map[tools.PendingKind]string{
 		tools.PendingApproval:    "nobody decided the approval in time",
 		tools.PendingElicitation: "the user did not respond in time",
 		tools.PendingClientExec:  "the browser did not report a result in time",
 	}[c.kind]
-	env := tools.ErrorEnvelope(tools.NewError(tools.KindTimeout, what, map[string]any{"pending": string(c.kind)}))
-	rd := resultData{Envelope: env, Status: store.CallExpired, Decision: "expire", By: System.UserID}
-	b := store.Batch{
-		Entries: []store.Entry{
-			{Type: store.EntryExpiry, ToolCallID: c.id, Actor: System.UserID, Data: mustJSON(map[string]any{"kind": string(c.kind)})},
-			{Type: store.EntryToolError, ToolCallID: c.id, Actor: System.UserID, Data: mustJSON(rd)},
-		},
-		Cancel: []string{c.id},
-		Audit: []store.AuditRecord{{ConversationID: a.id, ToolCallID: c.id, Tool: c.name, ActorID: System.UserID,
-			Action: "expire", ArgsHash: canonicalHash(c.effectiveArgs()), At: now}},
-	}
-	delete(a.graceAt, c.id)
-	if err := a.commit(b, []string{c.id}); err != nil {
-		return err, nil
+	kind := c.kind // the result clears it
+	if err := a.closeCall(c, closing{
+		before:   []store.Entry{{Type: store.EntryExpiry, Data: mustJSON(map[string]any{"kind": string(c.kind)})}},
+		envelope: tools.ErrorEnvelope(fault.New(fault.KindTimeout, what, map[string]any{"pending": string(c.kind)})),
+		status:   store.CallExpired,
+		decision: "expire",
+		by:       System.UserID,
+		audit:    "expire",
+	}); err != nil {
+		return nil, err
 	}
 	metrics.ExpiriesFired.Inc()
-	a.log.Info("suspended call expired", "tool_call_id", c.id, "tool", c.name, "pending", string(c.kind))
-	a.publishCall(c)
-	return nil, a.advance
+	a.log.Info("suspended call expired", "tool_call_id", c.id, "tool", c.name, "pending", string(kind))
+	return a.advance, nil
 }
 
 // resolveNoClient fails a client call nobody can run: no socket was attached within the grace.
 func (a *actor) resolveNoClient(c *call) {
-	env := tools.ErrorEnvelope(tools.Errorf(tools.KindNoClient, "no browser was connected to run %s", c.name))
-	rd := resultData{Envelope: env, Status: store.CallErrored, Decision: "no_client", By: System.UserID}
-	b := store.Batch{
-		Entries: []store.Entry{{Type: store.EntryToolError, ToolCallID: c.id, Actor: System.UserID, Data: mustJSON(rd)}},
-		Cancel:  []string{c.id},
-	}
-	if a.commit(b, []string{c.id}) == nil {
-		a.publishCall(c)
+	if a.closeCall(c, closing{
+		envelope: tools.ErrorEnvelope(fault.Errorf(fault.KindNoClient, "no browser was connected to run %s", c.name)),
+		status:   store.CallErrored,
+		decision: "no_client",
+		by:       System.UserID,
+	}) == nil {
 		a.advance()
 	}
+}
+
+// closing is how a suspended call ends (closeCall): its result and who gave it, what is
+// recorded ahead of the result, and the audit record.
+type closing struct {
+	before   []store.Entry   // entries ahead of the result (a decision, an expiry); closeCall sets their call and actor
+	envelope json.RawMessage // the result the model reads
+	status   string          // the call's final status (store.Call*)
+	decision string          // what ended it (accept, client_result, deny, expire, no_client, …), in the result
+	by       string          // who ended it: the actor of every entry, the result's By, the audit record's actor
+	reason   string          // the approver's reason, in the result and the audit record
+	audit    string          // the audit record's action; "" records none
+	urgent   bool            // a request waits for the write
+}
+
+// closeCall ends a suspended call in one batch: fin.before, then the result (a tool_result when
+// the call resolved, else a tool_error), the call's expiry cancelled and the audit record; then
+// the call's event. The audit record hashes the arguments as they stand: an approver's edit
+// comes only with an approval, so for an approval or a question these are the model's.
+func (a *actor) closeCall(c *call, fin closing) error {
+	typ := store.EntryToolError
+	if fin.status == store.CallResolved {
+		typ = store.EntryToolResult
+	}
+	rd := resultData{Envelope: fin.envelope, Status: fin.status, Decision: fin.decision, By: fin.by, Reason: fin.reason}
+	b := store.Batch{Cancel: []string{c.id}, Urgent: fin.urgent}
+	for _, e := range fin.before {
+		e.ToolCallID, e.Actor = c.id, fin.by
+		b.Entries = append(b.Entries, e)
+	}
+	b.Entries = append(b.Entries, store.Entry{Type: typ, ToolCallID: c.id, Actor: fin.by, Data: mustJSON(rd)})
+	if fin.audit != "" {
+		b.Audit = []store.AuditRecord{{ConversationID: a.id, ToolCallID: c.id, Tool: c.name, ActorID: fin.by,
+			Action: fin.audit, Reason: fin.reason, ArgsHash: canonicalHash(c.effectiveArgs()), At: a.now()}}
+	}
+	delete(a.graceAt, c.id) // a client call's no-client grace, if it had one
+	if err := a.commit(b, []string{c.id}); err != nil {
+		return err
+	}
+	a.publishCall(c)
+	return nil
 }
 
 // canonicalHash is the hex SHA-256 of the canonical form of a JSON value (object keys sorted,

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"parley/internal/clock"
+	"parley/internal/fault"
 	"parley/internal/store"
 	"parley/internal/tools"
 )
@@ -40,7 +41,7 @@ func TestApproveRunsTheToolOnceAndTheModelGetsItsResult(t *testing.T) {
 			t.Fatalf("the email was sent before approval: %+v", out)
 		}
 
-		if err := e.m.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "approve"}, e.owner); err != nil {
+		if _, err := e.m.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "approve"}, e.owner); err != nil {
 			t.Fatalf("approve: %v", err)
 		}
 		e.waitStatus(store.StatusIdle)
@@ -77,7 +78,7 @@ func TestDenyNeverRunsTheToolAndTellsTheModelWhy(t *testing.T) {
 		e := newEnv(t, open, prov, emailTools, nil)
 		e.send("email bob")
 		e.waitCall("c1", store.CallAwaiting)
-		if err := e.m.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "deny", Reason: "not on a Sunday"}, e.owner); err != nil {
+		if _, err := e.m.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "deny", Reason: "not on a Sunday"}, e.owner); err != nil {
 			t.Fatalf("deny: %v", err)
 		}
 		e.waitStatus(store.StatusIdle)
@@ -86,7 +87,7 @@ func TestDenyNeverRunsTheToolAndTellsTheModelWhy(t *testing.T) {
 		}
 		tm := toolMessages(prov.requests()[1])
 		env := envelope(t, tm[0].Content)
-		if env["ok"] != false || errKind(t, env) != string(tools.KindDenied) || !strings.Contains(tm[0].Content, "not on a Sunday") {
+		if env["ok"] != false || errKind(t, env) != string(fault.KindDenied) || !strings.Contains(tm[0].Content, "not on a Sunday") {
 			t.Fatalf("the model got %s", tm[0].Content)
 		}
 		if c := e.call("c1"); c.Status != store.CallDenied || c.Reason != "not on a Sunday" {
@@ -106,13 +107,12 @@ func TestEditedArgsAreValidatedAndTheModelIsToldWhatRan(t *testing.T) {
 		e.send("email bob")
 		e.waitCall("c1", store.CallAwaiting)
 
-		err := e.m.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "approve", Args: json.RawMessage(`{"to":"not an address","subject":"Hi"}`)}, e.owner)
-		if kindOf(err) != tools.KindInvalidArgs {
+		_, err := e.m.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "approve", Args: json.RawMessage(`{"to":"not an address","subject":"Hi"}`)}, e.owner)
+		if kindOf(err) != fault.KindInvalidArgs {
 			t.Fatalf("bad edit: %v, want invalid_args", err)
 		}
-		te := err.(*tools.Error)
-		problems, _ := te.Details["problems"].([]map[string]any)
-		if len(problems) < 2 {
+		te := err.(*fault.Error)
+		if len(te.Problems) < 2 {
 			t.Fatalf("problems %+v: want the bad address and the missing body", te.Details)
 		}
 		if e.call("c1").Status != store.CallAwaiting {
@@ -120,7 +120,7 @@ func TestEditedArgsAreValidatedAndTheModelIsToldWhatRan(t *testing.T) {
 		}
 
 		edited := `{"to":"carol@example.test","subject":"Hi","body":"Lunch?"}`
-		if err := e.m.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "approve", Args: json.RawMessage(edited)}, e.owner); err != nil {
+		if _, err := e.m.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "approve", Args: json.RawMessage(edited)}, e.owner); err != nil {
 			t.Fatalf("approve edited: %v", err)
 		}
 		e.waitStatus(store.StatusIdle)
@@ -152,12 +152,12 @@ func TestElicitation(t *testing.T) {
 		res        Resolution
 		wantStatus string
 		wantOK     bool
-		wantKind   tools.Kind
+		wantKind   fault.Kind
 		wantInText string
 	}{
 		{"accept", Resolution{Action: "accept", Content: json.RawMessage(`{"city":"Lyon"}`)}, store.CallResolved, true, "", "Lyon"},
-		{"decline", Resolution{Action: "decline"}, store.CallErrored, false, tools.KindDeclined, "declined"},
-		{"cancel", Resolution{Action: "cancel"}, store.CallErrored, false, tools.KindDeclined, "cancelled"},
+		{"decline", Resolution{Action: "decline"}, store.CallErrored, false, fault.KindDeclined, "declined"},
+		{"cancel", Resolution{Action: "cancel"}, store.CallErrored, false, fault.KindDeclined, "cancelled"},
 	}
 	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
 		for _, tt := range cases {
@@ -176,18 +176,19 @@ func TestElicitation(t *testing.T) {
 					{Action: "accept", Content: json.RawMessage(`{}`)},
 					{Action: "maybe"},
 				} {
-					err := e.m.Resolve(e.ctx, e.conv, "q1", bad, e.owner)
-					if kindOf(err) != tools.KindInvalidArgs {
+					_, err := e.m.Resolve(e.ctx, e.conv, "q1", bad, e.owner)
+					if kindOf(err) != fault.KindInvalidArgs {
 						t.Fatalf("answer %+v: %v, want invalid_args", bad, err)
 					}
-					if _, ok := err.(*tools.Error).Details["problems"]; !ok {
+					if len(err.(*fault.Error).Problems) == 0 {
 						t.Fatalf("answer %+v: no problems in %v", bad, err)
 					}
 				}
-				if err := e.m.Resolve(e.ctx, e.conv, "q1", tt.res, e.rev); kindOf(err) != tools.KindPermissionDenied {
-					t.Fatalf("a reviewer answered the owner's question: %v", err)
+				if _, err := e.m.Resolve(e.ctx, e.conv, "q1", tt.res, e.rev); kindOf(err) != fault.KindNotFound {
+					// A reviewer with no call of theirs in the conversation learns nothing of it.
+					t.Fatalf("a reviewer answered the owner's question: %v, want not_found", err)
 				}
-				if err := e.m.Resolve(e.ctx, e.conv, "q1", tt.res, e.owner); err != nil {
+				if _, err := e.m.Resolve(e.ctx, e.conv, "q1", tt.res, e.owner); err != nil {
 					t.Fatalf("resolve: %v", err)
 				}
 				e.waitStatus(store.StatusIdle)
@@ -216,7 +217,7 @@ func TestDoubleResolveFromTwoGoroutinesOneWins(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs[i] = e.m.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "approve"}, e.owner)
+				_, errs[i] = e.m.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "approve"}, e.owner)
 			}()
 		}
 		wg.Wait()
@@ -225,7 +226,7 @@ func TestDoubleResolveFromTwoGoroutinesOneWins(t *testing.T) {
 			switch {
 			case err == nil:
 				ok++
-			case kindOf(err) == tools.KindStale:
+			case kindOf(err) == fault.KindStale:
 				stale++
 			default:
 				t.Fatalf("resolve: %v", err)
@@ -238,11 +239,11 @@ func TestDoubleResolveFromTwoGoroutinesOneWins(t *testing.T) {
 		if out, _ := e.st.ListOutbox(e.ctx, e.conv); len(out) != 1 {
 			t.Fatalf("outbox %+v", out)
 		}
-		if err := e.m.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "deny"}, e.owner); kindOf(err) != tools.KindStale {
+		if _, err := e.m.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "deny"}, e.owner); kindOf(err) != fault.KindStale {
 			t.Fatalf("a late deny: %v, want stale", err)
 		}
-		if err := e.m.Resolve(e.ctx, e.conv, "nope", Resolution{Decision: "approve"}, e.owner); kindOf(err) != tools.KindStale {
-			t.Fatalf("an unknown call: %v, want stale", err)
+		if _, err := e.m.Resolve(e.ctx, e.conv, "nope", Resolution{Decision: "approve"}, e.owner); kindOf(err) != fault.KindNotFound {
+			t.Fatalf("an unknown call: %v, want not_found (API.md: 404 for a call that does not exist)", err)
 		}
 		if audit, _ := e.st.ListAudit(e.ctx, store.AuditFilter{ConversationID: e.conv}); len(audit) != 1 {
 			t.Fatalf("audit %+v: the stale resolve was recorded", audit)
@@ -266,10 +267,10 @@ func TestAuthorization(t *testing.T) {
 		runs := &counter{}
 		prov := newScripted(callTools(tc{"w1", "wire_money", `{"amount":5}`}), say("Wired."))
 		e := newEnv(t, open, prov, func(st store.Store) []*tools.Tool { return []*tools.Tool{reviewedTool(t, runs)} }, nil)
-		if err := e.m.Send(e.ctx, e.conv, e.other, "hi"); kindOf(err) != tools.KindNotFound {
+		if err := e.m.Send(e.ctx, e.conv, e.other, "hi"); kindOf(err) != fault.KindNotFound {
 			t.Fatalf("another member sent to the conversation: %v, want not_found", err)
 		}
-		if err := e.m.Send(e.ctx, "no-such-conversation", e.owner, "hi"); kindOf(err) != tools.KindNotFound {
+		if err := e.m.Send(e.ctx, "no-such-conversation", e.owner, "hi"); kindOf(err) != fault.KindNotFound {
 			t.Fatalf("missing conversation: %v, want not_found", err)
 		}
 		e.send("wire 5")
@@ -279,22 +280,45 @@ func TestAuthorization(t *testing.T) {
 		}
 		cases := []struct {
 			who  Principal
-			want tools.Kind
+			want fault.Kind
 		}{
-			{e.other, tools.KindNotFound},
-			{e.owner, tools.KindPermissionDenied},
-			{Principal{UserID: e.owner.UserID, Role: store.RoleReviewer, Via: "session"}, tools.KindPermissionDenied},
+			{e.other, fault.KindNotFound},
+			{e.owner, fault.KindPermissionDenied},
+			{Principal{UserID: e.owner.UserID, Role: store.RoleReviewer, Via: "session"}, fault.KindPermissionDenied},
+			// No self-approval, admins included: an admin's own reviewer-gated call needs someone else.
+			{Principal{UserID: e.owner.UserID, Role: store.RoleAdmin, Via: "session"}, fault.KindPermissionDenied},
 		}
 		for _, c := range cases {
-			if err := e.m.Resolve(e.ctx, e.conv, "w1", Resolution{Decision: "approve"}, c.who); kindOf(err) != c.want {
+			if _, err := e.m.Resolve(e.ctx, e.conv, "w1", Resolution{Decision: "approve"}, c.who); kindOf(err) != c.want {
 				t.Fatalf("%+v approving: %v, want %s", c.who, err, c.want)
 			}
 		}
 		if len(runs.list()) != 0 {
 			t.Fatal("the tool ran without a reviewer")
 		}
-		if err := e.m.Resolve(e.ctx, e.conv, "w1", Resolution{Decision: "approve"}, e.rev); err != nil {
+		// A reviewer who may decide the call reads its conversation; a member does not.
+		if v, err := e.m.View(e.ctx, e.conv, e.rev); err != nil || v.Pending["w1"].Kind != tools.PendingApproval {
+			t.Fatalf("the reviewer's view: %v %+v", err, v.Pending)
+		}
+		if _, err := e.m.View(e.ctx, e.conv, e.other); kindOf(err) != fault.KindNotFound {
+			t.Fatalf("a member's view: %v, want not_found", err)
+		}
+		if pa, err := e.m.PendingApprovals(e.ctx, e.rev); err != nil || len(pa) != 1 || pa[0].Call.ID != "w1" || pa[0].OwnerID != e.owner.UserID {
+			t.Fatalf("the reviewer's inbox: %v %+v", err, pa)
+		}
+		if pa, err := e.m.PendingApprovals(e.ctx, e.owner); err != nil || len(pa) != 0 {
+			t.Fatalf("the owner's inbox lists a call they may not decide: %v %+v", err, pa)
+		}
+		// An answer of the wrong kind is refused before anything changes.
+		if _, err := e.m.Resolve(e.ctx, e.conv, "w1", Resolution{Action: "accept"}, e.rev); kindOf(err) != fault.KindInvalidArgs {
+			t.Fatalf("an answer to an approval: %v, want invalid_args", err)
+		}
+		got, err := e.m.Resolve(e.ctx, e.conv, "w1", Resolution{Decision: "approve"}, e.rev)
+		if err != nil {
 			t.Fatalf("reviewer approving: %v", err)
+		}
+		if got.OwnerID != e.owner.UserID || got.Call.ID != "w1" || got.Call.Decision != "approve" || got.Call.DecidedBy != e.rev.UserID {
+			t.Fatalf("Resolve answered %+v: want the decided call", got)
 		}
 		e.waitStatus(store.StatusIdle)
 		if got := runs.list(); len(got) != 1 || got[0] != "w1" {
@@ -302,6 +326,58 @@ func TestAuthorization(t *testing.T) {
 		}
 		if c := e.call("w1"); c.DecidedBy != e.rev.UserID {
 			t.Fatalf("decided by %q", c.DecidedBy)
+		}
+	})
+}
+
+// TestAdminOverride: an admin may decide an owner-approved call in someone else's conversation;
+// the decision is audited as an override. A reviewer may not (owner-approved calls are the
+// owner's), and learns nothing of the conversation.
+func TestAdminOverride(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+		prov := newScripted(callTools(tc{"c1", "send_email", emailArgs}), say("Sent."))
+		e := newEnv(t, open, prov, emailTools, nil)
+		e.send("email bob")
+		e.waitCall("c1", store.CallAwaiting)
+		if _, err := e.m.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "approve"}, e.rev); kindOf(err) != fault.KindNotFound {
+			t.Fatalf("a reviewer deciding an owner's call: %v, want not_found", err)
+		}
+		if pa, err := e.m.PendingApprovals(e.ctx, e.admin); err != nil || len(pa) != 0 {
+			t.Fatalf("an override is possible, not asked for: the admin's inbox %v %+v", err, pa)
+		}
+		if _, err := e.m.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "deny", Reason: "not now"}, e.admin); err != nil {
+			t.Fatalf("an admin's override: %v", err)
+		}
+		e.waitStatus(store.StatusIdle)
+		audit, err := e.st.ListAudit(e.ctx, store.AuditFilter{ConversationID: e.conv})
+		if err != nil || len(audit) != 1 || audit[0].Action != "override_deny" || audit[0].ActorID != e.admin.UserID {
+			t.Fatalf("audit %v %+v: want one override_deny by the admin", err, audit)
+		}
+	})
+}
+
+// TestEveryRequestIsBounded: every model call carries max_tokens and a system prompt that says
+// tool results are data, by default and as configured.
+func TestEveryRequestIsBounded(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+		prov := newScripted(say("Hello."))
+		e := newEnv(t, open, prov, emailTools, nil)
+		e.send("hi")
+		e.waitStatus(store.StatusIdle)
+		prov.mu.Lock()
+		req := prov.reqs[0]
+		prov.mu.Unlock()
+		if req.MaxTokens != 4096 || req.System != DefaultSystem || !strings.Contains(req.System, "data, not instructions") {
+			t.Fatalf("max_tokens %d, system %q", req.MaxTokens, req.System)
+		}
+		prov2 := newScripted(say("Hi."))
+		e2 := newEnv(t, open, prov2, emailTools, func(c *Config) { c.MaxTokens, c.System = 256, "Be brief." })
+		e2.send("hi")
+		e2.waitStatus(store.StatusIdle)
+		prov2.mu.Lock()
+		defer prov2.mu.Unlock()
+		if r := prov2.reqs[0]; r.MaxTokens != 256 || r.System != "Be brief." {
+			t.Fatalf("configured: max_tokens %d, system %q", r.MaxTokens, r.System)
 		}
 	})
 }

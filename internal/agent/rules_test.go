@@ -3,56 +3,7 @@ package agent
 import (
 	"testing"
 	"time"
-
-	"parley/internal/store"
-	"parley/internal/tools"
 )
-
-// TestWhoMayApprove is the approvers policy as a table: every rule has a row that fails when it
-// is removed.
-func TestWhoMayApprove(t *testing.T) {
-	a := &actor{st: newState(store.Conversation{ID: "c", OwnerID: "owner"})}
-	cases := []struct {
-		approvers tools.Approvers
-		by        Principal
-		want      bool
-	}{
-		{tools.ByOwner, Principal{UserID: "owner", Role: store.RoleMember}, true},
-		{tools.ByOwner, Principal{UserID: "someone", Role: store.RoleMember}, false},
-		{tools.ByOwner, Principal{UserID: "rev", Role: store.RoleReviewer}, false}, // owner tools are the owner's
-		{tools.ByOwner, Principal{UserID: "adm", Role: store.RoleAdmin}, true},
-		{tools.ByReviewer, Principal{UserID: "owner", Role: store.RoleMember}, false},
-		{tools.ByReviewer, Principal{UserID: "owner", Role: store.RoleReviewer}, false}, // no approving one's own
-		{tools.ByReviewer, Principal{UserID: "rev", Role: store.RoleReviewer}, true},
-		{tools.ByReviewer, Principal{UserID: "owner", Role: store.RoleAdmin}, true}, // admins may always decide
-		{tools.ByReviewer, Principal{UserID: "someone", Role: store.RoleMember}, false},
-		{tools.ByReviewer, System, true},
-	}
-	for _, c := range cases {
-		if got := a.mayApprove(&call{approvers: c.approvers}, c.by); got != c.want {
-			t.Errorf("%s approved by %+v: %v, want %v", c.approvers, c.by, got, c.want)
-		}
-	}
-}
-
-func TestVisibility(t *testing.T) {
-	a := &actor{st: newState(store.Conversation{ID: "c", OwnerID: "owner"})}
-	cases := []struct {
-		by   Principal
-		want bool
-	}{
-		{Principal{UserID: "owner", Role: store.RoleMember}, true},
-		{Principal{UserID: "other", Role: store.RoleMember}, false},
-		{Principal{UserID: "rev", Role: store.RoleReviewer}, true},
-		{Principal{UserID: "adm", Role: store.RoleAdmin}, true},
-		{System, true},
-	}
-	for _, c := range cases {
-		if got := a.visible(c.by); got != c.want {
-			t.Errorf("visible to %+v: %v, want %v", c.by, got, c.want)
-		}
-	}
-}
 
 func TestBackoff(t *testing.T) {
 	m := &Manager{cfg: Config{RetryBase: time.Second, RetryMax: 10 * time.Second}}
@@ -86,10 +37,10 @@ func TestBackoff(t *testing.T) {
 
 func TestSubscriptionClose(t *testing.T) {
 	h := newHub(4)
-	s := h.subscribe("c")
-	g := h.subscribe("")
-	h.publish(Event{ConversationID: "c", Type: EventStatus})
-	h.publish(Event{ConversationID: "other", Type: EventStatus})
+	s := h.Subscribe("c")
+	g := h.Subscribe("")
+	h.Publish(Event{ConversationID: "c", Type: EventStatus})
+	h.Publish(Event{ConversationID: "other", Type: EventStatus})
 	s.Close()
 	s.Close() // twice is harmless
 	if ev, ok := <-s.C; !ok || ev.ConversationID != "c" {
@@ -101,8 +52,8 @@ func TestSubscriptionClose(t *testing.T) {
 	if len(g.C) != 2 {
 		t.Fatalf("the global subscriber has %d events, want both conversations'", len(g.C))
 	}
-	h.publish(Event{ConversationID: "c"}) // no subscriber left for c: nothing blocks
-	h.closeAll()
+	h.Publish(Event{ConversationID: "c"}) // no subscriber left for c: nothing blocks
+	h.Close()
 	n := 0
 	for range g.C {
 		n++

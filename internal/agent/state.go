@@ -60,7 +60,8 @@ type decisionData struct {
 	Role      string          `json:"role,omitempty"`
 	Via       string          `json:"via,omitempty"`
 	Reason    string          `json:"reason,omitempty"`
-	Args      json.RawMessage `json:"args,omitempty"` // the edited arguments
+	Override  bool            `json:"override,omitempty"` // an admin decided an owner's call (policy.go: AsOverride)
+	Args      json.RawMessage `json:"args,omitempty"`     // the edited arguments
 	ArgsHash  string          `json:"args_hash"`
 	ExpiresAt *time.Time      `json:"expires_at,omitempty"`
 }
@@ -385,6 +386,18 @@ func (s *convState) hasPendingToolCallEntries(d assistantMessageData) bool {
 	}
 	return false
 }
+
+// gates lists how the conversation's calls are gated, for the policy.
+func (s *convState) gates() []Gate {
+	out := make([]Gate, 0, len(s.calls))
+	for _, c := range s.calls {
+		out = append(out, Gate{Approval: c.approval, Approvers: c.approvers})
+	}
+	return out
+}
+
+// maySee asks the policy whether by may read this conversation.
+func (s *convState) maySee(by Principal) bool { return MaySee(by, s.conv.OwnerID, s.gates()) }
 
 func (s *convState) addCall(c *call) {
 	if _, dup := s.calls[c.id]; !dup {

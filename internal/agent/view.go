@@ -20,18 +20,23 @@ func viewOf(st *convState, streaming string) View {
 	}
 	for _, id := range st.order {
 		c := st.calls[id]
-		cv := CallView{
-			Seq: c.seq, ID: c.id, Name: c.name, Executor: c.executor, Approval: c.approval, Approvers: c.approvers,
-			Status: c.status, PendingKind: c.kind, Args: c.effectiveArgs(), Result: c.result, Plan: c.plan, Prompt: c.prompt,
-			Progress: append([]string(nil), c.progress...), Attempts: c.attempts, NextAttempt: c.nextAttempt,
-			Decision: c.decision, DecidedBy: c.decidedBy, Reason: c.reason, ExpiresAt: c.expiresAt,
-		}
-		v.Calls = append(v.Calls, cv)
+		v.Calls = append(v.Calls, callView(c))
 		if c.status == store.CallAwaiting && !c.finished() {
 			v.Pending[c.id] = pendingView(c)
 		}
 	}
 	return v
+}
+
+// callView is one call as the page and the API show it, copied.
+func callView(c *call) CallView {
+	return CallView{
+		Seq: c.seq, ID: c.id, Name: c.name, Executor: c.executor, Approval: c.approval, Approvers: c.approvers,
+		Status: c.status, PendingKind: c.kind, Args: c.effectiveArgs(), Result: c.result, Plan: c.plan, Prompt: c.prompt,
+		Progress: append([]string(nil), c.progress...), Attempts: c.attempts, NextAttempt: c.nextAttempt,
+		Decision: c.decision, DecidedBy: c.decidedBy, Reason: c.reason, ExpiresAt: c.expiresAt,
+		AskFirst: c.asksFirst(),
+	}
 }
 
 // pendingView is the API's pending entry: {"executor","kind","prompt","schema","expires_at"}.
@@ -41,6 +46,12 @@ func pendingView(c *call) PendingView {
 		p.Schema = c.prompt.Schema
 	}
 	return p
+}
+
+// asksFirst reports whether the owner's page asks before running this client call: unless its
+// tool opted out (an unregistered tool asks).
+func (c *call) asksFirst() bool {
+	return c.executor == tools.Client && (c.tool == nil || c.tool.AsksBeforeRunning())
 }
 
 // pendingPrompt is what the page shows for a suspension: the plan and arguments of an approval,
@@ -54,7 +65,7 @@ func pendingPrompt(c *call) any {
 			return c.prompt.Message
 		}
 	case tools.PendingClientExec:
-		return map[string]any{"tool": c.name, "args": json.RawMessage(c.effectiveArgs())}
+		return map[string]any{"tool": c.name, "args": json.RawMessage(c.effectiveArgs()), "ask": c.asksFirst()}
 	}
 	return nil
 }

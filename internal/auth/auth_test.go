@@ -2,6 +2,7 @@ package auth
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -84,5 +85,50 @@ func TestThrottle(t *testing.T) {
 	th.Fail("d")
 	if w := th.Wait("d"); w != 0 {
 		t.Fatalf("success did not clear: %v", w)
+	}
+}
+
+// TestProgressiveThrottle: an account's failures slow its next tries (doubling, capped) but
+// never lock it for longer than the cap, whoever fails on its name.
+func TestProgressiveThrottle(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	th := NewProgressive(clk, 3, time.Hour, time.Second, 8*time.Second)
+	for range 3 {
+		th.Fail("ann")
+	}
+	if w := th.Wait("ann"); w != time.Second {
+		t.Fatalf("after the free failures: wait %v, want 1s", w)
+	}
+	var waits []time.Duration
+	for range 5 {
+		th.Fail("ann")
+		waits = append(waits, th.Wait("ann"))
+	}
+	want := []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second, 8 * time.Second, 8 * time.Second}
+	for i := range want {
+		if waits[i] != want[i] {
+			t.Fatalf("waits %v, want %v", waits, want)
+		}
+	}
+	clk.Advance(8 * time.Second)
+	if w := th.Wait("ann"); w != 0 {
+		t.Fatalf("still waiting after the cap: %v", w)
+	}
+}
+
+// TestThrottleEvictsWhenFull: a full table makes room for a new key instead of not tracking it.
+func TestThrottleEvictsWhenFull(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	th := NewThrottle(clk, 1, time.Hour)
+	th.maxKeys = 10
+	for i := range 10 {
+		th.Fail(fmt.Sprint("flood", i))
+	}
+	th.Fail("attacker")
+	if w := th.Wait("attacker"); w == 0 {
+		t.Fatal("a full table stopped tracking a new key")
+	}
+	if len(th.keys) > 10 {
+		t.Fatalf("the table grew to %d", len(th.keys))
 	}
 }

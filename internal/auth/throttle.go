@@ -7,15 +7,23 @@ import (
 	"parley/internal/clock"
 )
 
-// Throttle slows password guessing: after max failed sign-ins for one key (name and client IP)
-// within window, that key is locked until window has passed since its first counted failure.
-// A success clears the key. Entries are dropped once their window is over, and the table is
-// capped (maxKeys): when full, expired entries are swept, and if it is still full the new key
-// is not tracked, which fails open for new keys rather than growing without bound.
+// Throttle slows password guessing. A hard throttle (NewThrottle) locks a key (a client
+// address, a subnet) after max failed sign-ins within window, until window has passed since its
+// first counted failure. A progressive one (NewProgressive, for an account) never locks: after
+// its free failures each further one doubles the wait before the next try, up to a cap, so
+// guessing slows down but nobody can lock an account for long. A success clears the key.
+// Entries are dropped once their window is over, and the table is capped (maxKeys): when full,
+// expired entries are swept and, if it is still full, an arbitrary entry is evicted, so a flood
+// of new keys neither grows the table nor stops the tracking of new ones.
 type Throttle struct {
 	clock  clock.Clock
 	max    int
 	window time.Duration
+	// Progressive throttles: the failures that cost nothing, then base doubling up to maxWait.
+	progressive   bool
+	base, maxWait time.Duration
+
+	maxKeys int // 0: maxKeys; tests set a small one
 
 	mu   sync.Mutex
 	keys map[string]*attempts // guarded by mu
@@ -23,6 +31,7 @@ type Throttle struct {
 
 type attempts struct {
 	first    time.Time
+	last     time.Time
 	failures int
 }
 
@@ -34,10 +43,42 @@ func NewThrottle(c clock.Clock, max int, window time.Duration) *Throttle {
 	return &Throttle{clock: c, max: max, window: window, keys: map[string]*attempts{}}
 }
 
+// NewProgressive returns a throttle that lets free failures of a key within window go by and
+// then makes each next try wait base, 2×base, 4×base … after the last failure, at most maxWait.
+func NewProgressive(c clock.Clock, free int, window, base, maxWait time.Duration) *Throttle {
+	return &Throttle{clock: c, max: free, window: window, progressive: true, base: base, maxWait: maxWait, keys: map[string]*attempts{}}
+}
+
 // Wait returns how long key must wait before trying again; 0 means it may try now.
 func (t *Throttle) Wait(key string) time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.waitLocked(key)
+}
+
+// Reserve is Wait and, when key may try now, counts the try as a failure at once (Succeed or
+// Undo take it back): tries made at the same moment cannot all pass the check before any of
+// them is counted.
+func (t *Throttle) Reserve(key string) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if w := t.waitLocked(key); w > 0 {
+		return w
+	}
+	t.failLocked(key)
+	return 0
+}
+
+// Undo takes back one counted failure of key (a reserved try that succeeded).
+func (t *Throttle) Undo(key string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if a, ok := t.keys[key]; ok && a.failures > 0 {
+		a.failures--
+	}
+}
+
+func (t *Throttle) waitLocked(key string) time.Duration {
 	a, ok := t.keys[key]
 	if !ok {
 		return 0
@@ -51,6 +92,14 @@ func (t *Throttle) Wait(key string) time.Duration {
 	if a.failures < t.max {
 		return 0
 	}
+	if t.progressive {
+		wait := t.base
+		for i := t.max; i < a.failures && wait < t.maxWait; i++ {
+			wait *= 2
+		}
+		wait = min(wait, t.maxWait)
+		return max(a.last.Add(wait).Sub(now), 0)
+	}
 	return end.Sub(now)
 }
 
@@ -58,22 +107,38 @@ func (t *Throttle) Wait(key string) time.Duration {
 func (t *Throttle) Fail(key string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.failLocked(key)
+}
+
+func (t *Throttle) failLocked(key string) {
 	now := t.clock.Now()
 	a, ok := t.keys[key]
 	if ok && !now.Before(a.first.Add(t.window)) {
 		ok = false
 	}
 	if !ok {
-		if len(t.keys) >= maxKeys {
+		if len(t.keys) >= t.limit() {
 			t.sweepLocked(now)
-			if len(t.keys) >= maxKeys {
-				return
+			for k := range t.keys { // still full: evict one (map order is arbitrary)
+				if len(t.keys) < t.limit() {
+					break
+				}
+				delete(t.keys, k)
 			}
 		}
 		a = &attempts{first: now}
 		t.keys[key] = a
 	}
 	a.failures++
+	a.last = now
+}
+
+// limit is the table's size cap (smaller in tests).
+func (t *Throttle) limit() int {
+	if t.maxKeys > 0 {
+		return t.maxKeys
+	}
+	return maxKeys
 }
 
 // Succeed clears key after a successful sign-in.

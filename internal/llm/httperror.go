@@ -7,12 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"parley/internal/fault"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
-
-	"parley/internal/tools"
 )
 
 // maxErrorBody bounds how much of a failed answer's body is read for its message.
@@ -26,13 +25,13 @@ const maxErrorMessage = 500
 // retryable, any other 4xx provider_http_error and final. body is the answer's body (its JSON
 // error message is extracted when there is one); now reads an HTTP-date Retry-After.
 func StatusError(status int, header http.Header, body []byte, now time.Time) *Error {
-	e := &Error{Status: status, Kind: string(tools.KindProviderHTTPError), Message: errorMessage(status, body)}
+	e := &Error{Status: status, Kind: string(fault.KindProviderHTTPError), Message: errorMessage(status, body)}
 	switch {
 	case status == http.StatusTooManyRequests:
-		e.Kind = string(tools.KindRateLimited)
+		e.Kind = string(fault.KindRateLimited)
 		e.Retryable = true
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
-		e.Kind = string(tools.KindNotAuthenticated)
+		e.Kind = string(fault.KindNotAuthenticated)
 	case status >= 500:
 		e.Retryable = true
 	}
@@ -69,7 +68,7 @@ func ParseRetryAfter(v string, now time.Time) time.Duration {
 // NetworkError maps a transport failure (connect, reset, a stream cut mid-way) to a retryable
 // network *Error.
 func NetworkError(msg string, err error) *Error {
-	return &Error{Kind: string(tools.KindNetwork), Message: msg, Retryable: true, Err: err}
+	return &Error{Kind: string(fault.KindNetwork), Message: msg, Retryable: true, Err: err}
 }
 
 // StreamCutError reports a stream that ended before the provider said the answer was complete;

@@ -162,8 +162,8 @@ type Step struct {
 	UpdatedAt      time.Time
 }
 
-// OutboxMessage is an email that send_email wrote. ToolCallID is unique: a call re-dispatched
-// after a crash writes nothing twice.
+// OutboxMessage is an email that send_email wrote. (ConversationID, ToolCallID) is unique: a
+// call re-dispatched after a crash writes nothing twice.
 type OutboxMessage struct {
 	ID             int64
 	ConversationID string
@@ -230,6 +230,9 @@ type Batch struct {
 type Store interface {
 	// Users, sessions and tokens.
 	CreateUser(ctx context.Context, u User) (User, error) // ErrConflict on a taken name
+	// CreateFirstAdmin creates the bootstrap admin of an empty store: ErrConflict when there is
+	// already a user or a bootstrap admin, so at most one is ever made, whatever the races.
+	CreateFirstAdmin(ctx context.Context, u User) (User, error)
 	UserByID(ctx context.Context, id string) (User, error)
 	UserByName(ctx context.Context, name string) (User, error)
 	ListUsers(ctx context.Context) ([]User, error)
@@ -238,6 +241,15 @@ type Store interface {
 	CreateSession(ctx context.Context, s Session) error
 	SessionByHash(ctx context.Context, hash []byte) (Session, error) // ErrNotFound when missing or expired
 	DeleteSession(ctx context.Context, hash []byte) error
+	// ExtendSession moves a session's expiry (a sliding idle timeout); a missing session is left
+	// alone and is not an error.
+	ExtendSession(ctx context.Context, hash []byte, expiresAt time.Time) error
+	// EndUserSessions deletes every session of userID but keep (nil: all of them) and says how
+	// many it ended: "sign out everywhere", a password change.
+	EndUserSessions(ctx context.Context, userID string, keep []byte) (int, error)
+	// PurgeSessions deletes the sessions expired at now and says how many.
+	PurgeSessions(ctx context.Context, now time.Time) (int, error)
+	SetPassword(ctx context.Context, userID string, hash []byte) error
 	CreateAPIToken(ctx context.Context, t APIToken) (APIToken, error)
 	APITokenByHash(ctx context.Context, hash []byte) (APIToken, error) // ErrNotFound when missing or revoked
 	ListAPITokens(ctx context.Context, userID string) ([]APIToken, error)
@@ -275,10 +287,16 @@ type Store interface {
 	// Retry steps.
 	Steps(ctx context.Context, conversationID string) ([]Step, error)
 
-	// Outbox. AddOutbox is idempotent on ToolCallID: a second write for a call changes nothing
-	// and returns the first message.
+	// Outbox. AddOutbox is idempotent on (ConversationID, ToolCallID): a second write for a call
+	// changes nothing and returns the first message. A tool_call_id is unique only in its
+	// conversation: the same id in another conversation is another message.
 	AddOutbox(ctx context.Context, m OutboxMessage) (OutboxMessage, error)
 	ListOutbox(ctx context.Context, conversationID string) ([]OutboxMessage, error) // all when empty
+
+	// Usage: the tokens the model reported for a user's conversations, per UTC day. AddUsage
+	// adds to the day's count; UsageOn is 0 for a day with none.
+	AddUsage(ctx context.Context, userID string, day time.Time, tokens int64) error
+	UsageOn(ctx context.Context, userID string, day time.Time) (int64, error)
 
 	// Audit.
 	ListAudit(ctx context.Context, f AuditFilter) ([]AuditRecord, error) // newest first

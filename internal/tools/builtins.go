@@ -10,6 +10,7 @@ import (
 	_ "time/tzdata" // get_current_time must know IANA zones on a machine without zoneinfo
 
 	"parley/internal/clock"
+	"parley/internal/fault"
 )
 
 // Email is a message send_email writes to the outbox.
@@ -19,7 +20,8 @@ type Email struct {
 	Body    string `json:"body"`
 }
 
-// Outbox receives send_email's messages. Send must be idempotent on call.ToolCallID: a call
+// Outbox receives send_email's messages. Send must be idempotent on the call (call.Key, or its
+// conversation and tool_call_id together; a tool_call_id alone repeats across conversations): a call
 // re-dispatched after a crash carries the same id, and its second Send must write nothing and
 // return the first message's id (the store's AddOutbox is; the wiring adapts it).
 type Outbox interface {
@@ -34,20 +36,31 @@ type BuiltinDeps struct {
 	Outbox Outbox
 	// CountDownStep is the pause between count_down's steps; 0 is one second.
 	CountDownStep time.Duration
+	// TestTools adds the tools that exist to exercise the app (echo, failing, count_down): the
+	// demo model uses them; a real model is not offered them unless the operator asks.
+	TestTools bool
 }
 
-// Builtins returns the built-in tools: get_current_time, echo, failing, ask_user,
-// geolocation, send_email (when deps.Outbox is set), count_down and web_search.
+// Builtins returns the built-in tools: get_current_time, ask_user, geolocation, send_email
+// (when deps.Outbox is set) and web_search, and with deps.TestTools echo, failing and
+// count_down.
 func Builtins(deps BuiltinDeps) []*Tool {
 	clk := deps.Clock
 	if clk == nil {
 		clk = clock.Real{}
 	}
-	ts := []*Tool{GetCurrentTime(clk), Echo(), Failing(), AskUser(), Geolocation()}
+	ts := []*Tool{GetCurrentTime(clk)}
+	if deps.TestTools {
+		ts = append(ts, Echo(), Failing())
+	}
+	ts = append(ts, AskUser(), Geolocation())
 	if deps.Outbox != nil {
 		ts = append(ts, SendEmail(deps.Outbox))
 	}
-	return append(ts, CountDown(clk, deps.CountDownStep), WebSearch())
+	if deps.TestTools {
+		ts = append(ts, CountDown(clk, deps.CountDownStep))
+	}
+	return append(ts, WebSearch())
 }
 
 // mustNew builds a built-in; its declaration is fixed, so a refusal is a programming error
@@ -94,8 +107,7 @@ func GetCurrentTime(clk clock.Clock) *Tool {
 			}
 			loc, err := loadZone(zone)
 			if err != nil {
-				return nil, NewError(KindInvalidArgs, fmt.Sprintf("unknown time zone %q: use an IANA name such as Europe/Paris", zone),
-					problemsDetail("/timezone", err.Error()))
+				return nil, fault.InvalidAt(fmt.Sprintf("unknown time zone %q: use an IANA name such as Europe/Paris", zone), "/timezone", err.Error())
 			}
 			now := clk.Now().In(loc)
 			res := map[string]any{"format": format, "timezone": loc.String()}
@@ -162,7 +174,7 @@ func Failing() *Tool {
 			if msg == "" {
 				msg = "this tool always fails"
 			}
-			e := NewError(KindCommandFailed, msg, map[string]any{"attempt": call.Attempt})
+			e := fault.New(fault.KindCommandFailed, msg, map[string]any{"attempt": call.Attempt})
 			e.Retryable, _ = args["retryable"].(bool)
 			return nil, e
 		},

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"parley/internal/clock"
+	"parley/internal/fault"
 )
 
 // memOutbox is an Outbox with the store's contract: idempotent on the tool_call_id.
@@ -51,7 +52,7 @@ func run(t *testing.T, tool *Tool, call Call, raw string) Outcome {
 
 func TestBuiltinDeclarations(t *testing.T) {
 	ts := map[string]*Tool{}
-	for _, tool := range Builtins(BuiltinDeps{Outbox: &memOutbox{}}) {
+	for _, tool := range Builtins(BuiltinDeps{Outbox: &memOutbox{}, TestTools: true}) {
 		ts[tool.Name()] = tool
 	}
 	cases := []struct {
@@ -89,7 +90,7 @@ func TestBuiltinDeclarations(t *testing.T) {
 	if len(ts) != len(cases) {
 		t.Errorf("%d built-ins, want %d", len(ts), len(cases))
 	}
-	for _, tool := range Builtins(BuiltinDeps{}) {
+	for _, tool := range Builtins(BuiltinDeps{TestTools: true}) {
 		if tool.Name() == "send_email" {
 			t.Error("send_email registered without an outbox")
 		}
@@ -123,7 +124,7 @@ func TestGetCurrentTime(t *testing.T) {
 	}
 	for _, bad := range []string{`{"timezone":"Mars/Olympus"}`, `{"timezone":"Local"}`, `{"timezone":"../../etc/passwd"}`, `{"timezone":" UTC"}`} {
 		out := run(t, tool, Call{}, bad)
-		if out.Status != ToolError || out.Err.Kind != KindInvalidArgs {
+		if out.Status != ToolError || out.Err.Kind != fault.KindInvalidArgs {
 			t.Errorf("%s: %+v, want an invalid_args tool error", bad, out)
 			continue
 		}
@@ -131,7 +132,7 @@ func TestGetCurrentTime(t *testing.T) {
 			t.Errorf("%s: problem path %v", bad, ps[0]["path"])
 		}
 	}
-	if out := run(t, tool, Call{}, `{"format":"rfc822"}`); out.Status != ToolError || out.Err.Kind != KindInvalidArgs {
+	if out := run(t, tool, Call{}, `{"format":"rfc822"}`); out.Status != ToolError || out.Err.Kind != fault.KindInvalidArgs {
 		t.Errorf("a bad format was accepted: %+v", out)
 	}
 }
@@ -141,7 +142,7 @@ func TestEcho(t *testing.T) {
 	if string(out.Envelope(0)) != `{"ok":true,"result":{"text":"héllo <world>"}}` {
 		t.Errorf("echo: %s", out.Envelope(0))
 	}
-	if out := run(t, Echo(), Call{}, `{}`); out.Status != ToolError || out.Err.Kind != KindInvalidArgs {
+	if out := run(t, Echo(), Call{}, `{}`); out.Status != ToolError || out.Err.Kind != fault.KindInvalidArgs {
 		t.Errorf("echo without text: %+v", out)
 	}
 }
@@ -159,7 +160,7 @@ func TestFailing(t *testing.T) {
 	}
 	for _, c := range cases {
 		out := run(t, Failing(), Call{Attempt: 2}, c.args)
-		if out.Status != ToolError || out.Err.Kind != KindCommandFailed || out.Err.Message != c.message || out.Retryable() != c.retryable {
+		if out.Status != ToolError || out.Err.Kind != fault.KindCommandFailed || out.Err.Message != c.message || out.Retryable() != c.retryable {
 			t.Errorf("%s: %+v", c.args, out.Err)
 		}
 	}
@@ -230,7 +231,7 @@ func TestAskUser(t *testing.T) {
 		"type": "object", "properties": map[string]any{"n": map[string]any{"type": "number", "format": "email"}}}}); e == nil {
 		t.Error("a number with a format passed")
 	}
-	if _, e := tool.Elicitation(map[string]any{"message": "q"}); e == nil || e.Kind != KindInvalidArgs {
+	if _, e := tool.Elicitation(map[string]any{"message": "q"}); e == nil || e.Kind != fault.KindInvalidArgs {
 		t.Errorf("a question without a schema: %v", e)
 	}
 }
@@ -391,5 +392,42 @@ func TestWebSearch(t *testing.T) {
 	}
 	if out := ws.Execute(context.Background(), Call{}, nil); out.Status != ToolError {
 		t.Error("a provider tool was run locally")
+	}
+}
+
+// TestTestToolsOnlyWhenAsked: echo, failing and count_down exist to exercise the app; a real
+// model is not offered them unless the operator asks (the demo model's app asks).
+func TestTestToolsOnlyWhenAsked(t *testing.T) {
+	names := func(ts []*Tool) map[string]bool {
+		out := map[string]bool{}
+		for _, tl := range ts {
+			out[tl.Name()] = true
+		}
+		return out
+	}
+	plain := names(Builtins(BuiltinDeps{Outbox: &memOutbox{}}))
+	for _, n := range []string{"echo", "failing", "count_down"} {
+		if plain[n] {
+			t.Errorf("%s is offered without TestTools", n)
+		}
+	}
+	for _, n := range []string{"get_current_time", "ask_user", "geolocation", "send_email", "web_search"} {
+		if !plain[n] {
+			t.Errorf("%s is missing", n)
+		}
+	}
+	if with := names(Builtins(BuiltinDeps{Outbox: &memOutbox{}, TestTools: true})); !with["echo"] || !with["failing"] || !with["count_down"] {
+		t.Errorf("TestTools: %v", with)
+	}
+}
+
+// TestClientToolsAskByDefault: a client tool asks its owner before it runs unless it opts out.
+func TestClientToolsAskByDefault(t *testing.T) {
+	if !Geolocation().AsksBeforeRunning() {
+		t.Fatal("geolocation runs without asking")
+	}
+	quiet := mustNew(Spec{Name: "pick", Description: "d", Executor: Client, Parameters: json.RawMessage(`{"type":"object"}`), RunWithoutAsking: true})
+	if quiet.AsksBeforeRunning() {
+		t.Fatal("RunWithoutAsking is ignored")
 	}
 }

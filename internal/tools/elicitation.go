@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"parley/internal/fault"
 	"sort"
 	"strings"
 )
@@ -62,13 +63,13 @@ func escapePointer(s string) string {
 // formats), number, integer or boolean, with titles, descriptions, defaults and simple bounds
 // (minLength/maxLength on strings, minimum/maximum on numbers). Every problem is listed with
 // its JSON path in details.problems.
-func CheckElicitationSchema(raw json.RawMessage) *Error {
+func CheckElicitationSchema(raw json.RawMessage) *fault.Error {
 	var s map[string]any
 	if err := json.Unmarshal(raw, &s); err != nil {
-		return NewError(KindInvalidArgs, "the form schema is not a JSON object", nil)
+		return fault.New(fault.KindInvalidArgs, "the form schema is not a JSON object", nil)
 	}
-	var problems []map[string]any
-	add := func(path, msg string) { problems = append(problems, map[string]any{"path": path, "message": msg}) }
+	var problems []fault.Problem
+	add := func(path, msg string) { problems = append(problems, fault.Problem{Path: path, Message: msg}) }
 	if s["type"] != "object" {
 		add("/type", `a form schema must have "type": "object"`)
 	}
@@ -158,10 +159,10 @@ func CheckElicitationSchema(raw json.RawMessage) *Error {
 		}
 	}
 	if len(problems) > 0 {
-		return NewError(KindInvalidArgs, "the form schema is outside the supported subset", map[string]any{"problems": problems})
+		return fault.Invalid("the form schema is outside the supported subset", problems...)
 	}
 	if _, err := CompileSchema("elicitation", raw); err != nil {
-		return Errorf(KindInvalidArgs, "the form schema does not compile: %v", err)
+		return fault.Errorf(fault.KindInvalidArgs, "the form schema does not compile: %v", err)
 	}
 	return nil
 }

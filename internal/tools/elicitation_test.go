@@ -2,6 +2,7 @@ package tools
 
 import (
 	"encoding/json"
+	"parley/internal/fault"
 	"strings"
 	"testing"
 )
@@ -70,7 +71,7 @@ func TestCheckElicitationSchemaRefuses(t *testing.T) {
 			if e == nil {
 				t.Fatalf("accepted %s", c.schema)
 			}
-			if e.Kind != KindInvalidArgs {
+			if e.Kind != fault.KindInvalidArgs {
 				t.Errorf("kind %q", e.Kind)
 			}
 			if c.path == "" {
@@ -84,7 +85,7 @@ func TestCheckElicitationSchemaRefuses(t *testing.T) {
 					return
 				}
 			}
-			t.Errorf("no problem at %s saying %q in %v", c.path, c.msg, e.Details["problems"])
+			t.Errorf("no problem at %s saying %q in %v", c.path, c.msg, e.Problems)
 		})
 	}
 }

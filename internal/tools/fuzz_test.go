@@ -2,6 +2,7 @@ package tools
 
 import (
 	"encoding/json"
+	"parley/internal/fault"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -112,18 +113,18 @@ func FuzzValidateArgs(f *testing.F) {
 			t.Fatalf("exactly one of args and error must be set: %v %v", args, e)
 		}
 		if e != nil {
-			if e.Kind != KindInvalidArgs {
+			if e.Kind != fault.KindInvalidArgs {
 				t.Fatalf("kind %q", e.Kind)
 			}
-			ps, ok := e.Details["problems"].([]map[string]any)
-			if !ok || len(ps) == 0 {
+			ps := e.Problems
+			if len(ps) == 0 {
 				// Only a second value after the first is reported without a path.
 				if !strings.Contains(e.Message, "not valid JSON") {
 					t.Fatalf("no problems listed: %+v", e)
 				}
 			}
 			for _, p := range ps {
-				path, _ := p["path"].(string)
+				path := p.Path
 				if path != "" && !strings.HasPrefix(path, "/") {
 					t.Fatalf("problem path %q is not a JSON pointer", path)
 				}

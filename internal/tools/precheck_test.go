@@ -3,31 +3,32 @@ package tools
 import (
 	"context"
 	"errors"
+	"parley/internal/fault"
 	"strings"
 	"testing"
 )
 
-// TestPrecheck: a tool without a precheck passes every call; a *Error refuses the call with
+// TestPrecheck: a tool without a precheck passes every call; a *fault.Error refuses the call with
 // that error as is; any other error and a panic are internal, showing the model only a
-// reference; an internal *Error is hidden the same way.
+// reference; an internal *fault.Error is hidden the same way.
 func TestPrecheck(t *testing.T) {
 	plain := mustTool(t, Spec{Name: "plain", Executor: Server, Func: noop})
 	if plain.HasPrecheck() || plain.Precheck(context.Background(), nil) != nil {
 		t.Fatal("a tool without a precheck must pass every call")
 	}
-	refused := Errorf(KindBlockedHost, "host is not allowed")
+	refused := fault.Errorf(fault.KindBlockedHost, "host is not allowed")
 	cases := []struct {
 		name     string
 		check    PrecheckFunc
-		kind     Kind
+		kind     fault.Kind
 		contains string
 	}{
 		{"passes", func(context.Context, map[string]any) error { return nil }, "", ""},
-		{"tool error shown as is", func(context.Context, map[string]any) error { return refused }, KindBlockedHost, "host is not allowed"},
-		{"wrapped tool error", func(context.Context, map[string]any) error { return errors.Join(errors.New("ctx"), refused) }, KindBlockedHost, "host is not allowed"},
-		{"plain error is internal", func(context.Context, map[string]any) error { return errors.New("secret dsn postgres://u:p@h") }, KindInternal, "reference ref_"},
-		{"internal tool error is hidden", func(context.Context, map[string]any) error { return Errorf(KindInternal, "secret detail") }, KindInternal, "reference ref_"},
-		{"panic is internal", func(context.Context, map[string]any) error { panic("secret panic") }, KindInternal, "reference ref_"},
+		{"tool error shown as is", func(context.Context, map[string]any) error { return refused }, fault.KindBlockedHost, "host is not allowed"},
+		{"wrapped tool error", func(context.Context, map[string]any) error { return errors.Join(errors.New("ctx"), refused) }, fault.KindBlockedHost, "host is not allowed"},
+		{"plain error is internal", func(context.Context, map[string]any) error { return errors.New("secret dsn postgres://u:p@h") }, fault.KindInternal, "reference ref_"},
+		{"internal tool error is hidden", func(context.Context, map[string]any) error { return fault.Errorf(fault.KindInternal, "secret detail") }, fault.KindInternal, "reference ref_"},
+		{"panic is internal", func(context.Context, map[string]any) error { panic("secret panic") }, fault.KindInternal, "reference ref_"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

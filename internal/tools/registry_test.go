@@ -52,7 +52,7 @@ func TestRegistryRefusesDuplicateNames(t *testing.T) {
 }
 
 func TestRegistryLookupAndOrder(t *testing.T) {
-	r, err := NewRegistry(Builtins(BuiltinDeps{Outbox: &memOutbox{}})...)
+	r, err := NewRegistry(Builtins(BuiltinDeps{Outbox: &memOutbox{}, TestTools: true})...)
 	if err != nil {
 		t.Fatal(err)
 	}

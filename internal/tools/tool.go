@@ -6,13 +6,14 @@ package tools
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"parley/internal/fault"
 	"regexp"
 	"runtime/debug"
 	"sort"
@@ -79,8 +80,9 @@ const DefaultMaxOutputBytes = 16000
 // Call is what a callback knows about the call it runs.
 type Call struct {
 	ConversationID string
-	// ToolCallID is the call's id and its idempotency key: a call re-dispatched after a crash
-	// carries the same id, so side effects keyed on it happen once.
+	// ToolCallID is the call's id within its conversation: a call re-dispatched after a crash
+	// carries the same id. It is unique only in its conversation (models reuse ids such as
+	// "call_0" in every conversation); Key is unique in the whole store.
 	ToolCallID string
 	UserID     string
 	Attempt    int
@@ -90,8 +92,19 @@ type Call struct {
 	Progress func(message string)
 }
 
+// Key is the call's identity in the whole store, its idempotency key: the same on every
+// attempt, after restarts and from any process, and different for two calls even when their
+// conversations' models gave them the same id. It is derived from the conversation id and the
+// tool_call_id (each length-prefixed, so no pair of ids runs into another): "pc_" and 32 hex
+// digits of their SHA-256.
+func (c Call) Key() string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%d:%s%d:%s", len(c.ConversationID), c.ConversationID, len(c.ToolCallID), c.ToolCallID)
+	return "pc_" + hex.EncodeToString(h.Sum(nil))[:32]
+}
+
 // Func runs a server tool. It returns the result (any JSON-encodable value) or an error: a
-// *Error is a tool error the model reads; anything else is an internal error it never sees.
+// *fault.Error is a tool error the model reads; anything else is an internal error it never sees.
 type Func func(ctx context.Context, call Call, args map[string]any) (any, error)
 
 // Plan is a dry run's description of what a call would do.
@@ -105,7 +118,7 @@ type DryRunFunc func(ctx context.Context, call Call, args map[string]any) (Plan,
 
 // PrecheckFunc re-validates a server call's schema-valid arguments against what the tool will do
 // with them (for an http.request tool: the host policy and the request expanded with the
-// arguments) without doing it. It returns nil to let the call run; a *Error refuses it with an
+// arguments) without doing it. It returns nil to let the call run; a *fault.Error refuses it with an
 // error the model reads; any other error is internal.
 type PrecheckFunc func(ctx context.Context, args map[string]any) error
 
@@ -129,6 +142,11 @@ type Spec struct {
 	ResponseSchema json.RawMessage
 	// ResultSchema validates a client tool's result, which is user-controllable.
 	ResultSchema json.RawMessage
+	// RunWithoutAsking lets a client tool run in the owner's page as soon as it is asked to. By
+	// default the page asks the person first ("Allow geolocation to run in this browser?"), and
+	// their "no" is an error result the model reads: a browser permission granted once is not
+	// consent to every later call.
+	RunWithoutAsking bool
 	// Native is a provider tool's own definition (e.g. {"type":"web_search_20250305",…}),
 	// sent to the provider in place of a function definition.
 	Native json.RawMessage
@@ -448,6 +466,10 @@ func (t *Tool) MaxAttempts() int {
 // ResultSchema is a client tool's result schema, nil when it has none.
 func (t *Tool) ResultSchema() json.RawMessage { return t.spec.ResultSchema }
 
+// AsksBeforeRunning reports whether the owner's page asks the person before it runs this
+// client tool (Spec.RunWithoutAsking unset).
+func (t *Tool) AsksBeforeRunning() bool { return !t.spec.RunWithoutAsking }
+
 // PendingKind is the kind of the call's current suspension: approval while gated and not yet
 // approved, else elicitation for human tools and client_exec for client tools. It is empty for
 // a phase that does not suspend (an approved or ungated server call, a provider call).
@@ -466,17 +488,17 @@ func (t *Tool) PendingKind(approved bool) PendingKind {
 
 // ValidateArgs decodes the model's arguments and validates them against the parameter schema.
 // A failure is an invalid_args tool error listing every problem with its JSON path.
-func (t *Tool) ValidateArgs(raw json.RawMessage) (map[string]any, *Error) {
+func (t *Tool) ValidateArgs(raw json.RawMessage) (map[string]any, *fault.Error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		raw = json.RawMessage(`{}`)
 	}
 	v, err := DecodeJSON(raw)
 	if err != nil {
-		return nil, NewError(KindInvalidArgs, "arguments are not valid JSON: "+err.Error(), problemsDetail("", err.Error()))
+		return nil, fault.InvalidAt("arguments are not valid JSON: "+err.Error(), "", err.Error())
 	}
 	args, ok := v.(map[string]any)
 	if !ok {
-		return nil, NewError(KindInvalidArgs, "arguments must be a JSON object", problemsDetail("", "expected an object"))
+		return nil, fault.InvalidAt("arguments must be a JSON object", "", "expected an object")
 	}
 	if e := ValidateValue(t.params, args, "arguments"); e != nil {
 		return nil, e
@@ -484,18 +506,14 @@ func (t *Tool) ValidateArgs(raw json.RawMessage) (map[string]any, *Error) {
 	return args, nil
 }
 
-func problemsDetail(path, msg string) map[string]any {
-	return map[string]any{"problems": []map[string]any{{"path": path, "message": msg}}}
-}
-
 // ValidateValue validates v (decoded from JSON) against s and turns a failure into an
 // invalid_args error whose details list every problem with its instance path.
-func ValidateValue(s *jsonschema.Schema, v any, what string) (e *Error) {
+func ValidateValue(s *jsonschema.Schema, v any, what string) (e *fault.Error) {
 	defer func() {
 		// The validator panics on values that are not JSON (a NaN, a Go struct): that is a
 		// bad value, not a crash.
 		if r := recover(); r != nil {
-			e = NewError(KindInvalidArgs, fmt.Sprintf("%s could not be validated: %v", what, r), problemsDetail("", fmt.Sprint(r)))
+			e = fault.InvalidAt(fmt.Sprintf("%s could not be validated: %v", what, r), "", fmt.Sprint(r))
 		}
 	}()
 	err := s.Validate(v)
@@ -504,23 +522,23 @@ func ValidateValue(s *jsonschema.Schema, v any, what string) (e *Error) {
 	}
 	var ve *jsonschema.ValidationError
 	if !errors.As(err, &ve) {
-		return NewError(KindInvalidArgs, what+" could not be validated: "+err.Error(), problemsDetail("", err.Error()))
+		return fault.InvalidAt(what+" could not be validated: "+err.Error(), "", err.Error())
 	}
 	problems := Problems(ve)
 	msgs := make([]string, 0, len(problems))
 	for _, p := range problems {
-		path := p["path"].(string)
+		path := p.Path
 		if path == "" {
 			path = "/"
 		}
-		msgs = append(msgs, path+": "+p["message"].(string))
+		msgs = append(msgs, path+": "+p.Message)
 	}
-	return NewError(KindInvalidArgs, what+" do not match the schema: "+strings.Join(msgs, "; "), map[string]any{"problems": problems})
+	return fault.Invalid(what+" do not match the schema: "+strings.Join(msgs, "; "), problems...)
 }
 
-// Problems flattens a validation error into its leaves: [{"path": JSON pointer, "message": …}].
-func Problems(ve *jsonschema.ValidationError) []map[string]any {
-	var out []map[string]any
+// Problems flattens a validation error into its leaves, each with its JSON pointer.
+func Problems(ve *jsonschema.ValidationError) []fault.Problem {
+	var out []fault.Problem
 	seen := map[string]bool{}
 	var walk func(e *jsonschema.ValidationError)
 	walk = func(e *jsonschema.ValidationError) {
@@ -528,7 +546,7 @@ func Problems(ve *jsonschema.ValidationError) []map[string]any {
 			key := e.InstanceLocation + "\x00" + e.Message
 			if !seen[key] {
 				seen[key] = true
-				out = append(out, map[string]any{"path": e.InstanceLocation, "message": e.Message})
+				out = append(out, fault.Problem{Path: e.InstanceLocation, Message: e.Message})
 			}
 			return
 		}
@@ -537,7 +555,7 @@ func Problems(ve *jsonschema.ValidationError) []map[string]any {
 		}
 	}
 	walk(ve)
-	sort.SliceStable(out, func(i, j int) bool { return out[i]["path"].(string) < out[j]["path"].(string) })
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out
 }
 
@@ -593,7 +611,7 @@ func DecodeJSON(raw []byte) (any, error) {
 
 // ValidateResult validates a client tool's result, which the browser controls and is never
 // trusted for a privileged decision.
-func (t *Tool) ValidateResult(v any) *Error {
+func (t *Tool) ValidateResult(v any) *fault.Error {
 	if t.result == nil {
 		return nil
 	}
@@ -613,8 +631,8 @@ const (
 // Outcome is the result of running a tool once.
 type Outcome struct {
 	Status OutcomeStatus
-	Result any    // set when Status is OK
-	Err    *Error // set otherwise; for Internal it carries only kind internal and the reference
+	Result any          // set when Status is OK
+	Err    *fault.Error // set otherwise; for Internal it carries only kind internal and the reference
 	// Ref is the reference id of an internal error, logged beside the real cause.
 	Ref string
 	// Cause is the internal error itself, for the log only; never shown to the model or the page.
@@ -631,7 +649,7 @@ func (o Outcome) Envelope(max int) json.RawMessage {
 	case o.Status == OK:
 		b = OKEnvelope(o.Result)
 	case o.Err == nil:
-		b = ErrorEnvelope(NewError(KindInternal, "internal error", nil))
+		b = ErrorEnvelope(fault.New(fault.KindInternal, "internal error", nil))
 	default:
 		b = ErrorEnvelope(o.Err)
 	}
@@ -641,32 +659,20 @@ func (o Outcome) Envelope(max int) json.RawMessage {
 // InternalOutcome wraps an internal error: the reference is logged with the cause, and the
 // model and the page get only kind internal and the reference.
 func InternalOutcome(logger *slog.Logger, tool string, cause error) Outcome {
-	ref := NewRef()
 	if logger == nil {
 		logger = slog.Default()
 	}
-	logger.Error("tool internal error", "tool", tool, "ref", ref, "err", cause)
-	return Outcome{
-		Status: Internal,
-		Err:    NewError(KindInternal, "internal error (reference "+ref+")", map[string]any{"ref": ref}),
-		Ref:    ref,
-		Cause:  cause,
-	}
-}
-
-// NewRef returns a short random reference id for an internal error.
-func NewRef() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return "ref_" + hex.EncodeToString(b[:])
+	e := fault.Internal(logger.With("tool", tool), "tool internal error", cause)
+	ref, _ := e.Details["ref"].(string)
+	return Outcome{Status: Internal, Err: e, Ref: ref, Cause: cause}
 }
 
 // Execute runs a server tool's callback with validated args. A panic is an internal error, not
-// a crash; a *Error is a tool error; any other error is internal. The context's deadline (the
+// a crash; a *fault.Error is a tool error; any other error is internal. The context's deadline (the
 // tool's timeout, set by the caller) turns into a retryable timeout tool error.
 func (t *Tool) Execute(ctx context.Context, call Call, args map[string]any) (out Outcome) {
 	if t.spec.Func == nil {
-		return Outcome{Status: ToolError, Err: Errorf(KindUnknownTool, "tool %q is not run by the server", t.spec.Name)}
+		return Outcome{Status: ToolError, Err: fault.Errorf(fault.KindUnknownTool, "tool %q is not run by the server", t.spec.Name)}
 	}
 	if call.Progress == nil {
 		call.Progress = func(string) {}
@@ -692,9 +698,9 @@ func (t *Tool) outcome(ctx context.Context, call Call, res any, err error) Outco
 		}
 		return Outcome{Status: OK, Result: res}
 	}
-	var te *Error
+	var te *fault.Error
 	if errors.As(err, &te) && te != nil {
-		if te.Kind == KindInternal {
+		if te.Kind == fault.KindInternal {
 			// A callback's "internal" tool error would show its message to the model;
 			// internal errors are only ever shown as a reference.
 			return InternalOutcome(call.Logger, t.spec.Name, te)
@@ -704,7 +710,7 @@ func (t *Tool) outcome(ctx context.Context, call Call, res any, err error) Outco
 	// Once the deadline (the tool's timeout) has passed, any other error is a consequence of
 	// it: an I/O error need not wrap context.DeadlineExceeded.
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		e := Errorf(KindTimeout, "tool %s did not finish in time", t.spec.Name)
+		e := fault.Errorf(fault.KindTimeout, "tool %s did not finish in time", t.spec.Name)
 		e.Retryable = true
 		return Outcome{Status: ToolError, Err: e}
 	}
@@ -717,9 +723,9 @@ func (t *Tool) HasPrecheck() bool { return t.spec.Precheck != nil }
 // Precheck re-validates a server call's arguments, already checked by ValidateArgs, against
 // the tool's own policy, without side effects. The loop calls it before it records an attempt
 // (and so before every retry): a non-nil result is the call's tool error and no attempt is
-// made. It is nil for a tool without a precheck. A panic or an error that is not a *Error is an
+// made. It is nil for a tool without a precheck. A panic or an error that is not a *fault.Error is an
 // internal error: logged with a reference, and the returned error carries only the reference.
-func (t *Tool) Precheck(ctx context.Context, args map[string]any) (e *Error) {
+func (t *Tool) Precheck(ctx context.Context, args map[string]any) (e *fault.Error) {
 	if t.spec.Precheck == nil {
 		return nil
 	}
@@ -732,8 +738,8 @@ func (t *Tool) Precheck(ctx context.Context, args map[string]any) (e *Error) {
 	if err == nil {
 		return nil
 	}
-	var te *Error
-	if errors.As(err, &te) && te != nil && te.Kind != KindInternal {
+	var te *fault.Error
+	if errors.As(err, &te) && te != nil && te.Kind != fault.KindInternal {
 		return te
 	}
 	return InternalOutcome(nil, t.spec.Name, fmt.Errorf("precheck of %s: %w", t.spec.Name, err)).Err
@@ -778,9 +784,9 @@ type Prompt struct {
 // it, with the arguments' "message" (or the description) as the question; otherwise the call's
 // arguments carry "message" and "schema" (ask_user), and the schema must stay within the
 // restricted elicitation subset.
-func (t *Tool) Elicitation(args map[string]any) (Prompt, *Error) {
+func (t *Tool) Elicitation(args map[string]any) (Prompt, *fault.Error) {
 	if t.spec.Executor != Human {
-		return Prompt{}, Errorf(KindInvalidArgs, "tool %s does not ask questions", t.spec.Name)
+		return Prompt{}, fault.Errorf(fault.KindInvalidArgs, "tool %s does not ask questions", t.spec.Name)
 	}
 	msg, _ := args["message"].(string)
 	if msg == "" {
@@ -794,7 +800,7 @@ func (t *Tool) Elicitation(args map[string]any) (Prompt, *Error) {
 	}
 	raw, err := json.Marshal(args["schema"])
 	if err != nil || args["schema"] == nil {
-		return Prompt{}, NewError(KindInvalidArgs, "a question needs a form schema in \"schema\"", nil)
+		return Prompt{}, fault.New(fault.KindInvalidArgs, "a question needs a form schema in \"schema\"", nil)
 	}
 	if e := CheckElicitationSchema(raw); e != nil {
 		return Prompt{}, e
@@ -803,12 +809,12 @@ func (t *Tool) Elicitation(args map[string]any) (Prompt, *Error) {
 }
 
 // ValidateAnswer validates an elicitation answer against the prompt's schema.
-func (t *Tool) ValidateAnswer(p Prompt, content any) *Error {
+func (t *Tool) ValidateAnswer(p Prompt, content any) *fault.Error {
 	s := t.response
 	if s == nil || !bytes.Equal(p.Schema, t.spec.ResponseSchema) {
 		var err error
 		if s, err = CompileSchema(t.spec.Name, p.Schema); err != nil {
-			return Errorf(KindInvalidArgs, "the form's schema does not compile: %v", err)
+			return fault.Errorf(fault.KindInvalidArgs, "the form's schema does not compile: %v", err)
 		}
 	}
 	return ValidateValue(s, content, "answers")

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"parley/internal/fault"
 	"strings"
 	"testing"
 	"time"
@@ -277,11 +278,14 @@ func TestPendingKind(t *testing.T) {
 	}
 }
 
-func problemsOf(t *testing.T, e *Error) []map[string]any {
+func problemsOf(t *testing.T, e *fault.Error) []map[string]any {
 	t.Helper()
-	ps, ok := e.Details["problems"].([]map[string]any)
-	if !ok {
-		t.Fatalf("details.problems missing in %+v", e)
+	if len(e.Problems) == 0 {
+		t.Fatalf("no problems listed in %+v", e)
+	}
+	ps := make([]map[string]any, len(e.Problems))
+	for i, p := range e.Problems {
+		ps[i] = map[string]any{"path": p.Path, "message": p.Message}
 	}
 	return ps
 }
@@ -330,7 +334,7 @@ func TestValidateArgs(t *testing.T) {
 			if e == nil {
 				t.Fatalf("accepted %s", c.raw)
 			}
-			if e.Kind != KindInvalidArgs {
+			if e.Kind != fault.KindInvalidArgs {
 				t.Errorf("kind %q", e.Kind)
 			}
 			var paths []string
@@ -357,7 +361,7 @@ func TestValidateArgs(t *testing.T) {
 func TestValidateValueRecoversFromValidatorPanic(t *testing.T) {
 	tool := mustTool(t, Spec{Name: "v", Executor: Server, Func: noop, Parameters: json.RawMessage(`{"type":"object","properties":{"x":{"type":"string"}}}`)})
 	e := ValidateValue(tool.params, map[string]any{"x": struct{}{}}, "arguments")
-	if e == nil || e.Kind != KindInvalidArgs {
+	if e == nil || e.Kind != fault.KindInvalidArgs {
 		t.Fatalf("a non-JSON value: %v", e)
 	}
 }
@@ -438,9 +442,9 @@ func TestEnvelopes(t *testing.T) {
 		{"ok false result kept", OKEnvelope(false), `{"ok":true,"result":false}`},
 		{"ok html not escaped", OKEnvelope("<b>&</b>"), `{"ok":true,"result":"<b>&</b>"}`},
 		{"ok unencodable", OKEnvelope(math.NaN()), `{"ok":false,"error":{"details":{},"kind":"internal","message":"the tool's result could not be encoded"}}`},
-		{"error", ErrorEnvelope(NewError(KindNotFound, "no such city", map[string]any{"city": "X"})), `{"ok":false,"error":{"details":{"city":"X"},"kind":"not_found","message":"no such city"}}`},
-		{"error without details", ErrorEnvelope(Errorf(KindTimeout, "slow %d", 3)), `{"ok":false,"error":{"details":{},"kind":"timeout","message":"slow 3"}}`},
-		{"error unencodable details", ErrorEnvelope(NewError(KindNotFound, "m", map[string]any{"f": func() {}})), `{"ok":false,"error":{"details":{},"kind":"not_found","message":"m"}}`},
+		{"error", ErrorEnvelope(fault.New(fault.KindNotFound, "no such city", map[string]any{"city": "X"})), `{"ok":false,"error":{"details":{"city":"X"},"kind":"not_found","message":"no such city"}}`},
+		{"error without details", ErrorEnvelope(fault.Errorf(fault.KindTimeout, "slow %d", 3)), `{"ok":false,"error":{"details":{},"kind":"timeout","message":"slow 3"}}`},
+		{"error unencodable details", ErrorEnvelope(fault.New(fault.KindNotFound, "m", map[string]any{"f": func() {}})), `{"ok":false,"error":{"details":{},"kind":"not_found","message":"m"}}`},
 		{"nil error", ErrorEnvelope(nil), `{"ok":false,"error":{"details":{},"kind":"internal","message":"internal error"}}`},
 	}
 	for _, c := range cases {
@@ -454,11 +458,11 @@ func TestEnvelopes(t *testing.T) {
 }
 
 func TestErrorIsAndMap(t *testing.T) {
-	err := error(Errorf(KindStale, "call %s is not pending", "c1"))
-	if !errors.Is(err, &Error{Kind: KindStale}) || errors.Is(err, &Error{Kind: KindConflict}) {
+	err := error(fault.Errorf(fault.KindStale, "call %s is not pending", "c1"))
+	if !errors.Is(err, &fault.Error{Kind: fault.KindStale}) || errors.Is(err, &fault.Error{Kind: fault.KindConflict}) {
 		t.Error("errors.Is by kind")
 	}
-	if !errors.Is(err, Errorf(KindStale, "call c1 is not pending")) || errors.Is(err, Errorf(KindStale, "other")) {
+	if !errors.Is(err, fault.Errorf(fault.KindStale, "call c1 is not pending")) || errors.Is(err, fault.Errorf(fault.KindStale, "other")) {
 		t.Error("errors.Is by kind and message")
 	}
 	if err.Error() != "stale: call c1 is not pending" {
@@ -481,28 +485,28 @@ func TestExecuteOutcomes(t *testing.T) {
 		name      string
 		fn        Func
 		status    OutcomeStatus
-		kind      Kind
+		kind      fault.Kind
 		retryable bool
 	}{
 		{"success", func(ctx context.Context, c Call, a map[string]any) (any, error) { return map[string]any{"x": 1}, nil }, OK, "", false},
 		{"tool error", func(ctx context.Context, c Call, a map[string]any) (any, error) {
-			return nil, NewError(KindNoMatch, "City not found", nil)
-		}, ToolError, KindNoMatch, false},
+			return nil, fault.New(fault.KindNoMatch, "City not found", nil)
+		}, ToolError, fault.KindNoMatch, false},
 		{"wrapped tool error", func(ctx context.Context, c Call, a map[string]any) (any, error) {
-			return nil, errors.Join(errors.New("ctx"), &Error{Kind: KindHTTPError, Message: "503", Retryable: true})
-		}, ToolError, KindHTTPError, true},
-		{"internal error", func(ctx context.Context, c Call, a map[string]any) (any, error) { return nil, errors.New(secret) }, Internal, KindInternal, false},
-		{"panic", func(ctx context.Context, c Call, a map[string]any) (any, error) { panic(secret) }, Internal, KindInternal, false},
+			return nil, errors.Join(errors.New("ctx"), &fault.Error{Kind: fault.KindHTTPError, Message: "503", Retryable: true})
+		}, ToolError, fault.KindHTTPError, true},
+		{"internal error", func(ctx context.Context, c Call, a map[string]any) (any, error) { return nil, errors.New(secret) }, Internal, fault.KindInternal, false},
+		{"panic", func(ctx context.Context, c Call, a map[string]any) (any, error) { panic(secret) }, Internal, fault.KindInternal, false},
 		{"callback's internal kind stays hidden", func(ctx context.Context, c Call, a map[string]any) (any, error) {
-			return nil, NewError(KindInternal, secret, nil)
-		}, Internal, KindInternal, false},
-		{"nil *Error", func(ctx context.Context, c Call, a map[string]any) (any, error) {
-			var e *Error
+			return nil, fault.New(fault.KindInternal, secret, nil)
+		}, Internal, fault.KindInternal, false},
+		{"nil *fault.Error", func(ctx context.Context, c Call, a map[string]any) (any, error) {
+			var e *fault.Error
 			return nil, e
-		}, Internal, KindInternal, false},
+		}, Internal, fault.KindInternal, false},
 		{"unencodable result", func(ctx context.Context, c Call, a map[string]any) (any, error) {
 			return map[string]any{secret: math.Inf(1)}, nil
-		}, Internal, KindInternal, false},
+		}, Internal, fault.KindInternal, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -541,7 +545,7 @@ func TestExecuteOutcomes(t *testing.T) {
 			if !strings.Contains(logs.String(), out.Ref) {
 				t.Errorf("log lacks the reference: %s", logs.String())
 			}
-			if c.name != "unencodable result" && !strings.Contains(logs.String(), "hunter2") && c.name != "nil *Error" {
+			if c.name != "unencodable result" && !strings.Contains(logs.String(), "hunter2") && c.name != "nil *fault.Error" {
 				t.Errorf("log lacks the cause: %s", logs.String())
 			}
 			if out.Cause == nil {
@@ -570,7 +574,7 @@ func TestExecuteTimeoutIsRetryable(t *testing.T) {
 			ctx, cancel := context.WithDeadline(context.Background(), time.Now()) // already expired: no waiting
 			defer cancel()
 			out := outcomeTool(t, c.fn).Execute(ctx, Call{}, nil)
-			if out.Status != ToolError || out.Err.Kind != KindTimeout || !out.Retryable() {
+			if out.Status != ToolError || out.Err.Kind != fault.KindTimeout || !out.Retryable() {
 				t.Fatalf("outcome %+v, want a retryable timeout tool error", out)
 			}
 		})
@@ -600,7 +604,7 @@ func TestExecuteGivesTheCallbackItsCall(t *testing.T) {
 		t.Errorf("call context %+v", got)
 	}
 	notServer := AskUser().Execute(context.Background(), Call{}, nil)
-	if notServer.Status != ToolError || notServer.Err.Kind != KindUnknownTool {
+	if notServer.Status != ToolError || notServer.Err.Kind != fault.KindUnknownTool {
 		t.Errorf("executing a human tool: %+v", notServer)
 	}
 }
@@ -700,5 +704,26 @@ func TestCompileSchemaKeepsCompiledSchemas(t *testing.T) {
 	compiledSchemas.mu.Unlock()
 	if kept {
 		t.Fatal("a schema over the size bound was kept")
+	}
+}
+
+// TestCallKey: a call's key is stable for one call and differs for any other, including calls
+// whose ids only differ in where the conversation id ends.
+func TestCallKey(t *testing.T) {
+	k := Call{ConversationID: "c1", ToolCallID: "call_0", Attempt: 1}.Key()
+	if again := (Call{ConversationID: "c1", ToolCallID: "call_0", Attempt: 7}).Key(); again != k {
+		t.Fatalf("the key changed across attempts: %s / %s", k, again)
+	}
+	seen := map[string]Call{}
+	for _, c := range []Call{{ConversationID: "c1", ToolCallID: "call_0"}, {ConversationID: "c2", ToolCallID: "call_0"},
+		{ConversationID: "a", ToolCallID: "bc"}, {ConversationID: "ab", ToolCallID: "c"}, {ConversationID: "", ToolCallID: "abc"}} {
+		key := c.Key()
+		if prev, dup := seen[key]; dup {
+			t.Fatalf("%+v and %+v share the key %s", prev, c, key)
+		}
+		if len(key) != 35 || key[:3] != "pc_" {
+			t.Fatalf("key %q: want pc_ and 32 hex digits", key)
+		}
+		seen[key] = c
 	}
 }

@@ -3,6 +3,7 @@ package tools
 import (
 	"encoding/json"
 	"fmt"
+	"parley/internal/fault"
 	"unicode/utf8"
 )
 
@@ -71,7 +72,7 @@ func BoundEnvelope(b json.RawMessage, max int) json.RawMessage {
 		OK     bool            `json:"ok"`
 		Result json.RawMessage `json:"result"`
 		Error  *struct {
-			Kind    Kind            `json:"kind"`
+			Kind    fault.Kind      `json:"kind"`
 			Message string          `json:"message"`
 			Details json.RawMessage `json:"details"`
 		} `json:"error"`
@@ -96,7 +97,7 @@ func BoundEnvelope(b json.RawMessage, max int) json.RawMessage {
 	} else {
 		kind := env.Error.Kind
 		if kind == "" {
-			kind = KindInternal
+			kind = fault.KindInternal
 		}
 		msg, details := env.Error.Message, string(env.Error.Details)
 		build = func(budget int) any {

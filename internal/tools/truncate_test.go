@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"parley/internal/fault"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -54,21 +55,21 @@ func TestTruncate(t *testing.T) {
 func TestBoundEnvelope(t *testing.T) {
 	bigResult := OKEnvelope(map[string]any{"rows": strings.Repeat("row,", 10000)})
 	bigString := OKEnvelope(strings.Repeat("\x00<", 9000)) // escaping grows it sixfold
-	bigError := ErrorEnvelope(NewError(KindInvalidArgs, strings.Repeat("bad ", 3000), map[string]any{"problems": strings.Repeat("p", 30000)}))
+	bigError := ErrorEnvelope(fault.New(fault.KindInvalidArgs, strings.Repeat("bad ", 3000), map[string]any{"problems": strings.Repeat("p", 30000)}))
 	cases := []struct {
 		name     string
 		env      json.RawMessage
 		max      int
 		ok       bool
-		kind     Kind
+		kind     fault.Kind
 		contains string
 	}{
 		{"small kept as is", OKEnvelope("hi"), 0, true, "", `{"ok":true,"result":"hi"}`},
 		{"big result", bigResult, 1000, true, "", `{"ok":true,"truncated":true,"result":"{\"rows\":\"row,row,`},
 		{"big string result stays text", OKEnvelope(strings.Repeat("word ", 5000)), 500, true, "", `"result":"word word`},
 		{"escaping growth", bigString, 2000, true, "", `"truncated":true`},
-		{"error keeps its kind", bigError, 800, false, KindInvalidArgs, `"message":"bad bad`},
-		{"error details as text", ErrorEnvelope(NewError(KindHTTPError, "503", map[string]any{"body": strings.Repeat("z", 5000)})), 600, false, KindHTTPError, `"details":{"text":"{\"body\":\"zzz`},
+		{"error keeps its kind", bigError, 800, false, fault.KindInvalidArgs, `"message":"bad bad`},
+		{"error details as text", ErrorEnvelope(fault.New(fault.KindHTTPError, "503", map[string]any{"body": strings.Repeat("z", 5000)})), 600, false, fault.KindHTTPError, `"details":{"text":"{\"body\":\"zzz`},
 		{"below the minimum bound", bigResult, 10, true, "", `"truncated":true`},
 		{"not an envelope", json.RawMessage(strings.Repeat("y", 3000)), 300, true, "", `"result":"yyy`},
 		{"error without error object", json.RawMessage(`{"ok":false,"pad":"` + strings.Repeat("q", 3000) + `"}`), 300, true, "", `"truncated":true`},

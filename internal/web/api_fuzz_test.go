@@ -1,6 +1,7 @@
 package web
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -9,11 +10,12 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"parley/internal/agent"
+	"parley/internal/fault"
 	"parley/internal/tools"
 )
 
-// FuzzResolveBody: whatever a client sends as a resolve body, decoding and the shape check
-// either accept it as exactly one kind of resolution or refuse it with a 4xx kind; they never
+// FuzzResolveBody: whatever a client sends as a resolve body, decoding and the agent's shape
+// check (Resolution.Kind, which Resolve applies before anything else) either accept it as exactly one kind of resolution or refuse it with a 4xx kind; they never
 // panic and never call it internal.
 func FuzzResolveBody(f *testing.F) {
 	for _, seed := range []string{
@@ -38,9 +40,9 @@ func FuzzResolveBody(f *testing.F) {
 			}
 			return
 		}
-		kind, terr := resolutionKind(r)
+		kind, terr := r.Kind()
 		if terr != nil {
-			if terr.Kind != tools.KindInvalidArgs {
+			if fault.KindOf(terr) != fault.KindInvalidArgs {
 				t.Fatalf("shape %q: %v", body, terr)
 			}
 			return
@@ -55,11 +57,17 @@ func FuzzResolveBody(f *testing.F) {
 				t.Fatalf("accepted elicitation %q", body)
 			}
 		case tools.PendingClientExec:
-			if present(r.Result) == (r.Error != nil) {
+			if given(r.Result) == (r.Error != nil) {
 				t.Fatalf("accepted client result %q", body)
 			}
 		default:
 			t.Fatalf("kind %q for %q", kind, body)
 		}
 	})
+}
+
+// given reports whether a raw JSON field was sent (JSON null counts as absent).
+func given(raw json.RawMessage) bool {
+	s := strings.TrimSpace(string(raw))
+	return s != "" && s != "null"
 }

@@ -13,8 +13,8 @@ import (
 
 	"parley/internal/agent"
 	"parley/internal/auth"
+	"parley/internal/fault"
 	"parley/internal/store"
-	"parley/internal/tools"
 )
 
 // Cookie names. The session cookie carries a random token whose SHA-256 alone is stored; the
@@ -37,7 +37,19 @@ const (
 	viaToken     = "token"
 	signupKey    = "signup"
 	signupClosed = "closed"
+	// signupOpenValue is the setting an admin writes to open sign-up.
+	signupOpenValue = "open"
 )
+
+// sessionCookie is the session cookie's name: in production "__Host-" bound (the browser keeps
+// it only when it is Secure, for the whole host, with no Domain: no sibling subdomain can set or
+// shadow it).
+func (s *Server) sessionCookie() string {
+	if s.cfg.Production {
+		return "__Host-" + sessionCookie
+	}
+	return sessionCookie
+}
 
 // currentUser is the signed-in user of the request, or nil.
 func currentUser(c echo.Context) *store.User {
@@ -53,11 +65,6 @@ func principal(c echo.Context) agent.Principal {
 	}
 	via, _ := c.Get(keyVia).(string)
 	return agent.Principal{UserID: u.ID, Role: u.Role, Via: via}
-}
-
-// isReviewer reports whether the user decides approvals of reviewer tools.
-func isReviewer(u *store.User) bool {
-	return u != nil && (u.Role == store.RoleReviewer || u.Role == store.RoleAdmin)
 }
 
 // bearerToken returns the request's Bearer token, or "".
@@ -97,7 +104,7 @@ func (s *Server) tokenUser(ctx context.Context, hash []byte) (store.User, error)
 		defer cancel()
 		t, err := s.store.APITokenByHash(lctx, hash)
 		if errors.Is(err, store.ErrNotFound) {
-			return store.User{}, tools.NewError(tools.KindNotAuthenticated, "the API token is invalid or revoked", nil)
+			return store.User{}, fault.New(fault.KindNotAuthenticated, "the API token is invalid or revoked", nil)
 		}
 		if err != nil {
 			return store.User{}, fmt.Errorf("look up API token: %w", err)
@@ -105,6 +112,11 @@ func (s *Server) tokenUser(ctx context.Context, hash []byte) (store.User, error)
 		u, err := s.store.UserByID(lctx, t.UserID)
 		if err != nil {
 			return store.User{}, fmt.Errorf("load user of token %s: %w", t.ID, err)
+		}
+		// Its use is recorded once per cache miss (the store keeps it to the minute): the
+		// tokens page shows when each token last worked.
+		if err := s.store.TouchAPIToken(lctx, t.ID); err != nil {
+			s.log.WarnContext(lctx, "record a token's use", "token_id", t.ID, "err", err)
 		}
 		s.tokens.put(key, t.ID, u)
 		return u, nil
@@ -134,7 +146,7 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			if !tokenPath(r.URL.Path) {
 				// Tokens are for programs; the account pages (where a token could mint more
 				// tokens or change roles without CSRF) take a signed-in browser only.
-				return tools.NewError(tools.KindNotAuthenticated, "API tokens work on /api/ and the WebSocket only", nil)
+				return fault.New(fault.KindNotAuthenticated, "API tokens work on /api/ and the WebSocket only", nil)
 			}
 			u, err := s.tokenUser(ctx, auth.Hash(tok))
 			if err != nil {
@@ -144,13 +156,13 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			c.Set(keyVia, viaToken)
 			return next(c)
 		}
-		ck, err := r.Cookie(sessionCookie)
+		ck, err := r.Cookie(s.sessionCookie())
 		if err != nil || ck.Value == "" {
 			return next(c)
 		}
 		sess, err := s.store.SessionByHash(ctx, auth.Hash(ck.Value))
 		if errors.Is(err, store.ErrNotFound) || (err == nil && !s.now().Before(sess.ExpiresAt)) {
-			s.clearCookie(c, sessionCookie)
+			s.clearCookie(c, s.sessionCookie())
 			return next(c)
 		}
 		if err != nil {
@@ -158,11 +170,20 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		u, err := s.store.UserByID(ctx, sess.UserID)
 		if errors.Is(err, store.ErrNotFound) {
-			s.clearCookie(c, sessionCookie)
+			s.clearCookie(c, s.sessionCookie())
 			return next(c)
 		}
 		if err != nil {
 			return fmt.Errorf("load user of session: %w", err)
+		}
+		// Slide the idle timeout, writing at most once per half of it.
+		now := s.now()
+		if next := s.sessionExpiry(sess.CreatedAt, now); next.Sub(sess.ExpiresAt) >= s.cfg.SessionIdle/2 {
+			if err := s.store.ExtendSession(ctx, sess.TokenHash, next); err != nil {
+				s.log.WarnContext(ctx, "extend the session", "err", err)
+			} else {
+				sess.ExpiresAt = next
+			}
 		}
 		c.Set(keyUser, &u)
 		c.Set(keySession, &sess)
@@ -274,43 +295,16 @@ func (s *Server) clearCookie(c echo.Context, name string) {
 	})
 }
 
-// conversationFor loads conversation id if the current user owns it. Anyone else, and a
-// missing conversation alike, get errConversation (404), so existence does not leak.
-func (s *Server) conversationFor(c echo.Context, id string) (store.Conversation, error) {
-	u := currentUser(c)
-	if u == nil {
-		return store.Conversation{}, errNotSignedIn
-	}
-	conv, err := s.store.GetConversation(c.Request().Context(), id)
-	if errors.Is(err, store.ErrNotFound) {
-		return store.Conversation{}, errConversation
-	}
-	if err != nil {
-		return store.Conversation{}, fmt.Errorf("load conversation %s: %w", id, err)
-	}
-	if conv.OwnerID != u.ID {
-		return store.Conversation{}, errConversation
-	}
-	return conv, nil
-}
-
-// signupOpen reports whether new accounts may be created: always when there is none yet (the
-// first becomes the admin), otherwise unless an admin closed sign-up.
+// signupOpen reports whether anyone may create an account: only once an admin opened sign-up.
+// It is closed by default, and always on an empty store: the first admin comes from the
+// one-time setup link the server prints at start (SetupPath) or from `web user add`.
 func (s *Server) signupOpen(c echo.Context) (bool, error) {
-	ctx := c.Request().Context()
-	n, err := s.store.CountUsers(ctx)
-	if err != nil {
-		return false, fmt.Errorf("count users: %w", err)
-	}
-	if n == 0 {
-		return true, nil
-	}
-	v, err := s.store.GetSetting(ctx, signupKey)
+	v, err := s.store.GetSetting(c.Request().Context(), signupKey)
 	if errors.Is(err, store.ErrNotFound) {
-		return true, nil
+		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("read sign-up setting: %w", err)
 	}
-	return v != signupClosed, nil
+	return v == signupOpenValue, nil
 }

@@ -7,8 +7,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"parley/internal/fault"
 	"parley/internal/store"
-	"parley/internal/tools"
 	"parley/views"
 )
 
@@ -38,11 +38,11 @@ func (s *Server) setRole(c echo.Context) error {
 	switch role {
 	case store.RoleMember, store.RoleReviewer, store.RoleAdmin:
 	default:
-		return tools.Errorf(tools.KindInvalidArgs, "role must be member, reviewer or admin")
+		return fault.Errorf(fault.KindInvalidArgs, "role must be member, reviewer or admin")
 	}
 	id := c.Param("user")
 	if id == currentUser(c).ID {
-		return tools.NewError(tools.KindPermissionDenied, "you cannot change your own role", nil)
+		return fault.New(fault.KindPermissionDenied, "you cannot change your own role", nil)
 	}
 	err := s.store.SetUserRole(c.Request().Context(), id, role)
 	if errors.Is(err, store.ErrNotFound) {
@@ -52,19 +52,20 @@ func (s *Server) setRole(c echo.Context) error {
 		return fmt.Errorf("set role: %w", err)
 	}
 	s.tokens.forgetUser(id) // the new role applies to the user's next API request
+	s.live.ringAll()        // and to their live connections at once
 	s.log.InfoContext(c.Request().Context(), "role changed", "by", currentUser(c).ID, "user_id", id, "role", string(role))
 	return c.Redirect(http.StatusSeeOther, "/admin/users")
 }
 
 // setSignup opens or closes sign-up.
 func (s *Server) setSignup(c echo.Context) error {
-	v := "open"
+	v := signupOpenValue
 	switch c.FormValue("open") {
 	case "true":
 	case "false":
 		v = signupClosed
 	default:
-		return tools.Errorf(tools.KindInvalidArgs, "open must be true or false")
+		return fault.Errorf(fault.KindInvalidArgs, "open must be true or false")
 	}
 	if err := s.store.SetSetting(c.Request().Context(), signupKey, v); err != nil {
 		return fmt.Errorf("set sign-up: %w", err)

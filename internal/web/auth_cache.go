@@ -91,6 +91,13 @@ func (tc *tokenCache) forgetUser(userID string) {
 	}
 }
 
+// forget drops the cached token whose hash is hash.
+func (tc *tokenCache) forget(hash string) {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	delete(tc.entries, hash)
+}
+
 // len is the number of entries, for tests.
 func (tc *tokenCache) len() int {
 	tc.mu.Lock()

@@ -4,11 +4,13 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"parley/internal/clock"
+	"parley/internal/llm/llmtest"
 	"parley/internal/store"
 )
 
@@ -16,7 +18,7 @@ import (
 // header a monitoring script sends with them, valid, unknown or none; the API still refuses an
 // unknown token.
 func TestProbesIgnoreAuthorization(t *testing.T) {
-	e := newTestEnv(t, Config{})
+	e := newTestEnv(t, openSQLite, Config{})
 	u := e.user("ops", store.RoleMember)
 	valid := e.script(u)
 	bogus := e.anon()
@@ -46,9 +48,13 @@ func TestProbesIgnoreAuthorization(t *testing.T) {
 // TestTokenCacheTTL: a token's user is cached for tokenCacheTTL. A revocation made outside this
 // process (straight in the store, like `web token revoke`) takes effect once the TTL has passed;
 // one made through this process's tokens page, and a role change through the admin page, take
-// effect at once.
+// effect at once (the role decides, in the agent, whether a reviewer-gated call is theirs).
 func TestTokenCacheTTL(t *testing.T) {
-	e := newTestEnv(t, Config{APIBurst: 1000})
+	eachStore(t, func(t *testing.T, open opener) { testTokenCacheTTL(t, open) })
+}
+
+func testTokenCacheTTL(t *testing.T, open opener) {
+	e := newTestEnv(t, open, Config{APIBurst: 1000})
 	ctx := context.Background()
 	u := e.user("bob", store.RoleMember)
 	c := e.script(u)
@@ -106,7 +112,8 @@ func TestTokenCacheTTL(t *testing.T) {
 	member := e.user("carol", store.RoleMember)
 	owner := e.user("dave", store.RoleMember)
 	conv := e.conversation(owner)
-	e.pendingCall(conv, "rev-call", "approval", "reviewer")
+	e.pending(conv, owner, llmtest.Call("rev-call", "publish", map[string]any{"text": "hello"}))
+	e.model.Push(llmtest.Reply("Published."))
 	carol := e.script(member)
 	resolve := func() int {
 		res := carol.api("POST", "/api/v1/conversations/"+conv.ID+"/calls/rev-call/resolve", `{"decision":"approve"}`)
@@ -123,6 +130,10 @@ func TestTokenCacheTTL(t *testing.T) {
 	if got := resolve(); got != 200 {
 		t.Fatalf("the new reviewer's resolve: %d, want 200 without waiting for the TTL", got)
 	}
+	if got := strings.Join(e.auditOf(conv.ID, "rev-call"), ","); got != "approve by carol" {
+		t.Fatalf("audit: %q", got)
+	}
+	e.awaitStatus(conv.ID, store.StatusIdle)
 }
 
 // TestTokenCacheBounded: the cache never holds more than its bound; expired entries go first.
@@ -180,7 +191,7 @@ func (s *slowTokenStore) APITokenByHash(ctx context.Context, hash []byte) (store
 
 // TestTokenLookupsCollapse: many requests with one uncached token at once cost one lookup.
 func TestTokenLookupsCollapse(t *testing.T) {
-	e := newTestEnv(t, Config{APIBurst: 1000})
+	e := newTestEnv(t, openSQLite, Config{APIBurst: 1000})
 	u := e.user("crowd", store.RoleMember)
 	c := e.script(u)
 	slow := &slowTokenStore{Store: e.st, second: make(chan struct{})}

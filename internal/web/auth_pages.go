@@ -1,15 +1,22 @@
 package web
 
 import (
+	"context"
+	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"parley/internal/agent"
 	"parley/internal/auth"
 	"parley/internal/store"
 	"parley/views"
@@ -48,23 +55,25 @@ func (s *Server) renderLogin(c echo.Context, status int, f views.AuthForm) error
 	return s.render(c, status, views.LoginPage(s.layoutData(c, "Sign in"), f))
 }
 
-// login checks a name and password. Failures count against the name and the client's address;
-// past the limit the pair waits (429 with Retry-After) whether or not the password is right, so
-// guessing gains nothing.
+// login checks a name and password. Failures count against the account (a wait that doubles
+// with each one past the free ones, capped), the client's address and its subnet (a lock past
+// their limits, whatever names were tried); while any of them waits the answer is 429 with
+// Retry-After whether or not the password is right, so guessing gains nothing. Password checks
+// wait for a hashing slot.
 func (s *Server) login(c echo.Context) error {
 	ctx := c.Request().Context()
 	name := strings.TrimSpace(c.FormValue("username"))
 	password := c.FormValue("password")
 	f := views.AuthForm{Username: name, Next: c.FormValue("next")}
-	key := strings.ToLower(name) + "|" + c.RealIP()
-	if wait := s.throttle.Wait(key); wait > 0 {
+	try, wait := s.startPasswordTry(c, name)
+	if wait > 0 {
 		secs := retryAfterSeconds(wait)
 		c.Response().Header().Set("Retry-After", strconv.Itoa(secs))
 		f.Error = fmt.Sprintf("Too many failed sign-ins. Try again in %s.", humanWait(secs))
 		return s.renderLogin(c, http.StatusTooManyRequests, f)
 	}
 	u, err := store.User{}, store.ErrNotFound
-	if storableText(name) { // a name the store cannot hold names nobody
+	if agent.Storable(name) { // a name the store cannot hold names nobody
 		u, err = s.store.UserByName(ctx, name)
 	}
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -74,17 +83,123 @@ func (s *Server) login(c echo.Context) error {
 	if err == nil {
 		hash = u.PasswordHash
 	}
-	if !auth.CheckPassword(hash, password) {
-		s.throttle.Fail(key)
+	ok, err := try.check(ctx, hash, password)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
 		s.log.InfoContext(ctx, "sign-in failed", "user", name, "ip", c.RealIP())
 		f.Error = "Wrong name or password."
 		return s.renderLogin(c, http.StatusUnauthorized, f)
 	}
-	s.throttle.Succeed(key)
 	if err := s.startSession(c, u); err != nil {
 		return err
 	}
 	return c.Redirect(http.StatusSeeOther, safeNext(f.Next))
+}
+
+// signInKeys are the throttle keys of a sign-in (or a password check) by name from this client.
+func (s *Server) signInKeys(c echo.Context, name string) (account, addr, subnet string) {
+	ip := c.RealIP()
+	return "acct|" + strings.ToLower(name), "ip|" + ip, "net|" + subnetOf(ip)
+}
+
+// reserveSignIn counts a password try against the account, the address and its subnet before
+// the password is checked, so tries sent at once cannot all pass the limits; it returns how long
+// to wait instead when any of them is spent (and then counts nothing).
+func (s *Server) reserveSignIn(account, addr, subnet string) time.Duration {
+	w := s.throttle.Reserve(account)
+	if w > 0 {
+		return w
+	}
+	if w = s.perIP.Reserve(addr); w > 0 {
+		s.throttle.Undo(account)
+		return w
+	}
+	if w = s.perNet.Reserve(subnet); w > 0 {
+		s.throttle.Undo(account)
+		s.perIP.Undo(addr)
+	}
+	return w
+}
+
+// passwordTry is one password check by name from this client, already counted against the
+// sign-in limits (startPasswordTry).
+type passwordTry struct {
+	s                     *Server
+	account, addr, subnet string
+}
+
+// startPasswordTry reserves a password try by name from this client within the sign-in limits;
+// wait > 0 says how long to wait instead (nothing was counted).
+func (s *Server) startPasswordTry(c echo.Context, name string) (passwordTry, time.Duration) {
+	account, addr, subnet := s.signInKeys(c, name)
+	return passwordTry{s, account, addr, subnet}, s.reserveSignIn(account, addr, subnet)
+}
+
+// check compares password with hash in a hashing slot. A right password clears the account's
+// failures and takes back the address's reserved try (earlier failures stay counted: one right
+// guess among many is still spraying).
+func (t passwordTry) check(ctx context.Context, hash []byte, password string) (bool, error) {
+	if err := t.s.hashSlot(ctx); err != nil {
+		return false, err
+	}
+	ok := auth.CheckPassword(hash, password)
+	<-t.s.hashing
+	if ok {
+		t.s.throttle.Succeed(t.account)
+		t.s.perIP.Undo(t.addr)
+		t.s.perNet.Undo(t.subnet)
+	}
+	return ok, nil
+}
+
+// hashSlot waits for one of the hashing slots (bcrypt costs ~50 ms of a core); the caller
+// gives it back with <-s.hashing.
+func (s *Server) hashSlot(ctx context.Context) error {
+	select {
+	case s.hashing <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Problems with new credentials, as the forms say them.
+const (
+	badName     = "A name has 1 to 64 letters, digits, dots, dashes or underscores."
+	badPassword = "A password has 8 to 72 characters."
+)
+
+// newPassword hashes a new password in a hashing slot; problem, when not empty, is what the
+// person must fix.
+func (s *Server) newPassword(ctx context.Context, password string) (hash []byte, problem string, err error) {
+	if err := s.hashSlot(ctx); err != nil {
+		return nil, "", err
+	}
+	hash, err = auth.HashPassword(password, s.cfg.PasswordCost)
+	<-s.hashing
+	if errors.Is(err, auth.ErrWeakPassword) {
+		return nil, badPassword, nil
+	}
+	return hash, "", err
+}
+
+// subnetOf is the subnet an address counts in for sign-in limits: its /24 (IPv4) or /64 (IPv6).
+func subnetOf(ip string) string {
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return ip
+	}
+	bits := 64
+	if a.Is4() || a.Is4In6() {
+		a, bits = a.Unmap(), 24
+	}
+	p, err := a.Prefix(bits)
+	if err != nil {
+		return ip
+	}
+	return p.String()
 }
 
 // humanWait words a wait in seconds.
@@ -108,13 +223,23 @@ func (s *Server) startSession(c echo.Context, u store.User) error {
 	now := s.now()
 	sess := store.Session{
 		TokenHash: auth.Hash(token), UserID: u.ID, CSRF: auth.NewSecret(""),
-		ExpiresAt: now.Add(s.cfg.SessionTTL), CreatedAt: now,
+		ExpiresAt: s.sessionExpiry(now, now), CreatedAt: now,
 	}
 	if err := s.store.CreateSession(ctx, sess); err != nil {
 		return fmt.Errorf("create session: %w", err)
 	}
-	s.setCookie(c, sessionCookie, token, int(s.cfg.SessionTTL.Seconds()))
+	s.setCookie(c, s.sessionCookie(), token, int(s.cfg.SessionTTL.Seconds()))
 	return nil
+}
+
+// sessionExpiry is when a session created at created, active at now, ends: after SessionIdle
+// without a request, and at the latest SessionTTL after it began.
+func (s *Server) sessionExpiry(created, now time.Time) time.Time {
+	idle, absolute := now.Add(s.cfg.SessionIdle), created.Add(s.cfg.SessionTTL)
+	if idle.After(absolute) {
+		return absolute
+	}
+	return idle
 }
 
 // logout ends the session.
@@ -123,8 +248,10 @@ func (s *Server) logout(c echo.Context) error {
 		if err := s.store.DeleteSession(c.Request().Context(), sess.TokenHash); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("end session: %w", err)
 		}
+		s.live.ringAll() // the sockets and streams the session opened end now
 	}
-	s.clearCookie(c, sessionCookie)
+	s.clearCookie(c, s.sessionCookie())
+	s.clearNewToken(c)
 	return c.Redirect(http.StatusSeeOther, "/login")
 }
 
@@ -146,8 +273,7 @@ func (s *Server) renderSignup(c echo.Context, status int, f views.AuthForm) erro
 	return s.render(c, status, views.SignupPage(s.layoutData(c, "Sign up"), f))
 }
 
-// signup creates an account and signs it in. The first account is the admin; later ones are
-// members, and only while sign-up is open.
+// signup creates a member's account and signs it in, while an admin keeps sign-up open.
 func (s *Server) signup(c echo.Context) error {
 	ctx := c.Request().Context()
 	open, err := s.signupOpen(c)
@@ -160,28 +286,18 @@ func (s *Server) signup(c echo.Context) error {
 	name := strings.TrimSpace(c.FormValue("username"))
 	f := views.AuthForm{Username: name}
 	if !validName.MatchString(name) {
-		f.Error = "A name has 1 to 64 letters, digits, dots, dashes or underscores."
+		f.Error = badName
 		return s.renderSignup(c, http.StatusUnprocessableEntity, f)
 	}
-	hash, err := auth.HashPassword(c.FormValue("password"), s.cfg.PasswordCost)
-	if errors.Is(err, auth.ErrWeakPassword) {
-		f.Error = "A password has 8 to 72 characters."
-		return s.renderSignup(c, http.StatusUnprocessableEntity, f)
-	}
+	hash, problem, err := s.newPassword(ctx, c.FormValue("password"))
 	if err != nil {
 		return err
 	}
-	s.signupMu.Lock()
-	defer s.signupMu.Unlock()
-	n, err := s.store.CountUsers(ctx)
-	if err != nil {
-		return fmt.Errorf("count users: %w", err)
+	if problem != "" {
+		f.Error = problem
+		return s.renderSignup(c, http.StatusUnprocessableEntity, f)
 	}
-	role := store.RoleMember
-	if n == 0 {
-		role = store.RoleAdmin
-	}
-	u, err := s.store.CreateUser(ctx, store.User{Name: name, Role: role, PasswordHash: hash, CreatedAt: s.now()})
+	u, err := s.store.CreateUser(ctx, store.User{Name: name, Role: store.RoleMember, PasswordHash: hash, CreatedAt: s.now()})
 	if errors.Is(err, store.ErrConflict) {
 		f.Error = "That name is taken."
 		return s.renderSignup(c, http.StatusConflict, f)
@@ -194,4 +310,160 @@ func (s *Server) signup(c echo.Context) error {
 		return err
 	}
 	return c.Redirect(http.StatusSeeOther, "/")
+}
+
+// SetupPath is the one-time setup link of an empty store for its token (the app prints it at
+// start): it creates the first admin.
+func SetupPath(token string) string { return "/setup?token=" + url.QueryEscape(token) }
+
+// setupKey is the setting that holds the SHA-256 (hex) of the current setup token.
+const setupKey = "setup_token"
+
+// setupAllowed reports whether token is the store's current setup token and the store has no
+// users yet.
+func (s *Server) setupAllowed(c echo.Context, token string) (bool, error) {
+	ctx := c.Request().Context()
+	n, err := s.store.CountUsers(ctx)
+	if err != nil {
+		return false, fmt.Errorf("count users: %w", err)
+	}
+	if n > 0 || token == "" {
+		return false, nil
+	}
+	want, err := s.store.GetSetting(ctx, setupKey)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read the setup token: %w", err)
+	}
+	got := hex.EncodeToString(auth.Hash(token))
+	return subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1, nil
+}
+
+// setupForm: GET /setup?token=… → the form that creates the first admin, when the token is the
+// one the server printed and there is no account yet; 404 otherwise (the link says nothing once
+// used).
+func (s *Server) setupForm(c echo.Context) error {
+	token := c.QueryParam("token")
+	ok, err := s.setupAllowed(c, token)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errNotFound
+	}
+	return s.render(c, http.StatusOK, views.SetupPage(s.layoutData(c, "Set up Parley"), views.AuthForm{CSRF: s.csrfToken(c)}, token))
+}
+
+// setup: POST /setup → the first admin, signed in. The store makes at most one bootstrap admin
+// (CreateFirstAdmin), whatever the races between requests or processes.
+func (s *Server) setup(c echo.Context) error {
+	ctx := c.Request().Context()
+	token := c.FormValue("token")
+	ok, err := s.setupAllowed(c, token)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errNotFound
+	}
+	name := strings.TrimSpace(c.FormValue("username"))
+	f := views.AuthForm{Username: name, CSRF: s.csrfToken(c)}
+	render := func(status int) error {
+		return s.render(c, status, views.SetupPage(s.layoutData(c, "Set up Parley"), f, token))
+	}
+	if !validName.MatchString(name) {
+		f.Error = badName
+		return render(http.StatusUnprocessableEntity)
+	}
+	hash, problem, err := s.newPassword(ctx, c.FormValue("password"))
+	if err != nil {
+		return err
+	}
+	if problem != "" {
+		f.Error = problem
+		return render(http.StatusUnprocessableEntity)
+	}
+	u, err := s.store.CreateFirstAdmin(ctx, store.User{Name: name, PasswordHash: hash, CreatedAt: s.now()})
+	if errors.Is(err, store.ErrConflict) {
+		return errNotFound // someone else set it up first
+	}
+	if err != nil {
+		return fmt.Errorf("create the first admin: %w", err)
+	}
+	if err := s.store.SetSetting(ctx, setupKey, ""); err != nil {
+		s.log.WarnContext(ctx, "clear the setup token", "err", err)
+	}
+	s.log.InfoContext(ctx, "first admin set up", "user_id", u.ID)
+	if err := s.startSession(c, u); err != nil {
+		return err
+	}
+	return c.Redirect(http.StatusSeeOther, "/")
+}
+
+// accountPage: GET /account → the password form and "sign out everywhere".
+func (s *Server) accountPage(c echo.Context) error {
+	return s.renderAccount(c, http.StatusOK, views.AccountForm{Notice: noticeFor(c.QueryParam("notice"))})
+}
+
+func (s *Server) renderAccount(c echo.Context, status int, f views.AccountForm) error {
+	f.CSRF = s.csrfToken(c)
+	return s.render(c, status, views.AccountPage(s.layoutData(c, "Your account"), f))
+}
+
+// changePassword: POST /account/password → the current password checked, the new one stored,
+// and every other session of the user ended (their sockets and streams too).
+func (s *Server) changePassword(c echo.Context) error {
+	ctx := c.Request().Context()
+	u := currentUser(c)
+	// The current password is guessed no faster here than at sign-in.
+	try, wait := s.startPasswordTry(c, u.Name)
+	if wait > 0 {
+		c.Response().Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(wait)))
+		return s.renderAccount(c, http.StatusTooManyRequests, views.AccountForm{Error: fmt.Sprintf("Too many wrong passwords. Try again in %s.", humanWait(retryAfterSeconds(wait)))})
+	}
+	ok, err := try.check(ctx, u.PasswordHash, c.FormValue("current"))
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return s.renderAccount(c, http.StatusUnprocessableEntity, views.AccountForm{Error: "The current password is wrong."})
+	}
+	hash, problem, err := s.newPassword(ctx, c.FormValue("password"))
+	if err != nil {
+		return err
+	}
+	if problem != "" {
+		return s.renderAccount(c, http.StatusUnprocessableEntity, views.AccountForm{Error: problem})
+	}
+	if err := s.store.SetPassword(ctx, u.ID, hash); err != nil {
+		return fmt.Errorf("change password: %w", err)
+	}
+	var keep []byte
+	if sess, ok := c.Get(keySession).(*store.Session); ok {
+		keep = sess.TokenHash
+	}
+	n, err := s.store.EndUserSessions(ctx, u.ID, keep)
+	if err != nil {
+		return fmt.Errorf("end the other sessions: %w", err)
+	}
+	s.live.ringAll()
+	s.log.InfoContext(ctx, "password changed", "user_id", u.ID, "sessions_ended", n)
+	return c.Redirect(http.StatusSeeOther, "/account?notice=password")
+}
+
+// signOutEverywhere: POST /account/signout-all → every session of the user ends, this one too
+// (and the sockets and streams they opened).
+func (s *Server) signOutEverywhere(c echo.Context) error {
+	ctx := c.Request().Context()
+	u := currentUser(c)
+	n, err := s.store.EndUserSessions(ctx, u.ID, nil)
+	if err != nil {
+		return fmt.Errorf("sign out everywhere: %w", err)
+	}
+	s.live.ringAll()
+	s.log.InfoContext(ctx, "signed out everywhere", "user_id", u.ID, "sessions_ended", n)
+	s.clearCookie(c, s.sessionCookie())
+	return c.Redirect(http.StatusSeeOther, "/login")
 }

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -8,17 +9,33 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"parley/internal/agent"
 	"parley/internal/auth"
+	"parley/internal/fault"
 	"parley/internal/store"
-	"parley/internal/tools"
 	"parley/views"
 )
 
 const dateFormat = "2006-01-02 15:04 UTC"
 
-// tokensPage lists the user's API tokens.
+// newTokenCookie carries a just-created token from the POST to the page it redirects to, once:
+// the secret never goes in a URL, and a reload shows the list without making another token.
+const newTokenCookie = "parley_new_token"
+
+// tokensPage lists the user's API tokens, and once the token just created.
 func (s *Server) tokensPage(c echo.Context) error {
-	return s.renderTokens(c, http.StatusOK, "", "")
+	created, name := "", ""
+	if ck, err := c.Cookie(newTokenCookie); err == nil && ck.Value != "" {
+		// "<user id>.<name, base64>.<secret>": shown only to the user who created it.
+		parts := strings.SplitN(ck.Value, ".", 3)
+		if len(parts) == 3 && parts[0] == currentUser(c).ID {
+			if b, err := base64.RawURLEncoding.DecodeString(parts[1]); err == nil {
+				created, name = parts[2], string(b)
+			}
+		}
+		s.clearNewToken(c)
+	}
+	return s.renderTokens(c, http.StatusOK, created, name)
 }
 
 func (s *Server) renderTokens(c echo.Context, status int, created, createdName string) error {
@@ -32,7 +49,11 @@ func (s *Server) renderTokens(c echo.Context, status int, created, createdName s
 		if t.RevokedAt != nil {
 			continue
 		}
-		rows = append(rows, views.TokenRow{ID: t.ID, Name: t.Name, CreatedAt: t.CreatedAt.UTC().Format(dateFormat)})
+		row := views.TokenRow{ID: t.ID, Name: t.Name, CreatedAt: t.CreatedAt.UTC().Format(dateFormat), LastUsed: "never"}
+		if t.LastUsedAt != nil {
+			row.LastUsed = t.LastUsedAt.UTC().Format(dateFormat)
+		}
+		rows = append(rows, row)
 	}
 	return s.render(c, status, views.TokensPage(s.layoutData(c, "API tokens"), rows, created, createdName))
 }
@@ -40,14 +61,17 @@ func (s *Server) renderTokens(c echo.Context, status int, created, createdName s
 // createToken makes a token and shows it once; only its hash is stored.
 func (s *Server) createToken(c echo.Context) error {
 	name := strings.TrimSpace(c.FormValue("name"))
-	if name == "" || len(name) > 100 || !storableText(name) {
-		return tools.NewError(tools.KindInvalidArgs, "a token needs a name of at most 100 characters", nil)
+	if name == "" || len(name) > 100 || !agent.Storable(name) {
+		return fault.New(fault.KindInvalidArgs, "a token needs a name of at most 100 characters", nil)
 	}
 	secret, err := s.newToken(c, currentUser(c).ID, name)
 	if err != nil {
 		return err
 	}
-	return s.renderTokens(c, http.StatusCreated, secret, name)
+	// Post-redirect-get: the page shows the token once; reloading it makes nothing.
+	c.SetCookie(&http.Cookie{Name: newTokenCookie, Value: currentUser(c).ID + "." + base64.RawURLEncoding.EncodeToString([]byte(name)) + "." + secret,
+		Path: "/tokens", MaxAge: 120, HttpOnly: true, Secure: s.cfg.Production, SameSite: http.SameSiteStrictMode})
+	return c.Redirect(http.StatusSeeOther, "/tokens")
 }
 
 // newToken creates an API token for userID and returns the secret.
@@ -71,6 +95,13 @@ func (s *Server) revokeToken(c echo.Context) error {
 		return fmt.Errorf("revoke token: %w", err)
 	}
 	s.tokens.forgetUser(u.ID) // revoked here: no longer trusted from the cache either
+	s.live.ringAll()          // its live streams and sockets end now
 	s.log.InfoContext(c.Request().Context(), "API token revoked", "user_id", u.ID, "token_id", c.Param("token"))
 	return c.Redirect(http.StatusSeeOther, "/tokens")
+}
+
+// clearNewToken drops the just-created token's cookie (shown, or its user signed out).
+func (s *Server) clearNewToken(c echo.Context) {
+	c.SetCookie(&http.Cookie{Name: newTokenCookie, Value: "", Path: "/tokens", MaxAge: -1,
+		HttpOnly: true, Secure: s.cfg.Production, SameSite: http.SameSiteStrictMode})
 }

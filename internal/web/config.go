@@ -10,14 +10,26 @@ type Config struct {
 	DemoModel bool
 	// PasswordCost is bcrypt's cost; 0 uses bcrypt.DefaultCost (tests lower it).
 	PasswordCost int
-	// SessionTTL is how long a sign-in lasts.
+	// SessionTTL is the longest a sign-in lasts, however active (the absolute lifetime).
 	SessionTTL time.Duration
+	// SessionIdle ends a sign-in that made no request for that long; each request slides it
+	// (written at most once per half of it). Default 12h.
+	SessionIdle time.Duration
 	// MaxBodyBytes caps a request body; larger ones get 413.
 	MaxBodyBytes int64
-	// LoginFailures failed sign-ins per name and IP within LoginWindow lock that pair until
-	// the window has passed.
+	// LoginFailures failed sign-ins on one account within LoginWindow go by; each further one
+	// doubles the wait before the next try on that account (1s, 2s … at most LoginMaxDelay),
+	// whoever makes it: guessing slows down, but nobody can lock an account out for long.
 	LoginFailures int
 	LoginWindow   time.Duration
+	LoginMaxDelay time.Duration
+	// LoginFailuresPerIP and LoginFailuresPerNet lock a client address, and its subnet (/24,
+	// IPv6 /64), after that many failed sign-ins within LoginWindow, whatever names they tried
+	// (password spraying).
+	LoginFailuresPerIP, LoginFailuresPerNet int
+	// TrustedProxies are the proxies (CIDRs) whose X-Forwarded-For names the client address;
+	// without any, the address is the connection's.
+	TrustedProxies []string
 	// MessagesPerMinute and MessageBurst bound each user's messages (page and API): a token
 	// bucket refilled at the rate, holding at most the burst.
 	MessagesPerMinute float64
@@ -27,14 +39,39 @@ type Config struct {
 	APIBurst     int
 	// SSEHeartbeat is how often an idle event stream gets a comment, so proxies keep it open.
 	SSEHeartbeat time.Duration
+	// PagesPerMinute and PageBurst bound each user's page POSTs and socket upgrades.
+	PagesPerMinute float64
+	PageBurst      int
+	// MaxConnsPerUser and MaxConns bound the live connections (sockets and event streams) of
+	// one user and of the whole process; one past them is refused (429, or 503 for the process).
+	MaxConnsPerUser, MaxConns int
+	// BodyTimeout bounds the time to read a request's body on every route but sockets and event
+	// streams: a slowly sent body is cut off. Default 10s.
+	BodyTimeout time.Duration
+	// LiveRecheck is how often a live connection (socket, event stream) re-reads its session or
+	// token and its user's role; one that no longer holds ends. It bounds how long a sign-out,
+	// revocation or demotion made by another process takes to reach this one. Default 5s.
+	LiveRecheck time.Duration
 }
 
 func (c Config) withDefaults() Config {
+	if c.SessionIdle <= 0 {
+		c.SessionIdle = 12 * time.Hour
+	}
 	if c.SessionTTL <= 0 {
 		c.SessionTTL = 14 * 24 * time.Hour
 	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = 1 << 20
+	}
+	if c.LoginMaxDelay <= 0 {
+		c.LoginMaxDelay = 30 * time.Second
+	}
+	if c.LoginFailuresPerIP <= 0 {
+		c.LoginFailuresPerIP = 30
+	}
+	if c.LoginFailuresPerNet <= 0 {
+		c.LoginFailuresPerNet = 100
 	}
 	if c.LoginFailures <= 0 {
 		c.LoginFailures = 5
@@ -53,6 +90,24 @@ func (c Config) withDefaults() Config {
 	}
 	if c.APIBurst <= 0 {
 		c.APIBurst = 60
+	}
+	if c.PagesPerMinute <= 0 {
+		c.PagesPerMinute = 120
+	}
+	if c.PageBurst <= 0 {
+		c.PageBurst = 40
+	}
+	if c.MaxConnsPerUser <= 0 {
+		c.MaxConnsPerUser = 32
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = 10_000
+	}
+	if c.BodyTimeout <= 0 {
+		c.BodyTimeout = 10 * time.Second
+	}
+	if c.LiveRecheck <= 0 {
+		c.LiveRecheck = 5 * time.Second
 	}
 	if c.SSEHeartbeat <= 0 {
 		c.SSEHeartbeat = 20 * time.Second

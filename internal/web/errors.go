@@ -9,37 +9,37 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"parley/internal/fault"
 	"parley/internal/store"
-	"parley/internal/tools"
 )
 
 // statusOf maps an error kind to its HTTP status. It is the one place the mapping lives: every
 // handler returns errors, and errorHandler turns them into the envelope with this status.
-func statusOf(k tools.Kind) int {
+func statusOf(k fault.Kind) int {
 	switch k {
-	case tools.KindBadRequest:
+	case fault.KindBadRequest:
 		return http.StatusBadRequest
-	case tools.KindNotAuthenticated:
+	case fault.KindNotAuthenticated:
 		return http.StatusUnauthorized
-	case tools.KindPermissionDenied:
+	case fault.KindPermissionDenied:
 		return http.StatusForbidden
-	case tools.KindNotFound, tools.KindUnknownTool:
+	case fault.KindNotFound, fault.KindUnknownTool:
 		return http.StatusNotFound
-	case tools.KindMethodNotAllowed:
+	case fault.KindMethodNotAllowed:
 		return http.StatusMethodNotAllowed
-	case tools.KindStale, tools.KindConflict:
+	case fault.KindStale, fault.KindConflict:
 		return http.StatusConflict
-	case tools.KindTooLarge:
+	case fault.KindTooLarge:
 		return http.StatusRequestEntityTooLarge
-	case tools.KindUnsupportedMedia:
+	case fault.KindUnsupportedMedia:
 		return http.StatusUnsupportedMediaType
-	case tools.KindInvalidArgs:
+	case fault.KindInvalidArgs:
 		return http.StatusUnprocessableEntity
-	case tools.KindRateLimited, tools.KindUsageLimitReached:
+	case fault.KindRateLimited, fault.KindUsageLimitReached:
 		return http.StatusTooManyRequests
-	case tools.KindServiceUnavailable:
+	case fault.KindServiceUnavailable:
 		return http.StatusServiceUnavailable
-	case tools.KindInternal:
+	case fault.KindInternal:
 		return http.StatusInternalServerError
 	default:
 		// Any other kind describes a tool's failure the caller asked about; it is the request
@@ -50,35 +50,35 @@ func statusOf(k tools.Kind) int {
 
 // kindOfStatus is the inverse used for echo's own errors (unknown route, wrong method, a
 // body over the limit).
-func kindOfStatus(status int) tools.Kind {
+func kindOfStatus(status int) fault.Kind {
 	switch status {
 	case http.StatusBadRequest:
-		return tools.KindBadRequest
+		return fault.KindBadRequest
 	case http.StatusUnauthorized:
-		return tools.KindNotAuthenticated
+		return fault.KindNotAuthenticated
 	case http.StatusForbidden:
-		return tools.KindPermissionDenied
+		return fault.KindPermissionDenied
 	case http.StatusNotFound:
-		return tools.KindNotFound
+		return fault.KindNotFound
 	case http.StatusMethodNotAllowed:
-		return tools.KindMethodNotAllowed
+		return fault.KindMethodNotAllowed
 	case http.StatusConflict:
-		return tools.KindConflict
+		return fault.KindConflict
 	case http.StatusRequestEntityTooLarge:
-		return tools.KindTooLarge
+		return fault.KindTooLarge
 	case http.StatusUnsupportedMediaType:
-		return tools.KindUnsupportedMedia
+		return fault.KindUnsupportedMedia
 	case http.StatusUnprocessableEntity:
-		return tools.KindInvalidArgs
+		return fault.KindInvalidArgs
 	case http.StatusTooManyRequests:
-		return tools.KindRateLimited
+		return fault.KindRateLimited
 	case http.StatusServiceUnavailable:
-		return tools.KindServiceUnavailable
+		return fault.KindServiceUnavailable
 	}
 	if status >= 500 {
-		return tools.KindInternal
+		return fault.KindInternal
 	}
-	return tools.KindBadRequest
+	return fault.KindBadRequest
 }
 
 // errorBody is the API's error envelope.
@@ -88,33 +88,32 @@ type errorBody struct {
 }
 
 type errorJSON struct {
-	Kind    tools.Kind     `json:"kind"`
+	Kind    fault.Kind     `json:"kind"`
 	Message string         `json:"message"`
 	Details map[string]any `json:"details"`
 }
 
 // Errors the handlers share.
 var (
-	errNotFound      = tools.NewError(tools.KindNotFound, "not found", nil)
-	errNotSignedIn   = tools.NewError(tools.KindNotAuthenticated, "sign in or send an API token", nil)
-	errForbidden     = tools.NewError(tools.KindPermissionDenied, "you may not do this", nil)
-	errBadCSRF       = tools.NewError(tools.KindPermissionDenied, "missing or invalid CSRF token", nil)
-	errConversation  = tools.NewError(tools.KindNotFound, "no such conversation", nil)
-	errUnknownAction = tools.NewError(tools.KindNotFound, "no such API endpoint", nil)
+	errNotFound      = fault.New(fault.KindNotFound, "not found", nil)
+	errNotSignedIn   = fault.New(fault.KindNotAuthenticated, "sign in or send an API token", nil)
+	errForbidden     = fault.New(fault.KindPermissionDenied, "you may not do this", nil)
+	errBadCSRF       = fault.New(fault.KindPermissionDenied, "missing or invalid CSRF token", nil)
+	errUnknownAction = fault.New(fault.KindNotFound, "no such API endpoint", nil)
 )
 
 // rateLimitedError is a 429 with the wait the caller must respect.
-func rateLimitedError(what string, wait int) *tools.Error {
-	return tools.NewError(tools.KindRateLimited, fmt.Sprintf("too many %s; try again in %d s", what, wait),
+func rateLimitedError(what string, wait int) *fault.Error {
+	return fault.New(fault.KindRateLimited, fmt.Sprintf("too many %s; try again in %d s", what, wait),
 		map[string]any{"retry_after_seconds": wait})
 }
 
 // classify turns any error a handler returned into a tool error and whether it is internal
 // (to be logged with a reference and never shown).
-func classify(err error) (e *tools.Error, internal bool) {
-	var te *tools.Error
+func classify(err error) (e *fault.Error, internal bool) {
+	var te *fault.Error
 	if errors.As(err, &te) {
-		return te, te.Kind == tools.KindInternal
+		return te, te.Kind == fault.KindInternal
 	}
 	var he *echo.HTTPError
 	if errors.As(err, &he) {
@@ -128,11 +127,11 @@ func classify(err error) (e *tools.Error, internal bool) {
 		if msg == "" {
 			msg = "request refused"
 		}
-		return tools.NewError(kindOfStatus(he.Code), strings.ToLower(msg[:1])+msg[1:], nil), false
+		return fault.New(kindOfStatus(he.Code), strings.ToLower(msg[:1])+msg[1:], nil), false
 	}
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		return tools.Errorf(tools.KindTooLarge, "the body is larger than %d bytes", mbe.Limit), false
+		return fault.Errorf(fault.KindTooLarge, "the body is larger than %d bytes", mbe.Limit), false
 	}
 	if errors.Is(err, store.ErrNotFound) {
 		return errNotFound, false
@@ -147,11 +146,12 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 		return
 	}
 	te, internal := classify(err)
-	if internal {
-		ref := tools.NewRef()
-		s.log.ErrorContext(c.Request().Context(), "internal error", "ref", ref, "method", c.Request().Method,
-			"path", c.Request().URL.Path, "err", err)
-		te = tools.NewError(tools.KindInternal, "internal error", map[string]any{"ref": ref})
+	if internal && te != nil && te.Details["ref"] != nil {
+		// fault.Internal logged the cause under this reference where it happened (the agent): the
+		// caller gets that reference, and this log line ties it to the request.
+		s.log.WarnContext(c.Request().Context(), "internal error", "ref", te.Details["ref"], "method", c.Request().Method, "path", c.Request().URL.Path)
+	} else if internal {
+		te = fault.Internal(s.log.With("method", c.Request().Method, "path", c.Request().URL.Path), "internal error", err)
 	}
 	status := statusOf(te.Kind)
 	if status == http.StatusTooManyRequests {
@@ -164,11 +164,7 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 	case c.Request().Method == http.MethodHead:
 		werr = c.NoContent(status)
 	case wantsJSON(c):
-		details := te.Details
-		if details == nil {
-			details = map[string]any{}
-		}
-		werr = c.JSON(status, errorBody{Error: errorJSON{Kind: te.Kind, Message: te.Message, Details: details}})
+		werr = c.JSON(status, errorBody{Error: errorJSON{Kind: te.Kind, Message: te.Message, Details: te.DetailsMap()}})
 	default:
 		werr = s.renderError(c, status, te)
 	}

@@ -1,7 +1,6 @@
 package web
 
 import (
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -10,23 +9,23 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"parley/internal/fault"
 	"parley/internal/store"
-	"parley/internal/tools"
 )
 
 // TestStatusOfKinds pins the kind → status mapping API.md relies on.
 func TestStatusOfKinds(t *testing.T) {
-	for kind, want := range map[tools.Kind]int{
-		tools.KindBadRequest: 400, tools.KindNotAuthenticated: 401, tools.KindPermissionDenied: 403,
-		tools.KindNotFound: 404, tools.KindStale: 409, tools.KindConflict: 409, tools.KindTooLarge: 413,
-		tools.KindUnsupportedMedia: 415, tools.KindInvalidArgs: 422, tools.KindRateLimited: 429,
-		tools.KindInternal: 500, tools.KindServiceUnavailable: 503, tools.KindDenied: 422,
+	for kind, want := range map[fault.Kind]int{
+		fault.KindBadRequest: 400, fault.KindNotAuthenticated: 401, fault.KindPermissionDenied: 403,
+		fault.KindNotFound: 404, fault.KindStale: 409, fault.KindConflict: 409, fault.KindTooLarge: 413,
+		fault.KindUnsupportedMedia: 415, fault.KindInvalidArgs: 422, fault.KindRateLimited: 429,
+		fault.KindInternal: 500, fault.KindServiceUnavailable: 503, fault.KindDenied: 422,
 	} {
 		if got := statusOf(kind); got != want {
 			t.Errorf("%s → %d, want %d", kind, got, want)
 		}
 	}
-	for _, k := range tools.Kinds {
+	for _, k := range fault.Kinds {
 		if s := statusOf(k); s < 400 {
 			t.Errorf("%s maps to %d", k, s)
 		}
@@ -36,8 +35,8 @@ func TestStatusOfKinds(t *testing.T) {
 // TestPanicsAndInternalErrors: a panic or a plain error in a handler is a 500 whose body has a
 // reference and no detail; the log has the reference and the cause.
 func TestPanicsAndInternalErrors(t *testing.T) {
-	e := newTestEnv(t, Config{})
-	var logs bytes.Buffer
+	e := newTestEnv(t, openSQLite, Config{})
+	var logs syncBuffer
 	e.srv.log = slog.New(slog.NewTextHandler(&logs, nil))
 	e.srv.echo.GET("/api/v1/boom", func(echo.Context) error { panic("kaboom in handler") }, e.srv.requireUser)
 	u := e.user("ada", store.RoleMember)
@@ -47,7 +46,7 @@ func TestPanicsAndInternalErrors(t *testing.T) {
 	}
 	eb := decodeEnvelope(t, res)
 	ref, _ := eb.Error.Details["ref"].(string)
-	if eb.Error.Kind != tools.KindInternal || ref == "" || strings.Contains(eb.Error.Message, "kaboom") {
+	if eb.Error.Kind != fault.KindInternal || ref == "" || strings.Contains(eb.Error.Message, "kaboom") {
 		t.Fatalf("envelope %+v", eb.Error)
 	}
 	if !strings.Contains(logs.String(), ref) || !strings.Contains(logs.String(), "kaboom in handler") {
@@ -70,25 +69,27 @@ func TestPanicsAndInternalErrors(t *testing.T) {
 // TestRequestLog: one JSON line per request with method, path, status, duration, the user and
 // the conversation; never the token, the cookie or the query string.
 func TestRequestLog(t *testing.T) {
-	e := newTestEnv(t, Config{})
-	var logs bytes.Buffer
-	e.srv.log = slog.New(slog.NewJSONHandler(&logs, nil))
-	u := e.user("ada", store.RoleMember)
-	conv := e.conversation(u)
-	c := e.script(u)
-	readBody(c.api("GET", "/api/v1/conversations/"+conv.ID+"?secret=hunter2", ""))
-	var line map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
-		var m map[string]any
-		if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "request" {
-			line = m
+	eachStore(t, func(t *testing.T, open opener) {
+		e := newTestEnv(t, open, Config{})
+		var logs syncBuffer
+		e.srv.log = slog.New(slog.NewJSONHandler(&logs, nil))
+		u := e.user("ada", store.RoleMember)
+		conv := e.conversation(u)
+		c := e.script(u)
+		readBody(c.api("GET", "/api/v1/conversations/"+conv.ID+"?secret=hunter2", ""))
+		var line map[string]any
+		for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "request" {
+				line = m
+			}
 		}
-	}
-	if line == nil || line["method"] != "GET" || line["path"] != "/api/v1/conversations/"+conv.ID || line["status"] != float64(200) ||
-		line["conversation_id"] != conv.ID || line["user_id"] != u.ID || line["duration"] == nil {
-		t.Fatalf("request log %v in %s", line, logs.String())
-	}
-	if strings.Contains(logs.String(), c.bearer) || strings.Contains(logs.String(), "hunter2") {
-		t.Fatalf("secret in the log: %s", logs.String())
-	}
+		if line == nil || line["method"] != "GET" || line["path"] != "/api/v1/conversations/"+conv.ID || line["status"] != float64(200) ||
+			line["conversation_id"] != conv.ID || line["user_id"] != u.ID || line["duration"] == nil {
+			t.Fatalf("request log %v in %s", line, logs.String())
+		}
+		if strings.Contains(logs.String(), c.bearer) || strings.Contains(logs.String(), "hunter2") {
+			t.Fatalf("secret in the log: %s", logs.String())
+		}
+	})
 }

@@ -1,17 +1,21 @@
 package web
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"unicode/utf8"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
-	"parley/internal/tools"
+	"parley/internal/agent"
+	"parley/internal/fault"
 	"parley/static"
 )
 
@@ -61,7 +65,7 @@ func recoverPanics(next echo.HandlerFunc) echo.HandlerFunc {
 func (s *Server) requestLog(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := s.now()
-		reqID := tools.NewRef()
+		reqID := fault.NewRef()
 		c.Response().Header().Set("X-Request-ID", reqID)
 		if err := next(c); err != nil {
 			c.Error(err)
@@ -102,13 +106,44 @@ func (s *Server) limitBody(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
 		if r.ContentLength > s.cfg.MaxBodyBytes {
-			return tools.Errorf(tools.KindTooLarge, "the body is larger than %d bytes", s.cfg.MaxBodyBytes)
+			return fault.Errorf(fault.KindTooLarge, "the body is larger than %d bytes", s.cfg.MaxBodyBytes)
 		}
 		if r.Body != nil {
 			r.Body = http.MaxBytesReader(c.Response(), r.Body, s.cfg.MaxBodyBytes)
 		}
+		if !longLived(r.URL.Path) && r.Body != nil && r.Body != http.NoBody {
+			// A body sent slowly holds a connection and a goroutine: every route but the live
+			// ones (sockets, event streams) must have read it within BodyTimeout. The deadline is
+			// the connection's, on the wall clock (it bounds real I/O), and it is lifted once the
+			// body is read: left in place it would cancel a slow handler's context later.
+			rc := http.NewResponseController(c.Response().Writer)
+			_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
+			r.Body = &liftingBody{ReadCloser: r.Body, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
+			// A form is read here, so a body that did not arrive in time (or whole) is refused
+			// instead of reaching a handler as an empty form.
+			if r.Method == http.MethodPost && strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded") {
+				if err := r.ParseForm(); err != nil {
+					var mbe *http.MaxBytesError
+					switch {
+					case errors.As(err, &mbe):
+						return fault.Errorf(fault.KindTooLarge, "the body is larger than %d bytes", mbe.Limit)
+					case errors.Is(err, os.ErrDeadlineExceeded):
+						// The server cancels the request's context once its connection fails, so
+						// nothing context-bound (a rendered page) can answer: a plain 408 does.
+						return c.String(http.StatusRequestTimeout, "the request body was not received in time\n")
+					}
+					return fault.New(fault.KindBadRequest, "the form could not be read", nil)
+				}
+			}
+		}
 		return next(c)
 	}
+}
+
+// longLived reports whether path is a socket or an event stream, which read for as long as they
+// live.
+func longLived(path string) bool {
+	return strings.HasSuffix(path, "/ws") || strings.HasSuffix(path, "/events")
 }
 
 // validParams answers 404 when a path parameter (a conversation, call, token or user id) holds
@@ -117,18 +152,12 @@ func (s *Server) limitBody(next echo.HandlerFunc) echo.HandlerFunc {
 func validParams(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		for _, v := range c.ParamValues() {
-			if !storableText(v) {
+			if !agent.Storable(v) {
 				return errNotFound
 			}
 		}
 		return next(c)
 	}
-}
-
-// storableText reports whether s can be stored as text: valid UTF-8 without a NUL byte, which
-// PostgreSQL refuses.
-func storableText(s string) bool {
-	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
 }
 
 // limitAPI spends one token of the user's API budget per request.
@@ -140,6 +169,21 @@ func (s *Server) limitAPI(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		if ok, wait := s.limits.api.allow(u.ID); !ok {
 			return rateLimitedError("API requests", retryAfterSeconds(wait))
+		}
+		return next(c)
+	}
+}
+
+// limitPages spends one token of the user's page budget on each page POST and socket upgrade
+// (the reads of pages are free): a 429 with Retry-After beyond it.
+func (s *Server) limitPages(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		u := currentUser(c)
+		if u == nil || (c.Request().Method != http.MethodPost && !strings.HasSuffix(c.Request().URL.Path, "/ws")) {
+			return next(c)
+		}
+		if ok, wait := s.limits.pages.allow(u.ID); !ok {
+			return rateLimitedError("page actions", retryAfterSeconds(wait))
 		}
 		return next(c)
 	}
@@ -200,4 +244,21 @@ func contentType(name string) string {
 // probe reports whether path is a health probe or the metrics scrape.
 func probe(path string) bool {
 	return path == "/healthz" || path == "/readyz" || path == "/metrics"
+}
+
+// liftingBody lifts the body's read deadline once the body is read to its end. A body that
+// failed (the deadline passed) keeps it, so the server's own drain of the rest fails fast too.
+type liftingBody struct {
+	io.ReadCloser
+	lift   func()
+	lifted bool
+}
+
+func (b *liftingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) && !b.lifted {
+		b.lifted = true
+		b.lift()
+	}
+	return n, err
 }

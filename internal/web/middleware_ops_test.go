@@ -1,7 +1,6 @@
 package web
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -11,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"parley/internal/agent"
+	"parley/internal/llm/llmtest"
 	"parley/internal/store"
 )
 
@@ -27,7 +26,7 @@ func (s schemaStore) SchemaVersion(context.Context) (int, int, error) { return s
 // TestReadyz: ready only when the store answers and its schema is the binary's; each failure
 // says why, with 503.
 func TestReadyz(t *testing.T) {
-	e := newTestEnv(t, Config{})
+	e := newTestEnv(t, openSQLite, Config{})
 	cases := []struct {
 		name   string
 		st     store.Store
@@ -41,8 +40,7 @@ func TestReadyz(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := New(Config{}, Deps{Store: tc.st, Conversations: newFakeConversations(), Clock: e.clk,
-				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			srv := New(Config{}, Deps{Store: tc.st, Agent: e.m, Clock: e.clk, Logger: discardLogger()})
 			rec := httptest.NewRecorder()
 			srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
 			if rec.Code != tc.status || !strings.Contains(rec.Body.String(), tc.says) {
@@ -55,7 +53,7 @@ func TestReadyz(t *testing.T) {
 // TestMetricsEndpoint: /metrics answers anyone (no session, no token) in the Prometheus text
 // format with Parley's series, the page sockets' among them, and the process's memory.
 func TestMetricsEndpoint(t *testing.T) {
-	e := newTestEnv(t, Config{})
+	e := newTestEnv(t, openSQLite, Config{})
 	SocketsOpen.Add(2)
 	defer SocketsOpen.Add(-2)
 	res := e.anon().do("GET", "/metrics", "", nil)
@@ -76,36 +74,42 @@ func TestMetricsEndpoint(t *testing.T) {
 // TestRequestLogIDsAndProbes: a resolve's log line carries the conversation and the tool call;
 // a successful probe or scrape is logged only at debug level.
 func TestRequestLogIDsAndProbes(t *testing.T) {
-	e := newTestEnv(t, Config{})
-	var logs bytes.Buffer
-	e.srv.log = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	u := e.user("ada", store.RoleMember)
-	conv := e.conversation(u)
-	e.conv.views[conv.ID] = agent.View{ID: conv.ID, OwnerID: u.ID, Status: "awaiting"}
-	c := e.script(u)
-	res := c.api("POST", "/api/v1/conversations/"+conv.ID+"/calls/call_1/resolve", `{"decision":"approve"}`)
-	readBody(res)
-	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
-		if r := e.anon().do("GET", p, "", nil); r.StatusCode != http.StatusOK {
-			t.Fatalf("%s: %d", p, r.StatusCode)
-		} else {
-			readBody(r)
+	eachStore(t, func(t *testing.T, open opener) {
+		e := newTestEnv(t, open, Config{})
+		var logs syncBuffer
+		e.srv.log = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		u := e.user("ada", store.RoleMember)
+		conv := e.conversation(u)
+		e.pending(conv, u, llmtest.Call("call_1", "send_email", emailArgs("bob@example.com")))
+		e.model.Push(llmtest.Reply("Sent."))
+		c := e.script(u)
+		res := c.api("POST", "/api/v1/conversations/"+conv.ID+"/calls/call_1/resolve", `{"decision":"approve"}`)
+		if body := readBody(res); res.StatusCode != http.StatusOK {
+			t.Fatalf("resolve: %d %s", res.StatusCode, body)
 		}
-	}
-	var resolve map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
-		var m map[string]any
-		if json.Unmarshal([]byte(l), &m) != nil || m["msg"] != "request" {
-			continue
+		for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
+			if r := e.anon().do("GET", p, "", nil); r.StatusCode != http.StatusOK {
+				t.Fatalf("%s: %d", p, r.StatusCode)
+			} else {
+				readBody(r)
+			}
 		}
-		if probe(m["path"].(string)) {
-			t.Errorf("a successful probe was logged at info: %s", l)
+		var resolve map[string]any
+		for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(l), &m) != nil || m["msg"] != "request" {
+				continue
+			}
+			if probe(m["path"].(string)) {
+				t.Errorf("a successful probe was logged at info: %s", l)
+			}
+			if strings.HasSuffix(m["path"].(string), "/resolve") {
+				resolve = m
+			}
 		}
-		if strings.HasSuffix(m["path"].(string), "/resolve") {
-			resolve = m
+		if resolve == nil || resolve["conversation_id"] != conv.ID || resolve["tool_call_id"] != "call_1" || resolve["status"] != float64(200) {
+			t.Fatalf("resolve log line %v in %s", resolve, logs.String())
 		}
-	}
-	if resolve == nil || resolve["conversation_id"] != conv.ID || resolve["tool_call_id"] != "call_1" {
-		t.Fatalf("resolve log line %v in %s", resolve, logs.String())
-	}
+		e.awaitStatus(conv.ID, store.StatusIdle)
+	})
 }

@@ -3,18 +3,15 @@ package web
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
-	"reflect"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
 	"parley/internal/agent"
-	"parley/internal/store"
+	"parley/internal/fault"
 	"parley/internal/tools"
 	"parley/views"
 )
@@ -26,7 +23,7 @@ import (
 // JavaScript every form is a plain POST answered with a redirect (or the page re-rendered with
 // its errors); hooks.js sends the same forms over fetch with X-Parley-Fetch and gets JSON.
 func (s *Server) pageRoutes(e *echo.Echo) {
-	g := e.Group("", s.requireUser, noStore)
+	g := e.Group("", s.requireUser, s.limitPages, noStore)
 	g.GET("/conversations", s.conversationsPage)
 	g.POST("/conversations", s.createConversationPage)
 	g.GET("/conversations/:id", s.conversationPage)
@@ -39,9 +36,9 @@ func (s *Server) pageRoutes(e *echo.Echo) {
 
 // conversationsPage: GET /conversations → the user's conversations and the new-conversation form.
 func (s *Server) conversationsPage(c echo.Context) error {
-	list, err := s.store.ListConversations(c.Request().Context(), currentUser(c).ID)
+	list, err := s.agent.List(c.Request().Context(), principal(c))
 	if err != nil {
-		return fmt.Errorf("list conversations: %w", err)
+		return err
 	}
 	return s.renderPage(c, http.StatusOK, "Conversations", views.ConversationsBody(views.ConversationsPage{
 		CSRF: s.csrfToken(c), Conversations: list, Demo: s.cfg.DemoModel, Notice: noticeFor(c.QueryParam("notice")),
@@ -50,37 +47,25 @@ func (s *Server) conversationsPage(c echo.Context) error {
 
 // createConversationPage: POST /conversations → a new conversation, then its page.
 func (s *Server) createConversationPage(c echo.Context) error {
-	title := strings.TrimSpace(c.FormValue("title"))
-	if utf8.RuneCountInString(title) > 200 {
-		return invalidField("title", "a title has at most 200 characters")
-	}
-	if !storableText(title) {
-		return invalidField("title", "a title cannot hold a NUL character")
-	}
-	now := s.now()
-	conv, err := s.store.CreateConversation(c.Request().Context(), store.Conversation{
-		OwnerID: currentUser(c).ID, Title: title, Status: store.StatusIdle, CreatedAt: now, UpdatedAt: now,
-	})
+	conv, err := s.agent.Create(c.Request().Context(), principal(c), c.FormValue("title"))
 	if err != nil {
-		return fmt.Errorf("create conversation: %w", err)
+		return err
 	}
 	return c.Redirect(http.StatusSeeOther, conversationPath(conv.ID))
 }
 
 func conversationPath(id string) string { return "/conversations/" + url.PathEscape(id) }
 
-// conversationPage: GET /conversations/{id} → the conversation, its owner only (404 otherwise).
-// ?notice=stale&call=X says, in X's card, that X was already decided.
+// conversationPage: GET /conversations/{id} → the conversation as the viewer may see it: its
+// owner, or read-only someone who may decide one of its calls (a reviewer from the inbox); 404
+// for everyone else (agent.MaySee). ?notice=stale&call=X says, in X's card, that X was already
+// decided.
 func (s *Server) conversationPage(c echo.Context) error {
-	id := c.Param("id")
-	if _, err := s.conversationFor(c, id); err != nil {
-		return err
-	}
-	v, err := s.conv.View(c.Request().Context(), id)
+	v, err := s.agent.View(c.Request().Context(), c.Param("id"), principal(c))
 	if err != nil {
 		return err
 	}
-	p := s.pageFor(c, v)
+	p := s.pageFor(c, v.ID, v.OwnerID, v.Calls)
 	notice := noticeFor(c.QueryParam("notice"))
 	if call := c.QueryParam("call"); call != "" && notice != "" {
 		p.Form = &views.FormState{ToolCallID: call, Notice: notice}
@@ -101,9 +86,6 @@ func (s *Server) renderConversation(c echo.Context, status int, p views.Page, v 
 // postMessagePage: POST /conversations/{id}/messages → the owner's message starts a turn.
 func (s *Server) postMessagePage(c echo.Context) error {
 	id := c.Param("id")
-	if _, err := s.conversationFor(c, id); err != nil {
-		return err
-	}
 	text := c.FormValue("text")
 	refuse := func(code string) error {
 		if isFetch(c) {
@@ -120,9 +102,8 @@ func (s *Server) postMessagePage(c echo.Context) error {
 	if err := s.allowMessage(c); err != nil {
 		return err
 	}
-	if err := s.conv.Send(c.Request().Context(), id, principal(c), text); err != nil {
-		var te *tools.Error
-		if errors.As(err, &te) && te.Kind == tools.KindConflict {
+	if err := s.agent.Send(c.Request().Context(), id, principal(c), text); err != nil {
+		if fault.KindOf(err) == fault.KindConflict {
 			return refuse("busy")
 		}
 		return err
@@ -134,52 +115,17 @@ func (s *Server) postMessagePage(c echo.Context) error {
 }
 
 // resolvePage: POST /conversations/{id}/calls/{call}/resolve → a decision or an answer from a
-// card, into the agent's one Resolve. The owner may resolve their calls; a reviewer may decide
-// reviewer-gated approvals in anyone's conversation (the inbox); others get 404. A stale call
-// (decided elsewhere, expired) shows where it stands with a notice; an invalid answer comes back
-// with its errors beside the fields.
+// card, into the agent's one Resolve, which decides who may (agent.MayDecide, MayAnswer) and
+// answers with the call as it then stands. A decision goes to the agent once; a question's
+// answers are typed by its form first, which takes a view of the call. A stale call (decided
+// elsewhere, expired) shows where it stands with a notice; an invalid answer comes back with its
+// errors beside the fields.
 func (s *Server) resolvePage(c echo.Context) error {
 	ctx := c.Request().Context()
 	id, callID := c.Param("id"), c.Param("call")
-	u := currentUser(c)
-	conv, err := s.store.GetConversation(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return errConversation
-	}
-	if err != nil {
-		return fmt.Errorf("load conversation %s: %w", id, err)
-	}
-	row, err := s.store.GetToolCall(ctx, id, callID)
-	found := err == nil
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("load tool call %s/%s: %w", id, callID, err)
-	}
-	if conv.OwnerID != u.ID && !(found && isReviewer(u) && row.Approval == string(tools.RequiresApproval) && row.Approvers == string(tools.ByReviewer)) {
-		return errConversation
-	}
-	if !found {
-		return tools.NewError(tools.KindNotFound, "no such tool call", nil)
-	}
-	// Someone who is not the owner is a reviewer deciding from the inbox, whatever the form says:
-	// the conversation page (and its re-render with errors) is the owner's alone.
-	fromInbox := c.FormValue("return") == "/inbox" || conv.OwnerID != u.ID
-	v, err := s.conv.View(ctx, id)
-	if err != nil {
-		return err
-	}
-	var call *agent.CallView
-	for i := range v.Calls {
-		if v.Calls[i].ID == callID {
-			call = &v.Calls[i]
-		}
-	}
-	if call == nil {
-		return tools.NewError(tools.KindNotFound, "no such tool call", nil)
-	}
-
 	form, err := c.FormParams()
 	if err != nil {
-		return tools.NewError(tools.KindBadRequest, "the form could not be read", nil)
+		return fault.New(fault.KindBadRequest, "the form could not be read", nil)
 	}
 	// A question's answers are the prefixed fields, by property name; everything else is the
 	// card's own (decision, args, reason, action), so no property name can pose as one of those.
@@ -194,46 +140,85 @@ func (s *Server) resolvePage(c echo.Context) error {
 			values[k] = vs[0]
 		}
 	}
-	res, fieldErrs, schema := buildResolution(*call, values, answers)
-	if res == nil && len(fieldErrs) == 0 {
-		return tools.NewError(tools.KindBadRequest, "the form names neither a decision nor an action", nil)
+	var question *agent.CallView
+	if values["action"] == "accept" {
+		// The answers are text; the question's form says what each one is (a number, a box …).
+		v, err := s.agent.View(ctx, id, principal(c))
+		if err != nil {
+			return err
+		}
+		if question = findCall(v, callID); question == nil {
+			return fault.New(fault.KindNotFound, "no such tool call", nil)
+		}
 	}
+	res, fieldErrs, schema := buildResolution(question, values, answers)
+	if res == nil && len(fieldErrs) == 0 {
+		return fault.New(fault.KindBadRequest, "the form names neither a decision nor an action", nil)
+	}
+	var got agent.Resolved
 	if len(fieldErrs) == 0 {
-		err = s.conv.Resolve(ctx, id, callID, *res, principal(c))
-		var te *tools.Error
-		switch {
-		case err == nil:
-		case errors.As(err, &te) && te.Kind == tools.KindStale:
-			return s.answerResolved(c, id, callID, fromInbox, "stale")
-		case errors.As(err, &te) && te.Kind == tools.KindInvalidArgs:
-			fieldErrs = problemsToFields(te, call.PendingKind, schema)
+		got, err = s.agent.Resolve(ctx, id, callID, *res, principal(c))
+		switch fault.KindOf(err) {
+		case "":
+		case fault.KindStale:
+			return s.answerResolved(c, got, s.fromInbox(c, got), "stale")
+		case fault.KindInvalidArgs:
+			if got.Call.ID == "" {
+				return err // a malformed form, not an answer the call's schema refused
+			}
+			fieldErrs = problemsToFields(err.(*fault.Error), got.Call.PendingKind, schema)
 		default:
 			return err
 		}
+	} else if question != nil {
+		got = agent.Resolved{ConversationID: id, Call: *question}
 	}
 	if len(fieldErrs) > 0 {
 		shown := values
-		if call.PendingKind == tools.PendingElicitation {
+		if got.Call.PendingKind == tools.PendingElicitation {
 			shown = answers // a question's fields show their answers, by property name
 		}
 		state := &views.FormState{ToolCallID: callID, Values: shown, Errors: fieldErrs}
-		return s.answerInvalid(c, v, *call, state, fromInbox)
+		fromInbox := c.FormValue("return") == "/inbox"
+		if got.OwnerID != "" {
+			fromInbox = s.fromInbox(c, got)
+		}
+		return s.answerInvalid(c, id, callID, state, fromInbox)
 	}
-	return s.answerResolved(c, id, callID, fromInbox, "")
+	return s.answerResolved(c, got, s.fromInbox(c, got), "")
+}
+
+// fromInbox reports whether a decision came from the inbox: the form says so, or the person
+// deciding is not the conversation's owner (a reviewer's decision always answers as from the
+// inbox: the conversation's page is read-only for them).
+func (s *Server) fromInbox(c echo.Context, got agent.Resolved) bool {
+	return c.FormValue("return") == "/inbox" || got.OwnerID != currentUser(c).ID
+}
+
+// findCall is the call callID of v, nil when v has none.
+func findCall(v agent.View, callID string) *agent.CallView {
+	for i := range v.Calls {
+		if v.Calls[i].ID == callID {
+			return &v.Calls[i]
+		}
+	}
+	return nil
 }
 
 // buildResolution turns a card's form into the agent's Resolution: values are the card's own
 // fields, answers a question's, by property name. Field errors are problems the server finds
 // before asking the agent (edited arguments that are not JSON, a word in a number field); schema
 // is the question's parsed form, for mapping the agent's schema errors to fields.
-func buildResolution(call agent.CallView, values, answers map[string]string) (*agent.Resolution, map[string]string, *views.FormSchema) {
+func buildResolution(question *agent.CallView, values, answers map[string]string) (*agent.Resolution, map[string]string, *views.FormSchema) {
 	if d, ok := values["decision"]; ok {
 		r := &agent.Resolution{Decision: d, Reason: strings.TrimSpace(values["reason"])}
-		if !storableText(r.Reason) {
+		if !agent.Storable(r.Reason) {
 			return nil, map[string]string{"reason": "A reason cannot hold a NUL character."}, nil
 		}
 		if d == "approve" {
-			if edited, ok := values["args"]; ok && !sameJSON(edited, call.Args) {
+			// The arguments field is sent as shown; the agent approves them as they were when
+			// they mean the same JSON (it compares canonical hashes), else as an edit.
+			if edited, ok := values["args"]; ok {
 				if !json.Valid([]byte(edited)) {
 					return nil, map[string]string{"args": "The arguments are not valid JSON."}, nil
 				}
@@ -249,10 +234,10 @@ func buildResolution(call agent.CallView, values, answers map[string]string) (*a
 		return nil, nil, nil
 	}
 	r := &agent.Resolution{Action: action}
-	if action != "accept" || call.Prompt == nil {
+	if action != "accept" || question == nil || question.Prompt == nil {
 		return r, nil, nil
 	}
-	fs, err := views.ParseFormSchema(call.Prompt.Schema)
+	fs, err := views.ParseFormSchema(question.Prompt.Schema)
 	if err != nil {
 		return nil, map[string]string{"": "This question's form cannot be read."}, nil
 	}
@@ -268,23 +253,10 @@ func buildResolution(call agent.CallView, values, answers map[string]string) (*a
 	return r, nil, &fs
 }
 
-// sameJSON reports whether the edited text means the same JSON value as the original arguments
-// (compared decoded: the field shows <, > and & where the stored JSON may have \u003c …).
-func sameJSON(edited string, orig json.RawMessage) bool {
-	if len(bytes.TrimSpace(orig)) == 0 {
-		orig = json.RawMessage(`{}`)
-	}
-	var a, b any
-	if json.Unmarshal([]byte(edited), &a) != nil || json.Unmarshal(orig, &b) != nil {
-		return false
-	}
-	return reflect.DeepEqual(a, b)
-}
-
 // problemsToFields maps the agent's invalid_args problems onto the card's fields: every problem
 // of edited arguments goes beside the arguments field; a question's go beside their inputs.
-func problemsToFields(te *tools.Error, kind tools.PendingKind, schema *views.FormSchema) map[string]string {
-	problems := detailProblems(te)
+func problemsToFields(te *fault.Error, kind tools.PendingKind, schema *views.FormSchema) map[string]string {
+	problems := te.Problems
 	if kind == tools.PendingElicitation && schema != nil {
 		errs := schema.FieldErrors(problems)
 		if len(errs) == 0 {
@@ -297,8 +269,7 @@ func problemsToFields(te *tools.Error, kind tools.PendingKind, schema *views.For
 	}
 	msgs := make([]string, 0, len(problems))
 	for _, p := range problems {
-		path, _ := p["path"].(string)
-		msg, _ := p["message"].(string)
+		path, msg := p.Path, p.Message
 		if path == "" {
 			path = "/"
 		}
@@ -307,29 +278,14 @@ func problemsToFields(te *tools.Error, kind tools.PendingKind, schema *views.For
 	return map[string]string{"args": strings.Join(msgs, "; ")}
 }
 
-// detailProblems reads details.problems whatever concrete type the agent used for it.
-func detailProblems(te *tools.Error) []map[string]any {
-	raw, ok := te.Details["problems"]
-	if !ok {
-		return nil
-	}
-	if ps, ok := raw.([]map[string]any); ok {
-		return ps
-	}
-	b, err := json.Marshal(raw)
-	if err != nil {
-		return nil
-	}
-	var ps []map[string]any
-	if json.Unmarshal(b, &ps) != nil {
-		return nil
-	}
-	return ps
-}
-
 // answerResolved tells the card's page how things stand after a decision: the fresh card (or,
-// in the inbox, its removal), with a notice when the call had already been decided.
-func (s *Server) answerResolved(c echo.Context, convID, callID string, fromInbox bool, notice string) error {
+// in the inbox, its removal), with a notice when the call had already been decided. got is the
+// call as Resolve answered it: nothing is read again.
+func (s *Server) answerResolved(c echo.Context, got agent.Resolved, fromInbox bool, notice string) error {
+	convID, callID := got.ConversationID, got.Call.ID
+	if callID == "" {
+		convID, callID = c.Param("id"), c.Param("call")
+	}
 	status := http.StatusOK
 	if notice == "stale" {
 		status = http.StatusConflict
@@ -350,29 +306,26 @@ func (s *Server) answerResolved(c echo.Context, convID, callID string, fromInbox
 	}
 	ans := fetchAnswer{OK: notice == "", Target: views.CallDOMID(callID), Notice: noticeFor(notice)}
 	empty := ""
-	if fromInbox {
+	if fromInbox || got.Call.ID == "" {
 		ans.HTML = &empty
 		return s.answerFetch(c, status, ans)
 	}
-	v, err := s.conv.View(c.Request().Context(), convID)
-	if err != nil {
-		return err
-	}
-	p := s.pageFor(c, v)
+	p := s.pageFor(c, convID, got.OwnerID, []agent.CallView{got.Call})
 	if notice != "" {
 		p.Form = &views.FormState{ToolCallID: callID, Notice: noticeFor(notice)}
 	}
-	html, err := callItem(c.Request().Context(), p, v, callID)
+	html, _, err := views.ItemHTML(c.Request().Context(), p, views.Item{Seq: got.Call.Seq, Call: &got.Call})
 	if err != nil {
 		return err
 	}
-	ans.HTML = &html
+	h := string(html)
+	ans.HTML = &h
 	return s.answerFetch(c, status, ans)
 }
 
 // answerInvalid re-renders the card with the submitted values and the errors beside the fields
 // (422): as a fragment for fetch, else as the whole page it came from.
-func (s *Server) answerInvalid(c echo.Context, v agent.View, call agent.CallView, state *views.FormState, fromInbox bool) error {
+func (s *Server) answerInvalid(c echo.Context, convID, callID string, state *views.FormState, fromInbox bool) error {
 	ctx := c.Request().Context()
 	if fromInbox {
 		d, err := s.inboxData(c)
@@ -382,27 +335,34 @@ func (s *Server) answerInvalid(c echo.Context, v agent.View, call agent.CallView
 		d.Form = state
 		if isFetch(c) {
 			for _, e := range d.Entries {
-				if e.Call.ID == call.ID && e.ConversationID == v.ID {
+				if e.Call.ID == callID && e.ConversationID == convID {
 					html, _, err := views.InboxItemHTML(ctx, d, e)
 					if err != nil {
 						return err
 					}
 					h := string(html)
-					return s.answerFetch(c, http.StatusUnprocessableEntity, fetchAnswer{Target: views.CallDOMID(call.ID), HTML: &h})
+					return s.answerFetch(c, http.StatusUnprocessableEntity, fetchAnswer{Target: views.CallDOMID(callID), HTML: &h})
 				}
 			}
 			return s.answerFetch(c, http.StatusUnprocessableEntity, fetchAnswer{Notice: state.Errors["args"]})
 		}
 		return s.renderPage(c, http.StatusUnprocessableEntity, "Inbox", views.InboxBody(d))
 	}
-	p := s.pageFor(c, v)
+	v, err := s.agent.View(ctx, convID, principal(c))
+	if err != nil {
+		return err
+	}
+	if v.OwnerID != currentUser(c).ID {
+		return s.answerInvalid(c, convID, callID, state, true) // a reviewer's decision answers as from the inbox
+	}
+	p := s.pageFor(c, v.ID, v.OwnerID, v.Calls)
 	p.Form = state
 	if isFetch(c) {
-		html, err := callItem(ctx, p, v, call.ID)
+		html, err := callItem(ctx, p, v, callID)
 		if err != nil {
 			return err
 		}
-		return s.answerFetch(c, http.StatusUnprocessableEntity, fetchAnswer{Target: views.CallDOMID(call.ID), HTML: &html})
+		return s.answerFetch(c, http.StatusUnprocessableEntity, fetchAnswer{Target: views.CallDOMID(callID), HTML: &html})
 	}
 	return s.renderConversation(c, http.StatusUnprocessableEntity, p, v)
 }

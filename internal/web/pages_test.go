@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -9,266 +10,334 @@ import (
 	"testing"
 
 	"parley/internal/agent"
+	"parley/internal/llm"
+	"parley/internal/llm/llmtest"
 	"parley/internal/store"
-	"parley/internal/tools"
 	"parley/views/viewstest"
 )
 
-// approvalView is a conversation of owner with one gated call awaiting approval.
-func approvalView(conv store.Conversation, callID string, approvers tools.Approvers) agent.View {
-	return agent.View{ID: conv.ID, OwnerID: conv.OwnerID, Title: conv.Title, Status: store.StatusAwaiting,
-		Calls: []agent.CallView{{Seq: 2, ID: callID, Name: "send_email", Executor: tools.Server, Approval: tools.RequiresApproval,
-			Approvers: approvers, Status: store.CallAwaiting, PendingKind: tools.PendingApproval,
-			Args: json.RawMessage(`{"to":"bob@example.com","subject":"lunch"}`), Plan: &tools.Plan{Summary: "Would send an email"}}},
-		Pending: map[string]agent.PendingView{callID: {Executor: tools.Server, Kind: tools.PendingApproval}}}
-}
-
-const questionSchema = `{"type":"object","properties":{"name":{"type":"string","title":"Name"},"age":{"type":"integer"}},"required":["name"]}`
-
-func questionView(conv store.Conversation, callID string) agent.View {
-	return agent.View{ID: conv.ID, OwnerID: conv.OwnerID, Status: store.StatusAwaiting,
-		Calls: []agent.CallView{{Seq: 2, ID: callID, Name: "ask_user", Executor: tools.Human, Status: store.CallAwaiting,
-			PendingKind: tools.PendingElicitation, Prompt: &tools.Prompt{Message: "Who are you?", Schema: json.RawMessage(questionSchema)}}},
-		Pending: map[string]agent.PendingView{callID: {Executor: tools.Human, Kind: tools.PendingElicitation}}}
-}
-
-func (e *testEnv) setView(v agent.View) {
-	e.conv.mu.Lock()
-	defer e.conv.mu.Unlock()
-	e.conv.views[v.ID] = v
-}
-
-func (e *testEnv) lastResolution(t *testing.T) resolution {
-	t.Helper()
-	e.conv.mu.Lock()
-	defer e.conv.mu.Unlock()
-	if len(e.conv.resolved) == 0 {
-		t.Fatal("nothing was resolved")
-	}
-	return e.conv.resolved[len(e.conv.resolved)-1]
-}
-
-func (e *testEnv) resolvedCount() int {
-	e.conv.mu.Lock()
-	defer e.conv.mu.Unlock()
-	return len(e.conv.resolved)
-}
-
-func (e *testEnv) setResolveErr(err error) {
-	e.conv.mu.Lock()
-	defer e.conv.mu.Unlock()
-	e.conv.resolveErr = err
-}
-
 func TestConversationPagesOwnerOnly(t *testing.T) {
-	e := newTestEnv(t, Config{DemoModel: true})
-	ann, bob := e.user("ann", store.RoleMember), e.user("bob", store.RoleMember)
-	rev := e.user("rita", store.RoleReviewer)
-	conv := e.conversation(ann)
-	tests := []struct {
-		name string
-		c    *client
-		want int
-	}{
-		{"owner", e.browser(ann), http.StatusOK},
-		{"other member", e.browser(bob), http.StatusNotFound},
-		{"reviewer", e.browser(rev), http.StatusNotFound},
-		{"anonymous", e.anon(), http.StatusSeeOther},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			for _, path := range []string{"/conversations/" + conv.ID, "/conversations/" + conv.ID + "/ws"} {
-				res := tc.c.do("GET", path, "", nil)
-				body := readBody(res)
-				want := tc.want
-				if want == http.StatusOK && strings.HasSuffix(path, "/ws") {
-					want = http.StatusUpgradeRequired // authorized, but a plain GET is no WebSocket handshake
-				}
-				if res.StatusCode != want {
-					t.Fatalf("GET %s = %d, want %d", path, res.StatusCode, want)
-				}
-				if tc.want == http.StatusOK && !strings.Contains(path, "/ws") {
-					doc := viewstest.MustParse(body)
-					if _, n := doc.One(`form[data-parley="composer"] textarea[name="text"]`); n != 1 {
-						t.Errorf("no composer")
+	eachStore(t, func(t *testing.T, open opener) {
+		e := newTestEnv(t, open, Config{DemoModel: true})
+		ann, bob := e.user("ann", store.RoleMember), e.user("bob", store.RoleMember)
+		rev := e.user("rita", store.RoleReviewer)
+		conv := e.conversation(ann)
+		tests := []struct {
+			name string
+			c    *client
+			want int
+		}{
+			{"owner", e.browser(ann), http.StatusOK},
+			{"other member", e.browser(bob), http.StatusNotFound},
+			{"reviewer with nothing to decide", e.browser(rev), http.StatusNotFound},
+			{"anonymous", e.anon(), http.StatusSeeOther},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				for _, path := range []string{"/conversations/" + conv.ID, "/conversations/" + conv.ID + "/ws"} {
+					res := tc.c.do("GET", path, "", nil)
+					body := readBody(res)
+					want := tc.want
+					if want == http.StatusOK && strings.HasSuffix(path, "/ws") {
+						want = http.StatusUpgradeRequired // authorized, but a plain GET is no WebSocket handshake
 					}
-					if _, n := doc.One(`[data-parley="demo-banner"]`); n != 1 {
-						t.Errorf("no demo banner")
+					if res.StatusCode != want {
+						t.Fatalf("GET %s = %d, want %d", path, res.StatusCode, want)
 					}
+					if tc.want == http.StatusOK && !strings.Contains(path, "/ws") {
+						doc := viewstest.MustParse(body)
+						if _, n := doc.One(`form[data-parley="composer"] textarea[name="text"]`); n != 1 {
+							t.Errorf("no composer")
+						}
+						if _, n := doc.One(`[data-parley="demo-banner"]`); n != 1 {
+							t.Errorf("no demo banner")
+						}
+					}
+				}
+			})
+		}
+	})
+}
+
+// TestReviewerSeesConversationReadOnly: someone who may decide one of a conversation's calls
+// (a reviewer, for a reviewer-gated call, pending or decided) reads the conversation, on the
+// page and through the API, read-only: the reviewer-gated call's card offers its buttons, the
+// owner-approved call's card offers none, and the question's inputs are the owner's alone. A
+// member with no call to decide, and a reviewer where every gated call is the owner's, get 404.
+func TestReviewerSeesConversationReadOnly(t *testing.T) {
+	eachStore(t, func(t *testing.T, open opener) {
+		e := newTestEnv(t, open, Config{})
+		ann, bob := e.user("ann", store.RoleMember), e.user("bob", store.RoleMember)
+		rita := e.user("rita", store.RoleReviewer)
+		conv, owners := e.conversation(ann), e.conversation(ann)
+		e.pending(conv, ann, llmtest.Call("gate", "publish", map[string]any{"text": "hello"}),
+			llmtest.Call("mine", "send_email", emailArgs("bob@example.com")),
+			llmtest.Call("ask", "ask_user", questionArgs("Who are you?", questionSchema)))
+		e.pending(owners, ann, llmtest.Call("own", "send_email", emailArgs("bob@example.com")))
+		r := e.browser(rita)
+		page := "/conversations/" + conv.ID
+		check := func(when string, gateOpen bool) {
+			t.Helper()
+			res := r.do("GET", page, "", nil)
+			body := readBody(res)
+			if res.StatusCode != http.StatusOK {
+				t.Fatalf("%s: the reviewer's page = %d", when, res.StatusCode)
+			}
+			doc := viewstest.MustParse(body)
+			gateButtons := doc.All(`[data-tool-call-id="gate"] [data-parley="approval"] button[name="decision"]`)
+			if gateOpen && len(gateButtons) != 2 {
+				t.Errorf("%s: the reviewer-gated card offers %d buttons, want approve and deny", when, len(gateButtons))
+			}
+			if n := len(doc.All(`[data-tool-call-id="mine"] [data-parley="approval"] button`)); n != 0 {
+				t.Errorf("%s: the owner-approved card offers the reviewer %d buttons", when, n)
+			}
+			if _, n := doc.One(`[data-tool-call-id="mine"] [data-parley="waiting-for"]`); n != 1 {
+				t.Errorf("%s: the owner-approved card does not say who decides", when)
+			}
+			form, n := doc.One(`form[data-parley="elicitation"][data-tool-call-id="ask"]`)
+			if n != 1 {
+				t.Fatalf("%s: no question card", when)
+			}
+			controls := append(append(viewstest.In(form, "select"), viewstest.In(form, "textarea")...), viewstest.In(form, "button")...)
+			for _, in := range viewstest.In(form, "input") {
+				if typ, _ := viewstest.Attr(in, "type"); typ != "hidden" {
+					controls = append(controls, in)
 				}
 			}
-		})
-	}
+			if len(controls) != 0 {
+				t.Errorf("%s: the question offers a non-owner %d controls", when, len(controls))
+			}
+			if _, n := viewstest.MustParse(body).One(`[data-tool-call-id="ask"] [data-parley="waiting-for"]`); n != 1 {
+				t.Errorf("%s: the question does not say the owner answers", when)
+			}
+			res = e.script(rita).api("GET", "/api/v1"+page, "")
+			var v viewJSON
+			if err := json.Unmarshal([]byte(readBody(res)), &v); err != nil || res.StatusCode != http.StatusOK || v.ID != conv.ID || len(v.ToolCalls) != 3 {
+				t.Fatalf("%s: the reviewer's API view = %d %v %+v", when, res.StatusCode, err, v)
+			}
+		}
+		check("pending", true)
+		if st, ans := r.fetchForm(page+"/calls/gate/resolve", url.Values{"decision": {"approve"}}); st != http.StatusOK || !ans.OK {
+			t.Fatalf("the reviewer's decision = %d %+v", st, ans)
+		}
+		e.awaitCalls(conv.ID, store.CallResolved, "gate")
+		check("decided", false)
+
+		for _, tc := range []struct {
+			name string
+			c    *client
+			path string
+		}{
+			{"member with no call to decide", e.browser(bob), page},
+			{"reviewer where the owner decides", r, "/conversations/" + owners.ID},
+		} {
+			for _, p := range []string{tc.path, "/api/v1" + tc.path} {
+				res := tc.c.api("GET", p, "")
+				if body := readBody(res); res.StatusCode != http.StatusNotFound || strings.Contains(body, "hello") {
+					t.Errorf("%s: GET %s = %d, want 404", tc.name, p, res.StatusCode)
+				}
+			}
+		}
+	})
 }
 
 func TestConversationsListAndCreate(t *testing.T) {
-	e := newTestEnv(t, Config{})
-	ann := e.user("ann", store.RoleMember)
-	b := e.browser(ann)
-	res := b.postForm("/conversations", url.Values{"title": {"Lunch plans"}}, b.csrf)
-	if res.StatusCode != http.StatusSeeOther || !strings.HasPrefix(res.Header.Get("Location"), "/conversations/") {
-		t.Fatalf("create = %d %s", res.StatusCode, res.Header.Get("Location"))
-	}
-	res = b.postForm("/conversations", url.Values{"title": {"no token"}}, "")
-	if res.StatusCode != http.StatusForbidden {
-		t.Errorf("create without CSRF = %d, want 403", res.StatusCode)
-	}
-	doc := viewstest.MustParse(readBody(b.do("GET", "/conversations", "", nil)))
-	links := doc.All(`[data-parley="conversation-link"] a`)
-	if len(links) != 1 || viewstest.Text(links[0]) != "Lunch plans" {
-		t.Fatalf("list = %d links", len(links))
-	}
+	eachStore(t, func(t *testing.T, open opener) {
+		e := newTestEnv(t, open, Config{})
+		ann := e.user("ann", store.RoleMember)
+		b := e.browser(ann)
+		res := b.postForm("/conversations", url.Values{"title": {"Lunch plans"}}, b.csrf)
+		if res.StatusCode != http.StatusSeeOther || !strings.HasPrefix(res.Header.Get("Location"), "/conversations/") {
+			t.Fatalf("create = %d %s", res.StatusCode, res.Header.Get("Location"))
+		}
+		res = b.postForm("/conversations", url.Values{"title": {"no token"}}, "")
+		if res.StatusCode != http.StatusForbidden {
+			t.Errorf("create without CSRF = %d, want 403", res.StatusCode)
+		}
+		doc := viewstest.MustParse(readBody(b.do("GET", "/conversations", "", nil)))
+		links := doc.All(`[data-parley="conversation-link"] a`)
+		if len(links) != 1 || viewstest.Text(links[0]) != "Lunch plans" {
+			t.Fatalf("list = %d links", len(links))
+		}
+		if list, err := e.m.List(context.Background(), as(ann)); err != nil || len(list) != 1 || list[0].Title != "Lunch plans" {
+			t.Fatalf("the agent's list: %v %+v", err, list)
+		}
+	})
 }
 
 func TestPostMessage(t *testing.T) {
-	e := newTestEnv(t, Config{})
-	ann, bob := e.user("ann", store.RoleMember), e.user("bob", store.RoleMember)
-	conv := e.conversation(ann)
-	b := e.browser(ann)
-	path := "/conversations/" + conv.ID + "/messages"
+	eachStore(t, func(t *testing.T, open opener) {
+		e := newTestEnv(t, open, Config{})
+		ann, bob := e.user("ann", store.RoleMember), e.user("bob", store.RoleMember)
+		conv := e.conversation(ann)
+		b := e.browser(ann)
+		path := "/conversations/" + conv.ID + "/messages"
 
-	res := b.postForm(path, url.Values{"text": {"hello"}}, b.csrf)
-	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/conversations/"+conv.ID {
-		t.Fatalf("post = %d %s", res.StatusCode, res.Header.Get("Location"))
-	}
-	if len(e.conv.sent) != 1 || e.conv.sent[0].text != "hello" || e.conv.sent[0].by.UserID != ann.ID || e.conv.sent[0].by.Via != "session" {
-		t.Fatalf("sent = %+v", e.conv.sent)
-	}
-	res = b.postForm(path, url.Values{"text": {"  "}}, b.csrf)
-	if loc := res.Header.Get("Location"); !strings.Contains(loc, "notice=empty") {
-		t.Errorf("empty message redirect = %q", loc)
-	}
-	// Over fetch, a busy conversation answers JSON with the notice.
-	e.conv.mu.Lock()
-	e.conv.sendErr = tools.NewError(tools.KindConflict, "a turn is in progress", nil)
-	e.conv.mu.Unlock()
-	res = b.do("POST", path, "application/x-www-form-urlencoded", strings.NewReader(url.Values{"text": {"again"}, "_csrf": {b.csrf}}.Encode()),
-		"X-Parley-Fetch", "1", "Accept", "application/json")
-	var ans fetchAnswer
-	if err := json.Unmarshal([]byte(readBody(res)), &ans); err != nil || ans.OK || ans.Notice != notices["busy"] {
-		t.Errorf("busy answer = %d %+v %v", res.StatusCode, ans, err)
-	}
-	bb := e.browser(bob)
-	if res := bb.postForm(path, url.Values{"text": {"hi"}}, bb.csrf); res.StatusCode != http.StatusNotFound {
-		t.Errorf("another user's post = %d, want 404", res.StatusCode)
-	}
+		// The model holds its answer, so the turn is still open for the busy case below.
+		release := make(chan struct{})
+		e.model.Push(llmtest.Step{Deltas: []string{"Hi ", "Ann."}, Release: release})
+		res := b.postForm(path, url.Values{"text": {"hello"}}, b.csrf)
+		if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/conversations/"+conv.ID {
+			t.Fatalf("post = %d %s", res.StatusCode, res.Header.Get("Location"))
+		}
+		entries, err := e.st.Log(context.Background(), conv.ID, 0)
+		if err != nil || len(entries) == 0 || entries[0].Type != store.EntryUserMessage || entries[0].Actor != ann.ID ||
+			!strings.Contains(string(entries[0].Data), `"hello"`) {
+			t.Fatalf("the message in the log: %v %+v", err, entries)
+		}
+		res = b.postForm(path, url.Values{"text": {"  "}}, b.csrf)
+		if loc := res.Header.Get("Location"); !strings.Contains(loc, "notice=empty") {
+			t.Errorf("empty message redirect = %q", loc)
+		}
+		// Over fetch, a busy conversation answers JSON with the notice.
+		e.awaitStatus(conv.ID, store.StatusGenerating)
+		status, ans := b.fetchForm(path, url.Values{"text": {"again"}})
+		if status != http.StatusUnprocessableEntity || ans.OK || ans.Notice != notices["busy"] {
+			t.Errorf("busy answer = %d %+v", status, ans)
+		}
+		close(release)
+		e.awaitStatus(conv.ID, store.StatusIdle)
+		bb := e.browser(bob)
+		if res := bb.postForm(path, url.Values{"text": {"hi"}}, bb.csrf); res.StatusCode != http.StatusNotFound {
+			t.Errorf("another user's post = %d, want 404", res.StatusCode)
+		}
+		if got := strings.Join(e.userMessages(conv.ID), "|"); got != "hello" {
+			t.Errorf("messages = %q, want only hello", got)
+		}
+	})
 }
 
 func TestResolveApprovalFromCard(t *testing.T) {
-	e := newTestEnv(t, Config{})
-	ann := e.user("ann", store.RoleMember)
-	conv := e.conversation(ann)
-	e.pendingCall(conv, "call_1", "approval", "owner")
-	e.setView(approvalView(conv, "call_1", tools.ByOwner))
-	b := e.browser(ann)
-	path := "/conversations/" + conv.ID + "/calls/call_1/resolve"
+	eachStore(t, func(t *testing.T, open opener) {
+		e := newTestEnv(t, open, Config{})
+		ann := e.user("ann", store.RoleMember)
+		conv := e.conversation(ann)
+		e.pending(conv, ann, llmtest.Call("call_1", "send_email", emailArgs("bob@example.com")))
+		b := e.browser(ann)
+		path := func(call string) string { return "/conversations/" + conv.ID + "/calls/" + call + "/resolve" }
+		next := func(id, to string) { e.model.Push(llmtest.Calls(llmtest.Call(id, "send_email", emailArgs(to)))) }
 
-	// Approve without touching the arguments: no edited args are sent.
-	res := b.postForm(path, url.Values{"decision": {"approve"}, "args": {"{\n  \"to\": \"bob@example.com\",\n  \"subject\": \"lunch\"\n}"}, "reason": {""}}, b.csrf)
-	if res.StatusCode != http.StatusSeeOther {
-		t.Fatalf("approve = %d %s", res.StatusCode, readBody(res))
-	}
-	r := e.lastResolution(t)
-	if r.r.Decision != "approve" || r.r.Args != nil || r.by.UserID != ann.ID || r.call != "call_1" {
-		t.Errorf("resolution = %+v", r)
-	}
-	// Edited arguments go to the agent compacted.
-	b.postForm(path, url.Values{"decision": {"approve"}, "args": {`{"to": "carol@example.com", "subject": "lunch"}`}}, b.csrf)
-	if got := string(e.lastResolution(t).r.Args); got != `{"to":"carol@example.com","subject":"lunch"}` {
-		t.Errorf("edited args = %s", got)
-	}
-	// Deny with a reason.
-	b.postForm(path, url.Values{"decision": {"deny"}, "reason": {"not today"}}, b.csrf)
-	if r := e.lastResolution(t).r; r.Decision != "deny" || r.Reason != "not today" {
-		t.Errorf("deny = %+v", r)
-	}
-	// Arguments that are not JSON never reach the agent; the error sits beside the field.
-	n := e.resolvedCount()
-	res = b.postForm(path, url.Values{"decision": {"approve"}, "args": {`{"to": `}}, b.csrf)
-	body := readBody(res)
-	if res.StatusCode != http.StatusUnprocessableEntity || e.resolvedCount() != n {
-		t.Fatalf("bad JSON = %d", res.StatusCode)
-	}
-	doc := viewstest.MustParse(body)
-	if _, c := doc.One(`[data-parley="approval"] [data-parley="field-error"][data-field="args"]`); c != 1 {
-		t.Errorf("no args error beside the field")
-	}
-	// The agent's schema problems are shown beside the arguments too.
-	e.setResolveErr(tools.NewError(tools.KindInvalidArgs, "arguments do not match", map[string]any{
-		"problems": []map[string]any{{"path": "/to", "message": "is not a valid email"}}}))
-	res = b.postForm(path, url.Values{"decision": {"approve"}, "args": {`{"to":"x"}`}}, b.csrf)
-	doc = viewstest.MustParse(readBody(res))
-	if e, c := doc.One(`[data-parley="field-error"][data-field="args"]`); c != 1 || !strings.Contains(viewstest.Text(e), "/to: is not a valid email") {
-		t.Errorf("schema problem not beside the field")
-	}
-	if ta, _ := doc.One(`textarea[name="args"]`); ta == nil || viewstest.Text(ta) != `{"to":"x"}` {
-		t.Errorf("edited args not kept")
-	}
-	// Stale: the page says it was already decided.
-	e.setResolveErr(tools.NewError(tools.KindStale, "already resolved", nil))
-	res = b.postForm(path, url.Values{"decision": {"approve"}}, b.csrf)
-	loc := res.Header.Get("Location")
-	if res.StatusCode != http.StatusSeeOther || !strings.Contains(loc, "notice=stale") {
-		t.Fatalf("stale = %d %s", res.StatusCode, loc)
-	}
-	doc = viewstest.MustParse(readBody(b.do("GET", strings.Split(loc, "#")[0], "", nil)))
-	if n, c := doc.One(`[data-parley="tool-call"][data-tool-call-id="call_1"] [data-parley="notice"]`); c != 1 || !strings.Contains(viewstest.Text(n), "already decided") {
-		t.Errorf("stale notice not in the card")
-	}
-	// Over fetch the stale answer is 409 with the card to put in place.
-	res = b.do("POST", path, "application/x-www-form-urlencoded", strings.NewReader(url.Values{"decision": {"approve"}, "_csrf": {b.csrf}}.Encode()),
-		"X-Parley-Fetch", "1", "Accept", "application/json")
-	var ans fetchAnswer
-	if err := json.Unmarshal([]byte(readBody(res)), &ans); err != nil || res.StatusCode != http.StatusConflict || ans.HTML == nil ||
-		ans.Target != "call-call_1" || !strings.Contains(*ans.HTML, "already decided") {
-		t.Errorf("fetch stale = %d %+v %v", res.StatusCode, ans, err)
-	}
+		// Approve without touching the arguments (shown pretty-printed): a plain approval.
+		next("call_2", "bob@example.com")
+		res := b.postForm(path("call_1"), url.Values{"decision": {"approve"},
+			"args": {"{\n  \"body\": \"See you at noon.\",\n  \"subject\": \"lunch\",\n  \"to\": \"bob@example.com\"\n}"}, "reason": {""}}, b.csrf)
+		if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/conversations/"+conv.ID+"#call-call_1" {
+			t.Fatalf("approve = %d %s %s", res.StatusCode, res.Header.Get("Location"), readBody(res))
+		}
+		c1 := e.call(conv.ID, "call_1")
+		if d := e.decision(conv.ID, "call_1"); c1.Decision != "approve" || c1.DecidedBy != ann.ID || d["via"] != "session" || d["args"] != nil {
+			t.Errorf("call_1 = %+v, decision %v", c1, d)
+		}
+		// Edited arguments are an edit; the call runs with them.
+		e.awaitCalls(conv.ID, store.CallAwaiting, "call_2")
+		next("call_3", "bob@example.com")
+		b.postForm(path("call_2"), url.Values{"decision": {"approve"}, "args": {`{"to": "carol@example.com", "subject": "lunch", "body": "See you at noon."}`}}, b.csrf)
+		if c2 := e.call(conv.ID, "call_2"); c2.Decision != "approve_edited" || string(c2.Args) != `{"body":"See you at noon.","subject":"lunch","to":"carol@example.com"}` {
+			t.Errorf("edited call_2 = %+v %s", c2, c2.Args)
+		}
+		// Deny with a reason.
+		e.awaitCalls(conv.ID, store.CallAwaiting, "call_3")
+		next("call_4", "bob@example.com")
+		b.postForm(path("call_3"), url.Values{"decision": {"deny"}, "reason": {"not today"}}, b.csrf)
+		if c3 := e.call(conv.ID, "call_3"); c3.Decision != "deny" || c3.Reason != "not today" || c3.Status != store.CallDenied {
+			t.Errorf("deny = %+v", c3)
+		}
+		// Arguments that are not JSON never reach the agent; the error sits beside the field.
+		before := e.awaitCalls(conv.ID, store.CallAwaiting, "call_4").LastSeq
+		res = b.postForm(path("call_4"), url.Values{"decision": {"approve"}, "args": {`{"to": `}}, b.csrf)
+		body := readBody(res)
+		if res.StatusCode != http.StatusUnprocessableEntity || e.view(conv.ID).LastSeq != before {
+			t.Fatalf("bad JSON = %d", res.StatusCode)
+		}
+		doc := viewstest.MustParse(body)
+		if _, c := doc.One(`[data-parley="approval"] [data-parley="field-error"][data-field="args"]`); c != 1 {
+			t.Errorf("no args error beside the field")
+		}
+		// The agent's schema problems are shown beside the arguments too.
+		res = b.postForm(path("call_4"), url.Values{"decision": {"approve"}, "args": {`{"to":"x"}`}}, b.csrf)
+		doc = viewstest.MustParse(readBody(res))
+		if res.StatusCode != http.StatusUnprocessableEntity || e.view(conv.ID).LastSeq != before {
+			t.Fatalf("arguments the schema refuses = %d", res.StatusCode)
+		}
+		if el, c := doc.One(`[data-parley="field-error"][data-field="args"]`); c != 1 || !strings.Contains(viewstest.Text(el), "/to: ") {
+			t.Errorf("schema problem not beside the field: %v", el)
+		}
+		if ta, _ := doc.One(`[data-tool-call-id="call_4"] textarea[name="args"]`); ta == nil || viewstest.Text(ta) != `{"to":"x"}` {
+			t.Errorf("edited args not kept")
+		}
+		// Stale: the page says it was already decided.
+		res = b.postForm(path("call_1"), url.Values{"decision": {"approve"}}, b.csrf)
+		loc := res.Header.Get("Location")
+		if res.StatusCode != http.StatusSeeOther || !strings.Contains(loc, "notice=stale") {
+			t.Fatalf("stale = %d %s", res.StatusCode, loc)
+		}
+		doc = viewstest.MustParse(readBody(b.do("GET", strings.Split(loc, "#")[0], "", nil)))
+		if n, c := doc.One(`[data-parley="tool-call"][data-tool-call-id="call_1"] [data-parley="notice"]`); c != 1 || !strings.Contains(viewstest.Text(n), "already decided") {
+			t.Errorf("stale notice not in the card")
+		}
+		// Over fetch the stale answer is 409 with the card to put in place.
+		status, ans := b.fetchForm(path("call_1"), url.Values{"decision": {"approve"}})
+		if status != http.StatusConflict || ans.HTML == nil || ans.Target != "call-call_1" || !strings.Contains(*ans.HTML, "already decided") {
+			t.Errorf("fetch stale = %d %+v", status, ans)
+		}
+		// What ran: the first two messages, the second as edited.
+		e.awaitCalls(conv.ID, store.CallResolved, "call_1", "call_2")
+		out, err := e.st.ListOutbox(context.Background(), conv.ID)
+		if err != nil || len(out) != 2 || out[0].To != "bob@example.com" || out[1].To != "carol@example.com" {
+			t.Errorf("outbox %v %+v", err, out)
+		}
+	})
 }
 
 func TestResolveQuestionFromCard(t *testing.T) {
-	e := newTestEnv(t, Config{})
-	ann := e.user("ann", store.RoleMember)
-	conv := e.conversation(ann)
-	e.pendingCall(conv, "q1", "elicitation", "owner")
-	e.setView(questionView(conv, "q1"))
-	b := e.browser(ann)
-	path := "/conversations/" + conv.ID + "/calls/q1/resolve"
+	eachStore(t, func(t *testing.T, open opener) {
+		e := newTestEnv(t, open, Config{})
+		ann := e.user("ann", store.RoleMember)
+		conv := e.conversation(ann)
+		e.pending(conv, ann, llmtest.Call("q1", "ask_user", questionArgs("Who are you?", questionSchema)))
+		b := e.browser(ann)
+		path := func(call string) string { return "/conversations/" + conv.ID + "/calls/" + call + "/resolve" }
 
-	res := b.postForm(path, url.Values{"action": {"accept"}, "f.name": {"Ann"}, "f.age": {"41"}}, b.csrf)
-	if res.StatusCode != http.StatusSeeOther {
-		t.Fatalf("accept = %d %s", res.StatusCode, readBody(res))
-	}
-	if r := e.lastResolution(t).r; r.Action != "accept" || string(r.Content) != `{"age":41,"name":"Ann"}` {
-		t.Errorf("answer = %+v %s", r, r.Content)
-	}
-	// A word in a number field is caught before the agent.
-	n := e.resolvedCount()
-	res = b.postForm(path, url.Values{"action": {"accept"}, "f.name": {"Ann"}, "f.age": {"old"}}, b.csrf)
-	doc := viewstest.MustParse(readBody(res))
-	if res.StatusCode != http.StatusUnprocessableEntity || e.resolvedCount() != n {
-		t.Fatalf("bad number = %d", res.StatusCode)
-	}
-	if _, c := doc.One(`form[data-parley="elicitation"] [data-field="age"] [data-parley="field-error"]`); c != 1 {
-		t.Errorf("no error beside age")
-	}
-	// The agent's schema errors land beside their fields.
-	e.setResolveErr(tools.NewError(tools.KindInvalidArgs, "answers do not match", map[string]any{
-		"problems": []map[string]any{{"path": "", "message": "missing properties: 'name'"}}}))
-	res = b.postForm(path, url.Values{"action": {"accept"}, "f.age": {"3"}}, b.csrf)
-	doc = viewstest.MustParse(readBody(res))
-	if _, c := doc.One(`[data-field="name"] [data-parley="field-error"]`); c != 1 {
-		t.Errorf("missing name not shown beside the field")
-	}
-	if in, _ := doc.One(`input[name="f.age"]`); in == nil {
-		t.Error("no age input")
-	} else if v, _ := viewstest.Attr(in, "value"); v != "3" {
-		t.Errorf("age not kept: %q", v)
-	}
-	e.setResolveErr(nil)
-	b.postForm(path, url.Values{"action": {"decline"}}, b.csrf)
-	if r := e.lastResolution(t).r; r.Action != "decline" || r.Content != nil {
-		t.Errorf("decline = %+v", r)
-	}
+		e.model.Push(llmtest.Calls(llmtest.Call("q2", "ask_user", questionArgs("And again?", questionSchema))))
+		res := b.postForm(path("q1"), url.Values{"action": {"accept"}, "f.name": {"Ann"}, "f.age": {"41"}}, b.csrf)
+		if res.StatusCode != http.StatusSeeOther {
+			t.Fatalf("accept = %d %s", res.StatusCode, readBody(res))
+		}
+		if q1 := e.call(conv.ID, "q1"); q1.Decision != "accept" || q1.Status != store.CallResolved ||
+			!strings.Contains(string(q1.Result), `"content":{"age":41,"name":"Ann"}`) {
+			t.Errorf("answer = %+v %s", q1, q1.Result)
+		}
+		// A word in a number field is caught before the agent.
+		before := e.awaitCalls(conv.ID, store.CallAwaiting, "q2").LastSeq
+		res = b.postForm(path("q2"), url.Values{"action": {"accept"}, "f.name": {"Ann"}, "f.age": {"old"}}, b.csrf)
+		doc := viewstest.MustParse(readBody(res))
+		if res.StatusCode != http.StatusUnprocessableEntity || e.view(conv.ID).LastSeq != before {
+			t.Fatalf("bad number = %d", res.StatusCode)
+		}
+		if _, c := doc.One(`form[data-parley="elicitation"] [data-field="age"] [data-parley="field-error"]`); c != 1 {
+			t.Errorf("no error beside age")
+		}
+		// The agent's schema errors land beside their fields.
+		res = b.postForm(path("q2"), url.Values{"action": {"accept"}, "f.age": {"3"}}, b.csrf)
+		doc = viewstest.MustParse(readBody(res))
+		if res.StatusCode != http.StatusUnprocessableEntity || e.view(conv.ID).LastSeq != before {
+			t.Fatalf("missing name = %d", res.StatusCode)
+		}
+		if _, c := doc.One(`[data-field="name"] [data-parley="field-error"]`); c != 1 {
+			t.Errorf("missing name not shown beside the field")
+		}
+		if in, _ := doc.One(`input[name="f.age"]`); in == nil {
+			t.Error("no age input")
+		} else if v, _ := viewstest.Attr(in, "value"); v != "3" {
+			t.Errorf("age not kept: %q", v)
+		}
+		e.model.Push(llmtest.Reply("Fine."))
+		b.postForm(path("q2"), url.Values{"action": {"decline"}}, b.csrf)
+		if q2 := e.call(conv.ID, "q2"); q2.Decision != "decline" || q2.Status != store.CallErrored || !strings.Contains(string(q2.Result), "declined") {
+			t.Errorf("decline = %+v %s", q2, q2.Result)
+		}
+		e.awaitStatus(conv.ID, store.StatusIdle)
+	})
 }
 
 // clashSchema names its properties after the question form's own fields (and with characters a
@@ -319,212 +388,265 @@ func submitQuestion(t *testing.T, page string, answers map[string]string, button
 }
 
 func TestResolveQuestionWhosePropertiesShareTheFormsNames(t *testing.T) {
-	e := newTestEnv(t, Config{})
-	ann := e.user("ann", store.RoleMember)
-	conv := e.conversation(ann)
-	e.pendingCall(conv, "q1", "elicitation", "owner")
-	v := questionView(conv, "q1")
-	v.Calls[0].Prompt.Schema = json.RawMessage(clashSchema)
-	e.setView(v)
-	b := e.browser(ann)
-	pagePath, path := "/conversations/"+conv.ID, "/conversations/"+conv.ID+"/calls/q1/resolve"
-	answers := map[string]string{"action": "delete everything", "_csrf": "not a token", "return": "/inbox",
-		"decision": "deny", "name": "Ann", "first name": "Ann Lee", "a.b": "dotted", "x[0]": "bracketed",
-		"café": "crème brûlée", "f.action": "prefixed", "age": "41"}
-	post := func(body string) *http.Response {
-		return b.do("POST", path, "application/x-www-form-urlencoded", strings.NewReader(body))
-	}
-
-	res := post(submitQuestion(t, readBody(b.do("GET", pagePath, "", nil)), answers, "accept"))
-	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != pagePath+"#call-q1" {
-		t.Fatalf("accept = %d %q %s", res.StatusCode, res.Header.Get("Location"), readBody(res))
-	}
-	r := e.lastResolution(t).r
-	var got map[string]any
-	if err := json.Unmarshal(r.Content, &got); err != nil || r.Action != "accept" || r.Decision != "" {
-		t.Fatalf("answer = %+v %s (%v)", r, r.Content, err)
-	}
-	want := map[string]any{"age": 41.0}
-	for k, v := range answers {
-		if k != "age" {
-			want[k] = v
+	eachStore(t, func(t *testing.T, open opener) {
+		e := newTestEnv(t, open, Config{})
+		ann := e.user("ann", store.RoleMember)
+		conv := e.conversation(ann)
+		e.pending(conv, ann, llmtest.Call("q1", "ask_user", questionArgs("Tell me everything.", clashSchema)))
+		b := e.browser(ann)
+		pagePath := "/conversations/" + conv.ID
+		path := func(call string) string { return pagePath + "/calls/" + call + "/resolve" }
+		answers := map[string]string{"action": "delete everything", "_csrf": "not a token", "return": "/inbox",
+			"decision": "deny", "name": "Ann", "first name": "Ann Lee", "a.b": "dotted", "x[0]": "bracketed",
+			"café": "crème brûlée", "f.action": "prefixed", "age": "41"}
+		post := func(call, body string) *http.Response {
+			return b.do("POST", path(call), "application/x-www-form-urlencoded", strings.NewReader(body))
 		}
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("content = %v\nwant      %v", got, want)
-	}
 
-	// A rejected answer comes back with every value in its own field.
-	n := e.resolvedCount()
-	answers["age"] = "old"
-	res = post(submitQuestion(t, readBody(b.do("GET", pagePath, "", nil)), answers, "accept"))
-	body := readBody(res)
-	if res.StatusCode != http.StatusUnprocessableEntity || e.resolvedCount() != n {
-		t.Fatalf("bad age = %d, resolved %d times", res.StatusCode, e.resolvedCount()-n)
-	}
-	form, _ := viewstest.MustParse(body).One(`form[data-parley="elicitation"]`)
-	if form == nil {
-		t.Fatal("no question form in the re-render")
-	}
-	for _, field := range viewstest.In(form, `div[data-field]`) {
-		prop, _ := viewstest.Attr(field, "data-field")
-		if in := viewstest.In(field, "input"); len(in) == 1 {
-			if v, _ := viewstest.Attr(in[0], "value"); v != answers[prop] {
-				t.Errorf("re-rendered %q = %q, want %q", prop, v, answers[prop])
+		e.model.Push(llmtest.Calls(llmtest.Call("q2", "ask_user", questionArgs("Once more.", clashSchema))))
+		res := post("q1", submitQuestion(t, readBody(b.do("GET", pagePath, "", nil)), answers, "accept"))
+		if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != pagePath+"#call-q1" {
+			t.Fatalf("accept = %d %q %s", res.StatusCode, res.Header.Get("Location"), readBody(res))
+		}
+		q1 := e.call(conv.ID, "q1")
+		var env struct {
+			Result struct {
+				Action  string
+				Content map[string]any
 			}
 		}
-	}
+		if err := json.Unmarshal(q1.Result, &env); err != nil || q1.Decision != "accept" || env.Result.Action != "accept" {
+			t.Fatalf("answer = %+v %s (%v)", q1, q1.Result, err)
+		}
+		want := map[string]any{"age": 41.0}
+		for k, v := range answers {
+			if k != "age" {
+				want[k] = v
+			}
+		}
+		if !reflect.DeepEqual(env.Result.Content, want) {
+			t.Errorf("content = %v\nwant      %v", env.Result.Content, want)
+		}
 
-	// The form's own buttons still decide what happens, whatever the fields hold.
-	post(submitQuestion(t, body, answers, "decline"))
-	if r := e.lastResolution(t).r; r.Action != "decline" || r.Decision != "" || r.Content != nil {
-		t.Errorf("decline = %+v %s", r, r.Content)
-	}
+		// A rejected answer comes back with every value in its own field.
+		before := e.awaitCalls(conv.ID, store.CallAwaiting, "q2").LastSeq
+		answers["age"] = "old"
+		res = post("q2", submitQuestion(t, readBody(b.do("GET", pagePath, "", nil)), answers, "accept"))
+		body := readBody(res)
+		if res.StatusCode != http.StatusUnprocessableEntity || e.view(conv.ID).LastSeq != before {
+			t.Fatalf("bad age = %d, log %d → %d", res.StatusCode, before, e.view(conv.ID).LastSeq)
+		}
+		form, _ := viewstest.MustParse(body).One(`form[data-parley="elicitation"]`)
+		if form == nil {
+			t.Fatal("no question form in the re-render")
+		}
+		for _, field := range viewstest.In(form, `div[data-field]`) {
+			prop, _ := viewstest.Attr(field, "data-field")
+			if in := viewstest.In(field, "input"); len(in) == 1 {
+				if v, _ := viewstest.Attr(in[0], "value"); v != answers[prop] {
+					t.Errorf("re-rendered %q = %q, want %q", prop, v, answers[prop])
+				}
+			}
+		}
+
+		// The form's own buttons still decide what happens, whatever the fields hold.
+		e.model.Push(llmtest.Reply("Fine."))
+		post("q2", submitQuestion(t, body, answers, "decline"))
+		if q2 := e.call(conv.ID, "q2"); q2.Decision != "decline" || q2.Status != store.CallErrored {
+			t.Errorf("decline = %+v %s", q2, q2.Result)
+		}
+		if d := e.decision(conv.ID, "q2"); d != nil {
+			t.Errorf("a question's answer logged as an approval decision: %v", d)
+		}
+	})
 }
 
 func TestResolveAuthorization(t *testing.T) {
-	e := newTestEnv(t, Config{})
-	ann, bob := e.user("ann", store.RoleMember), e.user("bob", store.RoleMember)
-	rita := e.user("rita", store.RoleReviewer)
-	conv := e.conversation(ann)
-	e.pendingCall(conv, "gate", "approval", "reviewer")
-	e.pendingCall(conv, "mine", "approval", "owner")
-	v := approvalView(conv, "gate", tools.ByReviewer)
-	v.Calls = append(v.Calls, approvalView(conv, "mine", tools.ByOwner).Calls...)
-	e.setView(v)
-	tests := []struct {
-		name, call string
-		c          *client
-		want       int
-		loc        string
-	}{
-		{"reviewer decides a reviewer-gated call from the inbox", "gate", e.browser(rita), http.StatusSeeOther, "/inbox"},
-		{"reviewer cannot touch an owner-gated call of another", "mine", e.browser(rita), http.StatusNotFound, ""},
-		{"another member learns nothing", "gate", e.browser(bob), http.StatusNotFound, ""},
-		{"unknown call of the owner", "nope", e.browser(ann), http.StatusNotFound, ""},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			res := tc.c.postForm("/conversations/"+conv.ID+"/calls/"+tc.call+"/resolve", url.Values{"decision": {"approve"}, "return": {"/inbox"}}, tc.c.csrf)
-			if res.StatusCode != tc.want || (tc.loc != "" && res.Header.Get("Location") != tc.loc) {
-				t.Errorf("= %d %s, want %d %s", res.StatusCode, res.Header.Get("Location"), tc.want, tc.loc)
-			}
-		})
-	}
-	if r := e.lastResolution(t); r.call != "gate" || r.by.UserID != rita.ID || r.by.Role != store.RoleReviewer {
-		t.Errorf("resolution = %+v", r)
-	}
-	res := e.browser(ann).postForm("/conversations/"+conv.ID+"/calls/gate/resolve", url.Values{"decision": {"approve"}}, "")
-	if res.StatusCode != http.StatusForbidden {
-		t.Errorf("missing CSRF = %d, want 403", res.StatusCode)
-	}
+	eachStore(t, func(t *testing.T, open opener) {
+		e := newTestEnv(t, open, Config{})
+		ann, bob := e.user("ann", store.RoleMember), e.user("bob", store.RoleMember)
+		rita := e.user("rita", store.RoleReviewer)
+		conv, owners := e.conversation(ann), e.conversation(ann)
+		e.pending(conv, ann, llmtest.Call("gate", "publish", map[string]any{"text": "hello"}),
+			llmtest.Call("mine", "send_email", emailArgs("bob@example.com")))
+		e.pending(owners, ann, llmtest.Call("only-mine", "send_email", emailArgs("bob@example.com")))
+		tests := []struct {
+			name, conv, call string
+			c                *client
+			want             int
+			loc              string
+		}{
+			{"reviewer decides a reviewer-gated call from the inbox", conv.ID, "gate", e.browser(rita), http.StatusSeeOther, "/inbox"},
+			// She may see this conversation (its gate is hers to decide), not decide its owner's call.
+			{"reviewer cannot decide an owner-approved call beside a gate", conv.ID, "mine", e.browser(rita), http.StatusForbidden, ""},
+			{"reviewer cannot touch an owner-approved call of another", owners.ID, "only-mine", e.browser(rita), http.StatusNotFound, ""},
+			{"another member learns nothing", conv.ID, "gate", e.browser(bob), http.StatusNotFound, ""},
+			{"unknown call of the owner", conv.ID, "nope", e.browser(ann), http.StatusNotFound, ""},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				res := tc.c.postForm("/conversations/"+tc.conv+"/calls/"+tc.call+"/resolve", url.Values{"decision": {"approve"}, "return": {"/inbox"}}, tc.c.csrf)
+				readBody(res)
+				if res.StatusCode != tc.want || (tc.loc != "" && res.Header.Get("Location") != tc.loc) {
+					t.Errorf("= %d %s, want %d %s", res.StatusCode, res.Header.Get("Location"), tc.want, tc.loc)
+				}
+			})
+		}
+		if d := e.decision(conv.ID, "gate"); d == nil || d["by"] != rita.ID || d["role"] != string(store.RoleReviewer) || d["via"] != "session" {
+			t.Errorf("the gate's decision = %v", d)
+		}
+		if got := e.auditOf(conv.ID, "mine"); len(got) != 0 || e.call(conv.ID, "mine").Status != store.CallAwaiting {
+			t.Errorf("the owner's call was decided: %v", got)
+		}
+		res := e.browser(ann).postForm("/conversations/"+conv.ID+"/calls/mine/resolve", url.Values{"decision": {"approve"}}, "")
+		if res.StatusCode != http.StatusForbidden {
+			t.Errorf("missing CSRF = %d, want 403", res.StatusCode)
+		}
+	})
 }
 
 func TestInboxPage(t *testing.T) {
-	e := newTestEnv(t, Config{})
-	ann := e.user("ann", store.RoleMember)
-	rita := e.user("rita", store.RoleReviewer)
-	conv := e.conversation(ann)
-	e.pendingCall(conv, "g1", "approval", "reviewer")
-	e.pendingCall(conv, "g2", "approval", "reviewer")
-	e.pendingCall(conv, "own", "approval", "owner")
-	doc := viewstest.MustParse(readBody(e.browser(rita).do("GET", "/inbox", "", nil)))
-	inbox, n := doc.One(`[data-parley="inbox"]`)
-	if n != 1 {
-		t.Fatal("no inbox")
-	}
-	cards := viewstest.In(inbox, `[data-parley="approval"]`)
-	if len(cards) != 2 {
-		t.Fatalf("reviewer sees %d approvals, want the 2 reviewer-gated ones", len(cards))
-	}
-	if txt := viewstest.Text(inbox); !strings.Contains(txt, "ann") || !strings.Contains(txt, "t") {
-		t.Errorf("entry lacks requester or title: %q", txt)
-	}
-	// The owner's own inbox has the call they may decide, not the reviewer-gated ones.
-	doc = viewstest.MustParse(readBody(e.browser(ann).do("GET", "/inbox", "", nil)))
-	cards = doc.All(`[data-parley="inbox"] [data-parley="approval"]`)
-	if len(cards) != 1 {
-		t.Fatalf("owner sees %d approvals, want 1", len(cards))
-	}
-	if id, _ := viewstest.Attr(cards[0], "data-tool-call-id"); id != "own" {
-		t.Errorf("owner's approval = %q", id)
-	}
-	// A decision that lost the race comes back to the inbox saying so.
-	doc = viewstest.MustParse(readBody(e.browser(rita).do("GET", "/inbox?notice=stale", "", nil)))
-	if n, c := doc.One(`[data-parley="inbox-page"] [data-parley="notice"]`); c != 1 || !strings.Contains(viewstest.Text(n), "already decided") {
-		t.Errorf("stale notice missing from the inbox")
-	}
+	eachStore(t, func(t *testing.T, open opener) {
+		e := newTestEnv(t, open, Config{})
+		ann := e.user("ann", store.RoleMember)
+		rita := e.user("rita", store.RoleReviewer)
+		conv := e.conversation(ann)
+		e.pending(conv, ann, llmtest.Call("g1", "publish", map[string]any{"text": "one"}),
+			llmtest.Call("g2", "publish", map[string]any{"text": "two"}),
+			llmtest.Call("own", "send_email", emailArgs("bob@example.com")))
+		doc := viewstest.MustParse(readBody(e.browser(rita).do("GET", "/inbox", "", nil)))
+		inbox, n := doc.One(`[data-parley="inbox"]`)
+		if n != 1 {
+			t.Fatal("no inbox")
+		}
+		cards := viewstest.In(inbox, `[data-parley="approval"]`)
+		if len(cards) != 2 {
+			t.Fatalf("reviewer sees %d approvals, want the 2 reviewer-gated ones", len(cards))
+		}
+		if txt := viewstest.Text(inbox); !strings.Contains(txt, "ann") || !strings.Contains(txt, "t") {
+			t.Errorf("entry lacks requester or title: %q", txt)
+		}
+		// The owner's own inbox has the call they may decide, not the reviewer-gated ones.
+		doc = viewstest.MustParse(readBody(e.browser(ann).do("GET", "/inbox", "", nil)))
+		cards = doc.All(`[data-parley="inbox"] [data-parley="approval"]`)
+		if len(cards) != 1 {
+			t.Fatalf("owner sees %d approvals, want 1", len(cards))
+		}
+		if id, _ := viewstest.Attr(cards[0], "data-tool-call-id"); id != "own" {
+			t.Errorf("owner's approval = %q", id)
+		}
+		// A decision that lost the race comes back to the inbox saying so.
+		doc = viewstest.MustParse(readBody(e.browser(rita).do("GET", "/inbox?notice=stale", "", nil)))
+		if n, c := doc.One(`[data-parley="inbox-page"] [data-parley="notice"]`); c != 1 || !strings.Contains(viewstest.Text(n), "already decided") {
+			t.Errorf("stale notice missing from the inbox")
+		}
+		// And a real lost race does: the second decision of g1 is stale.
+		r := e.browser(rita)
+		for i, want := range []string{"/inbox", "/inbox?notice=stale"} {
+			res := r.postForm("/conversations/"+conv.ID+"/calls/g1/resolve", url.Values{"decision": {"approve"}, "return": {"/inbox"}}, r.csrf)
+			readBody(res)
+			if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != want {
+				t.Errorf("decision %d = %d %q, want %q", i+1, res.StatusCode, res.Header.Get("Location"), want)
+			}
+		}
+	})
 }
 
 func TestInvalidDecisionComesBackWithErrors(t *testing.T) {
-	e := newTestEnv(t, Config{})
-	ann := e.user("ann", store.RoleMember)
-	rita := e.user("rita", store.RoleReviewer)
-	conv := e.conversation(ann)
-	e.pendingCall(conv, "gate", "approval", "reviewer")
-	e.setView(approvalView(conv, "gate", tools.ByReviewer))
-	r := e.browser(rita)
-	path := "/conversations/" + conv.ID + "/calls/gate/resolve"
-	bad := url.Values{"decision": {"approve"}, "args": {"{nope"}, "return": {"/inbox"}}
-	fetch := func(v url.Values) (int, fetchAnswer) {
-		v.Set("_csrf", r.csrf)
-		res := r.do("POST", path, "application/x-www-form-urlencoded", strings.NewReader(v.Encode()), "X-Parley-Fetch", "1", "Accept", "application/json")
-		var ans fetchAnswer
-		if err := json.Unmarshal([]byte(readBody(res)), &ans); err != nil {
-			t.Fatalf("not a fetch answer: %v", err)
+	eachStore(t, func(t *testing.T, open opener) {
+		e := newTestEnv(t, open, Config{})
+		ann := e.user("ann", store.RoleMember)
+		rita := e.user("rita", store.RoleReviewer)
+		conv := e.conversation(ann)
+		e.pending(conv, ann, llmtest.Call("gate", "publish", map[string]any{"text": "hello"}),
+			llmtest.Call("mine", "send_email", emailArgs("bob@example.com")))
+		r := e.browser(rita)
+		path := "/conversations/" + conv.ID + "/calls/gate/resolve"
+		bad := func() url.Values { return url.Values{"decision": {"approve"}, "args": {"{nope"}, "return": {"/inbox"}} }
+		// From the inbox, without JavaScript: the inbox again, the error beside the field.
+		res := r.postForm(path, bad(), r.csrf)
+		doc := viewstest.MustParse(readBody(res))
+		if res.StatusCode != http.StatusUnprocessableEntity {
+			t.Fatalf("inbox invalid = %d", res.StatusCode)
 		}
-		return res.StatusCode, ans
-	}
-	// From the inbox, without JavaScript: the inbox again, the error beside the field.
-	res := r.postForm(path, bad, r.csrf)
-	doc := viewstest.MustParse(readBody(res))
-	if res.StatusCode != http.StatusUnprocessableEntity {
-		t.Fatalf("inbox invalid = %d", res.StatusCode)
-	}
-	if _, n := doc.One(`[data-parley="inbox"] [data-parley="approval"][data-tool-call-id="gate"] [data-parley="field-error"][data-field="args"]`); n != 1 {
-		t.Errorf("inbox card lacks the args error")
-	}
-	// From the inbox over fetch: the entry with its error, to put in place.
-	status, ans := fetch(bad)
-	if status != http.StatusUnprocessableEntity || ans.OK || ans.Target != "call-gate" || ans.HTML == nil || !strings.Contains(*ans.HTML, `data-field="args"`) {
-		t.Errorf("inbox fetch invalid = %d %+v", status, ans)
-	}
-	// From the conversation page over fetch (the owner's own view of an owner-gated call).
-	e.pendingCall(conv, "mine", "approval", "owner")
-	v := approvalView(conv, "gate", tools.ByReviewer)
-	v.Calls = append(v.Calls, approvalView(conv, "mine", tools.ByOwner).Calls...)
-	e.setView(v)
-	a := e.browser(ann)
-	res = a.do("POST", "/conversations/"+conv.ID+"/calls/mine/resolve", "application/x-www-form-urlencoded",
-		strings.NewReader(url.Values{"decision": {"approve"}, "args": {"[1,"}, "_csrf": {a.csrf}}.Encode()), "X-Parley-Fetch", "1", "Accept", "application/json")
-	if err := json.Unmarshal([]byte(readBody(res)), &ans); err != nil || res.StatusCode != http.StatusUnprocessableEntity ||
-		ans.HTML == nil || !strings.Contains(*ans.HTML, "not valid JSON") {
-		t.Errorf("page fetch invalid = %d %+v %v", res.StatusCode, ans, err)
-	}
-	// A success over fetch from the inbox removes the entry.
-	status, ans = fetch(url.Values{"decision": {"approve"}, "return": {"/inbox"}})
-	if status != http.StatusOK || !ans.OK || ans.HTML == nil || *ans.HTML != "" || ans.Target != "call-gate" {
-		t.Errorf("inbox fetch ok = %d %+v", status, ans)
-	}
-	if got := e.lastResolution(t); got.call != "gate" || got.by.UserID != rita.ID {
-		t.Errorf("resolution = %+v", got)
-	}
+		if _, n := doc.One(`[data-parley="inbox"] [data-parley="approval"][data-tool-call-id="gate"] [data-parley="field-error"][data-field="args"]`); n != 1 {
+			t.Errorf("inbox card lacks the args error")
+		}
+		// From the inbox over fetch: the entry with its error, to put in place.
+		status, ans := r.fetchForm(path, bad())
+		if status != http.StatusUnprocessableEntity || ans.OK || ans.Target != "call-gate" || ans.HTML == nil || !strings.Contains(*ans.HTML, `data-field="args"`) {
+			t.Errorf("inbox fetch invalid = %d %+v", status, ans)
+		}
+		// Arguments the tool's schema refuses come back the same way, with the agent's problems.
+		status, ans = r.fetchForm(path, url.Values{"decision": {"approve"}, "args": {`{"text":42}`}, "return": {"/inbox"}})
+		if status != http.StatusUnprocessableEntity || ans.HTML == nil || !strings.Contains(*ans.HTML, "/text: ") {
+			t.Errorf("inbox fetch refused by the schema = %d %+v", status, ans)
+		}
+		// From the conversation page over fetch (the owner's own view of an owner-approved call).
+		a := e.browser(ann)
+		status, ans = a.fetchForm("/conversations/"+conv.ID+"/calls/mine/resolve", url.Values{"decision": {"approve"}, "args": {"[1,"}})
+		if status != http.StatusUnprocessableEntity || ans.HTML == nil || !strings.Contains(*ans.HTML, "not valid JSON") {
+			t.Errorf("page fetch invalid = %d %+v", status, ans)
+		}
+		if got := e.audit(conv.ID); len(got) != 0 {
+			t.Fatalf("invalid decisions reached the agent: %+v", got)
+		}
+		// A success over fetch from the inbox removes the entry.
+		status, ans = r.fetchForm(path, url.Values{"decision": {"approve"}, "return": {"/inbox"}})
+		if status != http.StatusOK || !ans.OK || ans.HTML == nil || *ans.HTML != "" || ans.Target != "call-gate" {
+			t.Errorf("inbox fetch ok = %d %+v", status, ans)
+		}
+		if got := e.auditOf(conv.ID, "gate"); strings.Join(got, ",") != "approve by rita" {
+			t.Errorf("audit of the gate = %v", got)
+		}
+	})
 }
 
+// TestSameJSONComparesValues: the card sends the arguments field as shown; the agent approves
+// them as they were when they mean the same JSON (whatever the spacing, key order, escapes or
+// number spelling) and as an edit when they do not.
 func TestSameJSONComparesValues(t *testing.T) {
-	tests := []struct {
-		edited, orig string
-		same         bool
-	}{
-		{"{\n  \"to\": \"a<b>&c\"\n}", `{"to":"a\u003cb\u003e\u0026c"}`, true},
-		{`{"b":1,"a":[1,2]}`, `{"a":[1,2],"b":1.0}`, true},
-		{`{}`, ``, true},
-		{`{"to":"x"}`, `{"to":"y"}`, false},
-		{`{"to":`, `{"to":"y"}`, false},
-	}
-	for _, tc := range tests {
-		if got := sameJSON(tc.edited, json.RawMessage(tc.orig)); got != tc.same {
-			t.Errorf("sameJSON(%q, %q) = %v, want %v", tc.edited, tc.orig, got, tc.same)
+	eachStore(t, func(t *testing.T, open opener) {
+		e := newTestEnv(t, open, Config{})
+		ann := e.user("ann", store.RoleMember)
+		conv := e.conversation(ann)
+		tests := []struct {
+			id, edited, orig string
+			same             bool
+		}{
+			{"escapes", "{\n  \"to\": \"a<b>&c\"\n}", `{"to":"a\u003cb\u003e\u0026c"}`, true},
+			{"order", `{"b":1,"a":[1,2]}`, `{"a":[1,2],"b":1.0}`, true},
+			{"empty", `{}`, ``, true},
+			{"changed", `{"to":"x"}`, `{"to":"y"}`, false},
 		}
-	}
+		var calls []llm.ToolCall
+		for _, tc := range tests {
+			calls = append(calls, llmtest.Call(tc.id, "note", json.RawMessage(tc.orig)))
+		}
+		e.pending(conv, ann, calls...)
+		// Once every note is decided the model makes one more, then ends the turn.
+		e.model.Push(llmtest.Calls(llmtest.Call("broken", "note", `{"to":"y"}`)), llmtest.Reply("Noted."))
+		b := e.browser(ann)
+		for _, tc := range tests {
+			res := b.postForm("/conversations/"+conv.ID+"/calls/"+tc.id+"/resolve", url.Values{"decision": {"approve"}, "args": {tc.edited}}, b.csrf)
+			readBody(res)
+			want := "approve"
+			if !tc.same {
+				want = "approve_edited"
+			}
+			if c := e.call(conv.ID, tc.id); res.StatusCode != http.StatusSeeOther || c.Decision != want {
+				t.Errorf("%s: %q against %q = %d %q, want %q", tc.id, tc.edited, tc.orig, res.StatusCode, c.Decision, want)
+			}
+		}
+		// Arguments that are not JSON are never the same: the card says so.
+		e.awaitCalls(conv.ID, store.CallAwaiting, "broken")
+		res := b.postForm("/conversations/"+conv.ID+"/calls/broken/resolve", url.Values{"decision": {"approve"}, "args": {`{"to":`}}, b.csrf)
+		if body := readBody(res); res.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(body, "not valid JSON") {
+			t.Errorf("broken arguments = %d", res.StatusCode)
+		}
+		if _, err := e.m.Resolve(context.Background(), conv.ID, "broken", agent.Resolution{Decision: "deny"}, as(ann)); err != nil {
+			t.Fatal(err)
+		}
+		e.awaitStatus(conv.ID, store.StatusIdle)
+	})
 }

@@ -1,11 +1,13 @@
 package web
 
 import (
+	"fmt"
 	"math"
 	"sync"
 	"time"
 
 	"parley/internal/clock"
+	"parley/internal/fault"
 )
 
 // bucket is a token bucket read through the injected clock: it holds up to burst tokens and
@@ -75,13 +77,54 @@ func (l *limiter) sweepLocked(now time.Time) {
 type limiters struct {
 	messages *limiter
 	api      *limiter
+	pages    *limiter // page POSTs and socket upgrades
 }
 
 func newLimiters(c clock.Clock, cfg Config) *limiters {
 	return &limiters{
 		messages: newLimiter(c, cfg.MessagesPerMinute, cfg.MessageBurst),
 		api:      newLimiter(c, cfg.APIPerMinute, cfg.APIBurst),
+		pages:    newLimiter(c, cfg.PagesPerMinute, cfg.PageBurst),
 	}
+}
+
+// conns counts the live connections (sockets, event streams) of this process, per user and in
+// all, against MaxConnsPerUser and MaxConns. The mutex guards only the counts.
+type conns struct {
+	mu      sync.Mutex
+	perUser map[string]int
+	total   int
+}
+
+// open takes a place for a live connection of userID, or says why there is none; the returned
+// release gives it back (call it once, when the connection ends).
+func (s *Server) openConn(userID string) (release func(), err error) {
+	k := &s.conns
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	switch {
+	case k.perUser[userID] >= s.cfg.MaxConnsPerUser:
+		return nil, fault.New(fault.KindRateLimited, fmt.Sprintf("you have %d live connections open (sockets and event streams), the most one person may: close one first", s.cfg.MaxConnsPerUser),
+			map[string]any{"limit": s.cfg.MaxConnsPerUser})
+	case k.total >= s.cfg.MaxConns:
+		return nil, fault.New(fault.KindServiceUnavailable, "the server holds as many live connections as it may: try again later", nil)
+	}
+	if k.perUser == nil {
+		k.perUser = map[string]int{}
+	}
+	k.perUser[userID]++
+	k.total++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			k.mu.Lock()
+			defer k.mu.Unlock()
+			if k.perUser[userID]--; k.perUser[userID] <= 0 {
+				delete(k.perUser, userID)
+			}
+			k.total--
+		})
+	}, nil
 }
 
 // retryAfterSeconds rounds a wait up to whole seconds, at least 1, for the Retry-After header.

@@ -35,25 +35,26 @@ func (s *Server) answerFetch(c echo.Context, status int, a fetchAnswer) error {
 	return c.JSON(status, a)
 }
 
-// pageFor is the rendering context of a conversation's components for the current user.
-func (s *Server) pageFor(c echo.Context, conv agent.View) views.Page {
+// pageFor is the rendering context of a conversation's components for the current user, with
+// the names of those who decided calls.
+func (s *Server) pageFor(c echo.Context, convID, ownerID string, calls []agent.CallView) views.Page {
 	u := currentUser(c)
 	p := views.Page{
-		ConversationID: conv.ID,
+		ConversationID: convID,
 		CSRF:           s.csrfToken(c),
-		Viewer:         views.Viewer{UserID: u.ID, Name: u.Name, Role: u.Role},
-		OwnerID:        conv.OwnerID,
+		Viewer:         views.Viewer{Principal: principal(c), Name: u.Name},
+		OwnerID:        ownerID,
 		Demo:           s.cfg.DemoModel,
 		Names:          map[string]string{u.ID: u.Name},
 	}
-	s.addNames(c.Request().Context(), p.Names, conv)
+	s.addNames(c.Request().Context(), p.Names, calls)
 	return p
 }
 
-// addNames adds the names of the people who decided v's calls to names. A user that cannot be
+// addNames adds the names of the people who decided calls to names. A user that cannot be
 // loaded keeps no name (the card then says "another user"); the page still renders.
-func (s *Server) addNames(ctx context.Context, names map[string]string, v agent.View) {
-	for _, c := range v.Calls {
+func (s *Server) addNames(ctx context.Context, names map[string]string, calls []agent.CallView) {
+	for _, c := range calls {
 		id := c.DecidedBy
 		if id == "" || id == "system" || names[id] != "" {
 			continue
@@ -85,6 +86,8 @@ var notices = map[string]string{
 	"busy":  "The assistant is still working on the last message; wait until it finishes.",
 	"empty": "Write a message first.",
 	"long":  "That message is too long.",
+	// The account page's.
+	"password": "Your password was changed, and every other browser signed in as you was signed out.",
 }
 
 func noticeFor(code string) string { return notices[code] }

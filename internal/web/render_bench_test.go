@@ -48,7 +48,7 @@ func BenchmarkRenderConversationPage50Cold(b *testing.B) { benchmarkRenderPage(b
 func benchmarkRenderPage(b *testing.B, cold bool) {
 	v := fiftyMessageView()
 	d := views.ConversationPage{Page: views.Page{ConversationID: v.ID, CSRF: "token", OwnerID: "u1",
-		Viewer: views.Viewer{UserID: "u1", Name: "ann", Role: store.RoleMember}, Demo: true}, View: v}
+		Viewer: views.Viewer{Principal: agent.Principal{UserID: "u1", Role: store.RoleMember, Via: "session"}, Name: "ann"}, Demo: true}, View: v}
 	ld := views.LayoutData{Title: v.Title, User: &views.LayoutUser{Name: "ann", Role: "member"}, CSRF: "token", Script: "/static/x/js/hooks.js"}
 	page := templ.ComponentFunc(func(ctx context.Context, w io.Writer) error {
 		return views.Layout(ld).Render(templ.WithChildren(ctx, views.ConversationBody(d)), w)

@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"time"
 
@@ -18,9 +19,10 @@ func (s *Server) routes() *echo.Echo {
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
-	// The client's address is the connection's: X-Forwarded-For is not trusted, so login
-	// throttling cannot be dodged by inventing a header.
-	e.IPExtractor = echo.ExtractIPDirect()
+	// The client's address is the connection's, unless it comes through a trusted proxy
+	// (TrustedProxies): then X-Forwarded-For names it. An untrusted X-Forwarded-For is ignored, so
+	// sign-in limits cannot be dodged by inventing a header.
+	e.IPExtractor = s.ipExtractor()
 	e.HTTPErrorHandler = s.errorHandler
 	e.Use(s.requestLog, recoverPanics, s.securityHeaders, s.limitBody, s.authenticate, s.checkCSRF, validParams)
 
@@ -35,16 +37,21 @@ func (s *Server) routes() *echo.Echo {
 	// Signing in.
 	e.GET("/login", s.loginForm)
 	e.POST("/login", s.login)
+	e.GET("/setup", s.setupForm)
+	e.POST("/setup", s.setup)
 	e.GET("/signup", s.signupForm)
 	e.POST("/signup", s.signup)
 	e.POST("/logout", s.logout)
 	e.GET("/", s.home)
 
 	// Account pages.
-	acct := e.Group("", s.requireUser, noStore)
+	acct := e.Group("", s.requireUser, s.limitPages, noStore)
 	acct.GET("/tokens", s.tokensPage)
 	acct.POST("/tokens", s.createToken)
 	acct.POST("/tokens/:token/revoke", s.revokeToken)
+	acct.GET("/account", s.accountPage)
+	acct.POST("/account/password", s.changePassword)
+	acct.POST("/account/signout-all", s.signOutEverywhere)
 	admin := e.Group("/admin", s.requireUser, s.requireRole(store.RoleAdmin), noStore)
 	admin.GET("/users", s.adminUsers)
 	admin.POST("/users/:user/role", s.setRole)
@@ -114,4 +121,19 @@ func init() {
 	metrics.Register(func() metrics.Snapshot {
 		return metrics.Snapshot{Sockets: SocketsOpen.Load(), Dropped: map[string]int64{"socket": SocketOverflows.Load()}}
 	})
+}
+
+// ipExtractor reads the client's address: the connection's, or X-Forwarded-For as the trusted
+// proxies wrote it (the nearest untrusted hop).
+func (s *Server) ipExtractor() echo.IPExtractor {
+	if len(s.cfg.TrustedProxies) == 0 {
+		return echo.ExtractIPDirect()
+	}
+	opts := []echo.TrustOption{echo.TrustLoopback(false), echo.TrustLinkLocal(false), echo.TrustPrivateNet(false)}
+	for _, cidr := range s.cfg.TrustedProxies {
+		if _, n, err := net.ParseCIDR(cidr); err == nil {
+			opts = append(opts, echo.TrustIPRange(n))
+		}
+	}
+	return echo.ExtractIPFromXFFHeader(opts...)
 }

@@ -3,8 +3,10 @@
 //
 // What page handlers (pages*.go, ws*.go, inbox*.go, render*.go) get from Server:
 //
-//   - s.conv           the agent (Conversations: Send, Resolve, View, Subscribe, AttachClient)
-//   - s.store          the store (store.Store)
+//   - s.agent          the agent: the only door to conversation data (Create, List, View, Send,
+//     Resolve, PendingApprovals, Subscribe, AttachClient), each asked with principal(c) and
+//     applying the agent's policy (agent.MaySee, MayDecide, MayAnswer …)
+//   - s.store          the store, for accounts, sessions, tokens and display names only
 //   - s.clock, s.log   time and logging
 //   - s.stopping       closed at shutdown: sockets close going-away and return
 //   - s.cfg            Config: Production, DemoModel, limits
@@ -17,8 +19,7 @@
 //   - s.requireUser    middleware: pages redirect to /login, the API answers 401
 //   - s.requireRole(roles...) middleware: 403 unless the user has one of the roles
 //   - s.allowMessage(c)  the per-user message budget: nil or a 429 error to return
-//   - s.conversationFor(c, id)  loads a conversation the current user owns, else errConversation (404)
-//   - errors: return a *tools.Error (or any error) from a handler; errorHandler maps its kind to the
+//   - errors: return a *fault.Error (or any error) from a handler; errorHandler maps its kind to the
 //     status in one place (errors.go) and renders JSON for the API, HTML for pages.
 //
 // Authentication runs globally (session cookie, or a Bearer token on /api/ and paths ending in
@@ -28,9 +29,9 @@ package web
 
 import (
 	"bytes"
-	"context"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"sync"
 	"time"
 
@@ -41,39 +42,35 @@ import (
 	"parley/internal/agent"
 	"parley/internal/auth"
 	"parley/internal/clock"
+	"parley/internal/fault"
 	"parley/internal/store"
-	"parley/internal/tools"
 	"parley/static"
 	"parley/views"
 )
-
-// Conversations is the part of the agent's Manager the web layer drives.
-type Conversations interface {
-	Send(ctx context.Context, convID string, by agent.Principal, text string) error
-	Resolve(ctx context.Context, convID, toolCallID string, r agent.Resolution, by agent.Principal) error
-	View(ctx context.Context, convID string) (agent.View, error)
-	Subscribe(convID string) *agent.Subscription
-	AttachClient(convID string) (detach func())
-}
 
 // Server holds what every handler needs. Its fields are set by New and read-only afterwards;
 // the mutable parts (limiters, throttle) guard themselves.
 type Server struct {
 	cfg      Config
-	store    store.Store
-	conv     Conversations
+	store    store.Store // accounts, sessions, tokens and names only
+	agent    *agent.Manager
 	clock    clock.Clock
 	log      *slog.Logger
-	throttle *auth.Throttle
-	limits   *limiters
-	tokens   *tokenCache
+	throttle *auth.Throttle // per account: progressive
+	perIP    *auth.Throttle // per client address, whatever the name
+	perNet   *auth.Throttle // per subnet of the address
+	// hashing holds a slot per password check in flight: bcrypt costs ~50 ms of a core, and a
+	// flood of sign-ins waits for a slot instead of taking every core.
+	hashing chan struct{}
+	limits  *limiters
+	tokens  *tokenCache
+	// live are this process's live connections, re-authorized on a doorbell (live.go).
+	live liveSet
+	// conns counts them against the caps (ratelimit.go).
+	conns conns
 	// tokenLookups collapses concurrent store lookups of one uncached token.
 	tokenLookups singleflight.Group
 	echo         *echo.Echo
-
-	// signupMu serializes sign-ups in this process, so two first sign-ups racing cannot both
-	// see an empty user table and both become admin.
-	signupMu sync.Mutex
 
 	// stopping is closed by Shutdown: long-lived handlers (event streams, sockets) return when
 	// it is, so the HTTP server's graceful shutdown does not wait on them.
@@ -83,10 +80,10 @@ type Server struct {
 
 // Deps are the collaborators New wires.
 type Deps struct {
-	Store         store.Store
-	Conversations Conversations
-	Clock         clock.Clock
-	Logger        *slog.Logger
+	Store  store.Store
+	Agent  *agent.Manager
+	Clock  clock.Clock
+	Logger *slog.Logger
 }
 
 // New builds the server and its route table.
@@ -101,10 +98,13 @@ func New(cfg Config, d Deps) *Server {
 	s := &Server{
 		cfg:      cfg,
 		store:    d.Store,
-		conv:     d.Conversations,
+		agent:    d.Agent,
 		clock:    d.Clock,
 		log:      d.Logger,
-		throttle: auth.NewThrottle(d.Clock, cfg.LoginFailures, cfg.LoginWindow),
+		throttle: auth.NewProgressive(d.Clock, cfg.LoginFailures, cfg.LoginWindow, time.Second, cfg.LoginMaxDelay),
+		perIP:    auth.NewThrottle(d.Clock, cfg.LoginFailuresPerIP, cfg.LoginWindow),
+		perNet:   auth.NewThrottle(d.Clock, cfg.LoginFailuresPerNet, cfg.LoginWindow),
+		hashing:  make(chan struct{}, max(2, runtime.NumCPU())),
 		limits:   newLimiters(d.Clock, cfg),
 		tokens:   newTokenCache(d.Clock, tokenCacheTTL, tokenCacheMax),
 		stopping: make(chan struct{}),
@@ -131,7 +131,7 @@ func (s *Server) render(c echo.Context, status int, comp templ.Component) error 
 }
 
 // renderError shows an error to a person.
-func (s *Server) renderError(c echo.Context, status int, e *tools.Error) error {
+func (s *Server) renderError(c echo.Context, status int, e *fault.Error) error {
 	return s.render(c, status, views.ErrorPage(s.layoutData(c, http.StatusText(status)), status, e.Message))
 }
 

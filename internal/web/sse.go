@@ -12,8 +12,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"parley/internal/agent"
+	"parley/internal/fault"
 	"parley/internal/store"
-	"parley/internal/tools"
 )
 
 // sseWriteTimeout bounds each write to an event stream: a client that stops reading is dropped
@@ -48,14 +48,21 @@ func (s *Server) apiEvents(c echo.Context) error {
 	if terr != nil {
 		return terr
 	}
-	// Subscribe before reading the conversation: its last_seq is committed with its entries, so
-	// whatever it does not count yet comes with a later event of this subscription.
-	sub := s.conv.Subscribe(id)
-	defer sub.Close()
-	conv, err := s.conversationFor(c, id)
+	// The agent subscribes before it reads the conversation: its last_seq is committed with its
+	// entries, so whatever sub.LastSeq does not count yet comes with a later event.
+	release, err := s.openConn(principal(c).UserID)
 	if err != nil {
 		return err
 	}
+	defer release()
+	sub, err := s.agent.Subscribe(c.Request().Context(), id, principal(c))
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	// Guard from the start, so a sign-out during the replay below is not missed.
+	guard := s.newLiveGuard(c, id)
+	defer guard.leave()
 
 	w := c.Response()
 	h := w.Header()
@@ -69,7 +76,7 @@ func (s *Server) apiEvents(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	catchUp := func() error {
-		entries, err := s.store.Log(ctx, id, st.last)
+		entries, err := sub.Log(ctx, st.last)
 		if err != nil {
 			return fmt.Errorf("read log of %s: %w", id, err)
 		}
@@ -80,7 +87,7 @@ func (s *Server) apiEvents(c echo.Context) error {
 		}
 		return nil
 	}
-	if conv.LastSeq > st.last { // nothing to replay (a new conversation, an up-to-date resume): no read
+	if sub.LastSeq > st.last { // nothing to replay (a new conversation, an up-to-date resume): no read
 		if err := catchUp(); err != nil {
 			s.log.InfoContext(ctx, "event stream ended", "conversation_id", id, "err", err)
 			return nil
@@ -88,10 +95,34 @@ func (s *Server) apiEvents(c echo.Context) error {
 	}
 	hb := s.clock.NewTimer(s.cfg.SSEHeartbeat)
 	defer hb.Stop()
+	recheck := guard.timer()
+	defer recheck.Stop()
+	// reauthorize re-checks the stream's token or session (liveGuard); a stream whose credential
+	// or right is gone ends with a "signed_out" event.
+	reauthorize := func() bool {
+		_, err := guard.check(ctx)
+		switch {
+		case ended(err):
+			_ = st.event("", "signed_out", []byte(`{}`))
+			return false
+		case err != nil && ctx.Err() == nil:
+			s.log.WarnContext(ctx, "event stream: re-check the credential", "conversation_id", id, "err", err)
+		}
+		return true
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-recheck.C():
+			if !reauthorize() {
+				return nil
+			}
+			recheck.Reset(s.cfg.LiveRecheck)
+		case <-guard.bell:
+			if !reauthorize() {
+				return nil
+			}
 		case <-s.stopping:
 			_ = st.event("", "shutdown", []byte(`{}`))
 			return nil
@@ -187,7 +218,7 @@ func (st *sseStream) liveEvent(ev agent.Event) error {
 
 // lastEventID is where a stream resumes: the Last-Event-ID header, or ?after=N for clients that
 // cannot set headers, or 0 (the whole log).
-func lastEventID(c echo.Context) (int64, *tools.Error) {
+func lastEventID(c echo.Context) (int64, *fault.Error) {
 	v := c.Request().Header.Get("Last-Event-ID")
 	if v == "" {
 		v = c.QueryParam("after")
@@ -197,7 +228,7 @@ func lastEventID(c echo.Context) (int64, *tools.Error) {
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 	if err != nil || n < 0 {
-		return 0, tools.NewError(tools.KindBadRequest, "Last-Event-ID must be a log sequence (a number ≥ 0)", nil)
+		return 0, fault.New(fault.KindBadRequest, "Last-Event-ID must be a log sequence (a number ≥ 0)", nil)
 	}
 	return n, nil
 }

@@ -2,136 +2,148 @@ package web
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
+	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"parley/internal/agent"
+	"parley/internal/llm/llmtest"
 	"parley/internal/store"
 )
 
-// TestEventsCarriedEntries: live, a stream writes the entries the agent's event carries instead
-// of reading the log (the carried entries here exist only in the event, so seeing them proves
-// the store was not read); entries it already sent are not repeated; when the carried entries
-// do not continue the stream (a gap), it reads the missing ones from the store.
-func TestEventsCarriedEntries(t *testing.T) {
-	e := newTestEnv(t, Config{SSEHeartbeat: time.Minute})
-	owner := e.user("owner", store.RoleMember)
-	conv := e.conversation(owner)
-	appendMessage(t, e.st, conv.ID, "m1")
-	c := e.script(owner)
-	events, stop := openStream(t, c, "/api/v1/conversations/"+conv.ID+"/events", "")
-	defer stop()
-	if ev := next(t, events); ev.id != "1" {
-		t.Fatalf("got %+v, want the replayed entry 1", ev)
-	}
-	waitFor(t, func() bool { return e.conv.subscribers(conv.ID) == 1 })
-
-	text := func(ev sseEvent) string {
-		t.Helper()
-		var ej entryJSON
-		if err := json.Unmarshal([]byte(ev.data), &ej); err != nil {
-			t.Fatalf("entry data %s: %v", ev.data, err)
-		}
-		var d struct{ Text string }
-		_ = json.Unmarshal(ej.Data, &d)
-		return d.Text
-	}
-	carried := func(seqs ...int64) []store.Entry {
-		var out []store.Entry
-		for _, s := range seqs {
-			out = append(out, store.Entry{Seq: s, Type: store.EntryUserMessage, Actor: "u",
-				Data: json.RawMessage(fmt.Sprintf(`{"text":"carried %d"}`, s)), CreatedAt: e.clk.Now()})
-		}
-		return out
-	}
-
-	// Entries 1 (already sent) to 3 ride on the event; the store has none of 2 and 3.
-	e.conv.publish(conv.ID, agent.Event{ConversationID: conv.ID, Seq: 3, Type: agent.EventStatus, Status: "generating", Entries: carried(1, 2, 3)})
-	for _, want := range []string{"2", "3"} {
-		ev := next(t, events)
-		if ev.name != "entry" || ev.id != want || text(ev) != "carried "+want {
-			t.Fatalf("got %+v, want carried entry %s", ev, want)
-		}
-	}
-	if ev := next(t, events); ev.name != "status" {
-		t.Fatalf("got %+v, want the status hint after its entries", ev)
-	}
-
-	// A gap: the stream has 3, the event carries only 6. Entries 4 to 6 come from the store.
-	for i := 2; i <= 6; i++ { // the store's own 2 to 6 (2 and 3 were sent from the event)
-		appendMessage(t, e.st, conv.ID, fmt.Sprintf("stored %d", i))
-	}
-	e.conv.publish(conv.ID, agent.Event{ConversationID: conv.ID, Seq: 6, Type: agent.EventToolCall, ToolCallID: "x", Entries: carried(6)})
-	for _, want := range []string{"4", "5", "6"} {
-		ev := next(t, events)
-		if ev.name != "entry" || ev.id != want || text(ev) != "stored "+want {
-			t.Fatalf("got %+v (%s), want stored entry %s", ev, ev.data, want)
-		}
-	}
-	if ev := next(t, events); ev.name != "tool_call" {
-		t.Fatalf("got %+v, want the tool_call hint", ev)
-	}
-}
-
-// logCounter counts reads of the log.
-type logCounter struct {
+// requestLogReads counts the log reads the agent's store serves on behalf of an HTTP request
+// (an event stream's catch-up reads through its subscription), not the agent's own (an actor
+// loading its state reads with the agent's context).
+type requestLogReads struct {
 	store.Store
 	reads atomic.Int64
 }
 
-func (s *logCounter) Log(ctx context.Context, id string, after int64) ([]store.Entry, error) {
-	s.reads.Add(1)
+func (s *requestLogReads) Log(ctx context.Context, id string, after int64) ([]store.Entry, error) {
+	if ctx.Value(http.ServerContextKey) != nil {
+		s.reads.Add(1)
+	}
 	return s.Store.Log(ctx, id, after)
+}
+
+// withLogReads has the agent read through a requestLogReads, stored in *into.
+func withLogReads(into **requestLogReads) envOption {
+	return withAgentStore(func(st store.Store) store.Store {
+		*into = &requestLogReads{Store: st}
+		return *into
+	})
+}
+
+// TestEventsCarriedEntries: live, a stream writes the entries the agent's events carry instead
+// of reading the log; entries it already sent are not repeated (events held while the stream
+// replayed them arrive after); when the carried entries do not continue the stream (the events
+// of a commit were lost), it reads the missing ones from the store.
+func TestEventsCarriedEntries(t *testing.T) {
+	eachStore(t, func(t *testing.T, open opener) {
+		var lr *requestLogReads
+		e := newTestEnv(t, open, Config{SSEHeartbeat: time.Minute}, withTestHub(), withLogReads(&lr))
+		owner := e.user("owner", store.RoleMember)
+		conv := e.conversation(owner)
+		// The first turn's events are held: the stream opens, replays entries 1 and 2 from the
+		// store, and only then gets the events that carry them.
+		e.hub.hold(conv.ID)
+		e.say(conv, owner, "m1", llmtest.Reply("r1"))
+		e.awaitStatus(conv.ID, store.StatusIdle)
+		c := e.script(owner)
+		events, stop := openStream(t, c, "/api/v1/conversations/"+conv.ID+"/events", "")
+		defer stop()
+		for _, want := range []string{"1", "2"} {
+			if ev := next(t, events); ev.id != want {
+				t.Fatalf("got %+v, want the replayed entry %s", ev, want)
+			}
+		}
+		if n := lr.reads.Load(); n != 1 {
+			t.Fatalf("the replay read the log %d times, want once", n)
+		}
+		e.hub.release(conv.ID)
+		for { // the held events, up to the turn's end: hints, and no entry again
+			ev := next(t, events)
+			if ev.name == "entry" {
+				t.Fatalf("entry %s sent again from a held event", ev.id)
+			}
+			if ev.name == "status" && strings.Contains(ev.data, `"status":"idle"`) {
+				break
+			}
+		}
+
+		// A live turn: its entries ride on its events; the store is not read.
+		e.say(conv, owner, "m2", llmtest.Reply("r2"))
+		for _, want := range []string{"m2", "r2"} {
+			ev := nextNamed(t, events, "entry", nil)
+			if entryText(t, ev) != want {
+				t.Fatalf("got %+v, want the entry of %q", ev, want)
+			}
+		}
+		if n := lr.reads.Load(); n != 1 {
+			t.Fatalf("the stream read the log %d times while the events carried the entries", n)
+		}
+
+		// A gap: the events of the next message are lost; the answer's event carries only the
+		// answer. Entries 5 and 6 come from the store, in order.
+		e.hub.drop(conv.ID)
+		release := make(chan struct{})
+		e.say(conv, owner, "m3", llmtest.Step{Deltas: []string{"r3"}, Release: release})
+		e.await(conv.ID, "the answer under way", func(v agent.View) bool { return v.Streaming == "r3" })
+		e.hub.deliver(conv.ID)
+		close(release)
+		for _, want := range []string{"m3", "r3"} {
+			ev := nextNamed(t, events, "entry", nil)
+			if entryText(t, ev) != want {
+				t.Fatalf("got %+v, want the stored entry of %q", ev, want)
+			}
+		}
+		if n := lr.reads.Load(); n != 2 {
+			t.Fatalf("the stream read the log %d times, want once more for the gap", n)
+		}
+		e.awaitStatus(conv.ID, store.StatusIdle)
+	})
 }
 
 // TestEventsOpenReadsTheLogOnlyWhenBehind: opening a stream reads the log only when the
 // conversation has entries past where the stream starts: not for a new conversation, not for a
 // resume that is up to date; a resume that is behind replays from the store.
 func TestEventsOpenReadsTheLogOnlyWhenBehind(t *testing.T) {
-	e := newTestEnv(t, Config{SSEHeartbeat: time.Minute})
-	lc := &logCounter{Store: e.st}
-	e.srv.store = lc
-	owner := e.user("owner", store.RoleMember)
-	c := e.script(owner)
-	fresh := e.conversation(owner)
-	path := func(id string) string { return "/api/v1/conversations/" + id + "/events" }
+	eachStore(t, func(t *testing.T, open opener) {
+		var lr *requestLogReads
+		e := newTestEnv(t, open, Config{SSEHeartbeat: time.Minute}, withLogReads(&lr))
+		owner := e.user("owner", store.RoleMember)
+		c := e.script(owner)
+		conv := e.conversation(owner)
+		path := "/api/v1/conversations/" + conv.ID + "/events"
 
-	// A live event reaches the client only after the stream decided about the replay.
-	live := func(id string, events <-chan sseEvent) {
-		t.Helper()
-		waitFor(t, func() bool { return e.conv.subscribers(id) == 1 })
-		e.conv.publish(id, agent.Event{ConversationID: id, Type: agent.EventTextDelta, Text: "x"})
-		if ev := next(t, events); ev.name != "text_delta" {
-			t.Fatalf("got %+v, want the live text_delta", ev)
+		// A live turn reaches the client only after the stream decided about the replay.
+		live := func(events <-chan sseEvent, text string) {
+			t.Helper()
+			release := make(chan struct{})
+			e.say(conv, owner, text, llmtest.Step{Deltas: []string{"x"}, Release: release})
+			nextNamed(t, events, "text_delta", nil)
+			close(release)
+			e.awaitStatus(conv.ID, store.StatusIdle)
 		}
-	}
-	events, stop := openStream(t, c, path(fresh.ID), "")
-	live(fresh.ID, events)
-	stop()
-	if n := lc.reads.Load(); n != 0 {
-		t.Fatalf("a new conversation's stream read the log %d times", n)
-	}
-	for range events {
-	}
+		events, stop := openStream(t, c, path, "")
+		live(events, "hi")
+		stop()
+		if n := lr.reads.Load(); n != 0 {
+			t.Fatalf("a new conversation's stream read the log %d times", n)
+		}
 
-	conv := e.conversation(owner)
-	appendMessage(t, e.st, conv.ID, "m1")
-	appendMessage(t, e.st, conv.ID, "m2")
-	events, stop = openStream(t, c, path(conv.ID), "2")
-	live(conv.ID, events)
-	if n := lc.reads.Load(); n != 0 {
-		t.Fatalf("an up-to-date resume read the log %d times", n)
-	}
-	stop()
-	for range events {
-	}
-	waitFor(t, func() bool { return e.conv.subscribers(conv.ID) == 0 })
-	events, stop = openStream(t, c, path(conv.ID), "1")
-	defer stop()
-	if ev := next(t, events); ev.id != "2" || lc.reads.Load() != 1 {
-		t.Fatalf("a resume behind the log: %+v after %d reads, want entry 2 after one", ev, lc.reads.Load())
-	}
+		events, stop = openStream(t, c, path, "2") // entries 1 and 2: the first turn
+		live(events, "again")
+		stop()
+		if n := lr.reads.Load(); n != 0 {
+			t.Fatalf("an up-to-date resume read the log %d times", n)
+		}
+		events, stop = openStream(t, c, path, "1")
+		defer stop()
+		if ev := next(t, events); ev.id != "2" || lr.reads.Load() != 1 {
+			t.Fatalf("a resume behind the log: %+v after %d reads, want entry 2 after one", ev, lr.reads.Load())
+		}
+	})
 }

@@ -6,11 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"parley/internal/agent"
+	"parley/internal/llm/llmtest"
 	"parley/internal/store"
 )
 
@@ -18,6 +19,7 @@ import (
 type sseEvent struct{ id, name, data string }
 
 // openStream starts an event stream and parses it on a goroutine that ends with the stream.
+// When it returns, the server has subscribed to the conversation's events.
 func openStream(t *testing.T, c *client, path, lastID string) (<-chan sseEvent, func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -33,7 +35,7 @@ func openStream(t *testing.T, c *client, path, lastID string) (<-chan sseEvent, 
 	if res.StatusCode != 200 || res.Header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("stream: %d %s", res.StatusCode, res.Header.Get("Content-Type"))
 	}
-	out := make(chan sseEvent, 64)
+	out := make(chan sseEvent, 256)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -84,95 +86,135 @@ func next(t *testing.T, ch <-chan sseEvent) sseEvent {
 	}
 }
 
-func appendMessage(t *testing.T, st store.Store, conv string, text string) int64 {
+// nextNamed skips events until one named name (the live hints a real turn sends in between
+// are not the point) and returns it; entries skipped on the way are checked by check.
+func nextNamed(t *testing.T, ch <-chan sseEvent, name string, check func(sseEvent)) sseEvent {
 	t.Helper()
-	cur, err := st.GetConversation(context.Background(), conv)
-	if err != nil {
-		t.Fatal(err)
+	for i := 0; i < 100; i++ {
+		ev := next(t, ch)
+		if ev.name == name {
+			return ev
+		}
+		if check != nil {
+			check(ev)
+		}
 	}
-	data, _ := json.Marshal(map[string]string{"text": text})
-	seq, err := st.Append(context.Background(), conv, cur.LastSeq, store.Batch{Entries: []store.Entry{{Type: store.EntryUserMessage, Actor: "u", Data: data}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return seq
+	t.Fatalf("no %s event", name)
+	return sseEvent{}
 }
 
-// TestEventsResume: the stream replays the log after Last-Event-ID, then follows live events,
-// never sending an entry twice; after a lag it says resync and ends, and a reconnect with the
-// last id seen misses nothing.
-func TestEventsResume(t *testing.T) {
-	e := newTestEnv(t, Config{SSEHeartbeat: time.Minute})
-	owner := e.user("owner", store.RoleMember)
-	conv := e.conversation(owner)
-	for i := 1; i <= 3; i++ {
-		appendMessage(t, e.st, conv.ID, fmt.Sprintf("m%d", i))
+// entryOf decodes an entry event.
+func entryOf(t *testing.T, ev sseEvent) entryJSON {
+	t.Helper()
+	var ej entryJSON
+	if ev.name != "entry" || json.Unmarshal([]byte(ev.data), &ej) != nil || strconv.FormatInt(ej.Seq, 10) != ev.id {
+		t.Fatalf("not an entry event: %+v", ev)
 	}
-	c := e.script(owner)
-	path := "/api/v1/conversations/" + conv.ID + "/events"
-	events, stop := openStream(t, c, path, "1")
-	for _, want := range []string{"2", "3"} {
-		ev := next(t, events)
-		if ev.name != "entry" || ev.id != want {
-			t.Fatalf("got %+v, want entry %s", ev, want)
-		}
-		var ej entryJSON
-		if err := json.Unmarshal([]byte(ev.data), &ej); err != nil || fmt.Sprint(ej.Seq) != want || ej.Type != store.EntryUserMessage {
-			t.Fatalf("entry data %s", ev.data)
-		}
-	}
-	// Live: a logged change arrives as its entry (once), ephemeral events as themselves.
-	seq := appendMessage(t, e.st, conv.ID, "m4")
-	e.conv.publish(conv.ID, agent.Event{ConversationID: conv.ID, Seq: seq, Type: agent.EventMessage})
-	if ev := next(t, events); ev.name != "entry" || ev.id != "4" {
-		t.Fatalf("got %+v, want entry 4", ev)
-	}
-	e.conv.publish(conv.ID, agent.Event{ConversationID: conv.ID, Type: agent.EventTextDelta, Text: "Hel"})
-	if ev := next(t, events); ev.name != "text_delta" || ev.id != "" || !strings.Contains(ev.data, `"text":"Hel"`) {
-		t.Fatalf("got %+v, want a text_delta without id", ev)
-	}
-	e.conv.publish(conv.ID, agent.Event{ConversationID: conv.ID, Seq: seq, Type: agent.EventStatus, Status: "generating"})
-	if ev := next(t, events); ev.name != "status" {
-		t.Fatalf("got %+v, want status (entry 4 must not repeat)", ev)
-	}
-	// Heartbeat on the injected clock.
-	waitFor(t, func() bool { return e.clk.Waiters() > 0 })
-	e.clk.Advance(time.Minute)
-	if ev := next(t, events); ev.name != "comment" || ev.data != "ping" {
-		t.Fatalf("got %+v, want a ping", ev)
-	}
-	// Entry 5 is logged but its event is lost in a lag: the resync carries the catch-up.
-	appendMessage(t, e.st, conv.ID, "m5")
-	e.conv.publish(conv.ID, agent.Event{ConversationID: conv.ID, Type: agent.EventResync})
-	if ev := next(t, events); ev.id != "5" {
-		t.Fatalf("got %+v, want entry 5 before the resync", ev)
-	}
-	if ev := next(t, events); ev.name != "resync" {
-		t.Fatalf("got %+v, want resync", ev)
-	}
-	if _, ok := <-events; ok {
-		t.Fatal("the stream went on after resync")
-	}
-	stop()
-	waitFor(t, func() bool { return e.conv.subscribers(conv.ID) == 0 })
+	return ej
+}
 
-	// Reconnect after 5: only what came later.
-	events, stop = openStream(t, c, path, "5")
-	defer stop()
-	waitFor(t, func() bool { return e.conv.subscribers(conv.ID) == 1 })
-	seq = appendMessage(t, e.st, conv.ID, "m6")
-	e.conv.publish(conv.ID, agent.Event{ConversationID: conv.ID, Seq: seq, Type: agent.EventToolCall, ToolCallID: "x"})
-	if ev := next(t, events); ev.id != "6" {
-		t.Fatalf("got %+v, want entry 6", ev)
-	}
-	if ev := next(t, events); ev.name != "tool_call" {
-		t.Fatalf("got %+v, want the tool_call hint", ev)
-	}
-	// Shutdown ends the stream.
-	e.srv.Shutdown()
-	if ev := next(t, events); ev.name != "shutdown" {
-		t.Fatalf("got %+v, want shutdown", ev)
-	}
+// entryText is the text of a message entry.
+func entryText(t *testing.T, ev sseEvent) string {
+	t.Helper()
+	var d struct{ Text string }
+	_ = json.Unmarshal(entryOf(t, ev).Data, &d)
+	return d.Text
+}
+
+// TestEventsResume: the stream replays the log after Last-Event-ID, then follows a real turn
+// live, never sending an entry twice; after a lag it says resync and ends, and a reconnect with
+// the last id seen misses nothing.
+func TestEventsResume(t *testing.T) {
+	eachStore(t, func(t *testing.T, open opener) {
+		e := newTestEnv(t, open, Config{SSEHeartbeat: time.Minute}, withTestHub())
+		owner := e.user("owner", store.RoleMember)
+		conv := e.conversation(owner)
+		for i := 1; i <= 2; i++ { // entries 1 to 4: m1, r1, m2, r2
+			e.say(conv, owner, fmt.Sprintf("m%d", i), llmtest.Reply(fmt.Sprintf("r%d", i)))
+			e.awaitStatus(conv.ID, store.StatusIdle)
+		}
+		c := e.script(owner)
+		path := "/api/v1/conversations/" + conv.ID + "/events"
+		events, stop := openStream(t, c, path, "1")
+		for _, want := range []struct {
+			id   string
+			typ  store.EntryType
+			text string
+		}{{"2", store.EntryAssistantMessage, "r1"}, {"3", store.EntryUserMessage, "m2"}, {"4", store.EntryAssistantMessage, "r2"}} {
+			ev := next(t, events)
+			if ev.name != "entry" || ev.id != want.id || entryOf(t, ev).Type != want.typ || entryText(t, ev) != want.text {
+				t.Fatalf("got %+v, want entry %s (%s %q)", ev, want.id, want.typ, want.text)
+			}
+		}
+		// Live: a logged change arrives as its entry (once), ephemeral events as themselves. The
+		// model answers "Hel", then waits.
+		release := make(chan struct{})
+		e.say(conv, owner, "m3", llmtest.Step{Deltas: []string{"Hel", "lo"}, Release: release})
+		if ev := next(t, events); ev.name != "entry" || ev.id != "5" || entryText(t, ev) != "m3" {
+			t.Fatalf("got %+v, want entry 5", ev)
+		}
+		if ev := next(t, events); ev.name != "status" || !strings.Contains(ev.data, `"status":"generating"`) {
+			t.Fatalf("got %+v, want status (entry 5 must not repeat)", ev)
+		}
+		if ev := next(t, events); ev.name != "text_delta" || ev.id != "" || !strings.Contains(ev.data, `"text":"Hel"`) {
+			t.Fatalf("got %+v, want a text_delta without id", ev)
+		}
+		// Heartbeat on the server's clock.
+		waitFor(t, func() bool { return e.clk.Waiters() > 0 })
+		e.clk.Advance(time.Minute)
+		if ev := next(t, events); ev.name != "comment" || ev.data != "ping" {
+			t.Fatalf("got %+v, want a ping", ev)
+		}
+		// The answer (entry 6) is logged but its events are lost; then the stream lags: the
+		// resync carries the catch-up.
+		e.hub.drop(conv.ID)
+		close(release)
+		e.awaitStatus(conv.ID, store.StatusIdle)
+		if n := e.hub.lag(conv.ID); n != 1 {
+			t.Fatalf("%d subscribers lagged, want the stream's", n)
+		}
+		if ev := next(t, events); ev.id != "6" || entryText(t, ev) != "Hello" {
+			t.Fatalf("got %+v, want entry 6 before the resync", ev)
+		}
+		if ev := next(t, events); ev.name != "resync" {
+			t.Fatalf("got %+v, want resync", ev)
+		}
+		if _, ok := <-events; ok {
+			t.Fatal("the stream went on after resync")
+		}
+		stop()
+		e.hub.deliver(conv.ID)
+
+		// Reconnect after 6: only what came later, each entry once, in order.
+		events, stop = openStream(t, c, path, "6")
+		defer stop()
+		e.say(conv, owner, "what time is it", llmtest.Calls(llmtest.Call("x", "get_current_time", nil)), llmtest.Reply("Nine."))
+		final := e.awaitStatus(conv.ID, store.StatusIdle).LastSeq
+		last := int64(6)
+		sawCall := false
+		for last < final {
+			ev := next(t, events)
+			switch ev.name {
+			case "entry":
+				if seq := entryOf(t, ev).Seq; seq != last+1 {
+					t.Fatalf("entry %d after %d", seq, last)
+				}
+				last++
+			case "tool_call":
+				sawCall = sawCall || strings.Contains(ev.data, `"tool_call_id":"x"`)
+			}
+		}
+		if !sawCall {
+			t.Fatal("no tool_call hint for the call")
+		}
+		// Shutdown ends the stream.
+		e.srv.Shutdown()
+		nextNamed(t, events, "shutdown", func(ev sseEvent) {
+			if ev.name == "entry" {
+				t.Fatalf("entry %s sent again", ev.id)
+			}
+		})
+	})
 }
 
 // waitFor polls cond (state owned by another goroutine that offers no channel) for up to 5 s.

@@ -17,6 +17,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"parley/internal/agent"
+	"parley/internal/fault"
 	"parley/internal/tools"
 	"parley/views"
 )
@@ -55,6 +56,7 @@ type frame struct {
 	ToolCallID string          `json:"tool_call_id,omitempty"`
 	Tool       string          `json:"tool,omitempty"`
 	Args       json.RawMessage `json:"args,omitempty"`
+	Ask        bool            `json:"ask,omitempty"` // client_exec: ask the person before running the tool
 	OK         *bool           `json:"ok,omitempty"`
 	Kind       string          `json:"kind,omitempty"`
 	Message    string          `json:"message,omitempty"`
@@ -202,20 +204,24 @@ func accept(c echo.Context) (*websocket.Conn, error) {
 	return websocket.Accept(c.Response(), c.Request(), &websocket.AcceptOptions{})
 }
 
-// conversationSocket: GET /conversations/{id}/ws. Only the owner may open it (anyone else gets
-// 404 like the page): it carries the owner's client tools, whose results are the owner's to
-// give. Reviewers follow approvals through the inbox socket instead.
+// conversationSocket: GET /conversations/{id}/ws. Whoever may see the page may follow it (404
+// for anyone else, like the page); only the owner's sockets run client tools (agent.MayAnswer),
+// whose results are the owner's to give.
 func (s *Server) conversationSocket(c echo.Context) error {
 	id := c.Param("id")
-	if _, err := s.conversationFor(c, id); err != nil {
-		return err
-	}
-	v, err := s.conv.View(c.Request().Context(), id)
+	by := principal(c)
+	v, err := s.agent.View(c.Request().Context(), id, by)
 	if err != nil {
 		return err
 	}
-	page := s.pageFor(c, v) // before the upgrade: it may set the CSRF cookie
-	by := principal(c)
+	page := s.pageFor(c, v.ID, v.OwnerID, v.Calls) // before the upgrade: it may set the CSRF cookie
+	release, err := s.openConn(by.UserID)
+	if err != nil {
+		return err
+	}
+	defer release()
+	guard := s.newLiveGuard(c, id)
+	defer guard.leave()
 	conn, err := accept(c)
 	if err != nil {
 		return nil // Accept answered the request itself (403 for a foreign Origin)
@@ -224,7 +230,7 @@ func (s *Server) conversationSocket(c echo.Context) error {
 	ctx, cancel := context.WithCancel(c.Request().Context())
 	defer cancel()
 	k := newSocket(s, conn, s.log.With("conversation", id, "user", by.UserID), cancel)
-	cs := &convSocket{socket: k, id: id, by: by, page: page, revs: map[string]string{}}
+	cs := &convSocket{socket: k, id: id, by: by, page: page, revs: map[string]string{}, guard: guard}
 	k.serve(ctx, cs.readLoop, cs.pump)
 	return nil
 }
@@ -232,9 +238,10 @@ func (s *Server) conversationSocket(c echo.Context) error {
 // convSocket is the state of one conversation socket, owned by pump (revs, streaming text).
 type convSocket struct {
 	*socket
-	id   string
-	by   agent.Principal
-	page views.Page
+	id    string
+	by    agent.Principal // who opened it; client results are resolved as them
+	page  views.Page      // its Viewer follows the guard's re-checks (a changed role)
+	guard *liveGuard
 
 	revs       map[string]string // element id → data-rev last sent
 	status     string            // status line HTML last sent
@@ -248,16 +255,24 @@ type convSocket struct {
 // server stops, or the subscription ends for good.
 func (cs *convSocket) pump(ctx context.Context) {
 	s := cs.s
-	sub := s.conv.Subscribe(cs.id)
+	sub, err := s.agent.Subscribe(ctx, cs.id, cs.by)
+	if err != nil {
+		cs.finish(websocket.StatusPolicyViolation, "the conversation cannot be followed")
+		return
+	}
 	defer func() { sub.Close() }()
-	detach := s.conv.AttachClient(cs.id)
-	defer detach()
+	if agent.MayAnswer(cs.by, sub.OwnerID) {
+		detach := s.agent.AttachClient(cs.id)
+		defer detach()
+	}
 	cs.clientSent = map[string]bool{}
 	if !cs.sync(ctx, true) {
 		return
 	}
 	var flush <-chan time.Time
 	resync := false
+	recheck := cs.guard.timer()
+	defer recheck.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -265,6 +280,15 @@ func (cs *convSocket) pump(ctx context.Context) {
 		case <-s.stopping:
 			cs.finish(websocket.StatusGoingAway, "server shutting down")
 			return
+		case <-recheck.C():
+			if !cs.reauthorize(ctx) {
+				return
+			}
+			recheck.Reset(s.cfg.LiveRecheck)
+		case <-cs.guard.bell:
+			if !cs.reauthorize(ctx) {
+				return
+			}
 		case <-flush:
 			flush = nil
 			cs.flushText()
@@ -277,7 +301,10 @@ func (cs *convSocket) pump(ctx context.Context) {
 				// We lagged behind the agent's events: subscribe again and catch up as a page that
 				// just connected would (deltas were lost, so the streaming area is replaced too).
 				resync = false
-				sub = s.conv.Subscribe(cs.id)
+				if sub, err = s.agent.Subscribe(ctx, cs.id, cs.by); err != nil {
+					cs.finish(websocket.StatusPolicyViolation, "the conversation cannot be followed")
+					return
+				}
 				flush = nil
 				cs.pending.Reset()
 				if !cs.sync(ctx, true) {
@@ -327,6 +354,25 @@ func (cs *convSocket) pump(ctx context.Context) {
 	}
 }
 
+// reauthorize re-checks the socket's credential and right (liveGuard); a socket whose session
+// ended, token was revoked or right to the conversation is gone closes with a policy violation.
+// A changed role shows in the cards it renders next.
+func (cs *convSocket) reauthorize(ctx context.Context) bool {
+	by, err := cs.guard.check(ctx)
+	switch {
+	case err == nil:
+		cs.page.Viewer.Principal = by
+		return true
+	case ended(err):
+		cs.finish(websocket.StatusPolicyViolation, "signed out or no longer allowed")
+		return false
+	}
+	if ctx.Err() == nil {
+		cs.log.Warn("socket: re-check the credential", "err", err)
+	}
+	return true
+}
+
 // flushText sends the gathered streaming text as one frame.
 func (cs *convSocket) flushText() {
 	if cs.pending.Len() == 0 {
@@ -345,7 +391,7 @@ func (cs *convSocket) flushText() {
 // line when it changed, the streaming area when a message replaced it, and on connect the
 // pending client calls again.
 func (cs *convSocket) sync(ctx context.Context, connect bool) bool {
-	v, err := cs.s.conv.View(ctx, cs.id)
+	v, err := cs.s.agent.View(ctx, cs.id, cs.by)
 	if err != nil {
 		if ctx.Err() == nil {
 			cs.log.Warn("socket: load view", "err", err)
@@ -353,7 +399,7 @@ func (cs *convSocket) sync(ctx context.Context, connect bool) bool {
 		}
 		return false
 	}
-	cs.s.addNames(ctx, cs.page.Names, v)
+	cs.s.addNames(ctx, cs.page.Names, v.Calls)
 	for _, it := range views.Items(v) {
 		html, rev, err := views.ItemHTML(ctx, cs.page, it)
 		if err != nil {
@@ -388,7 +434,7 @@ func (cs *convSocket) sync(ctx context.Context, connect bool) bool {
 		for _, c := range v.Calls {
 			if p, ok := v.Pending[c.ID]; ok && p.Kind == tools.PendingClientExec {
 				cs.clientExec(agent.Event{Type: agent.EventClientExec, ToolCallID: c.ID,
-					Data: mustMarshal(map[string]any{"tool": c.Name, "args": rawOr(c.Args, "{}")})})
+					Data: mustMarshal(map[string]any{"tool": c.Name, "args": rawOr(c.Args, "{}"), "ask": c.AskFirst})})
 			}
 		}
 	}
@@ -400,13 +446,14 @@ func (cs *convSocket) clientExec(ev agent.Event) {
 	var d struct {
 		Tool string          `json:"tool"`
 		Args json.RawMessage `json:"args"`
+		Ask  bool            `json:"ask"`
 	}
 	if err := json.Unmarshal(ev.Data, &d); err != nil {
 		cs.log.Error("socket: client_exec event without tool", "err", err)
 		return
 	}
 	cs.clientSent[ev.ToolCallID] = true
-	cs.enqueue(frame{Type: "client_exec", ToolCallID: ev.ToolCallID, Tool: d.Tool, Args: rawOr(d.Args, "{}")})
+	cs.enqueue(frame{Type: "client_exec", ToolCallID: ev.ToolCallID, Tool: d.Tool, Args: rawOr(d.Args, "{}"), Ask: d.Ask})
 }
 
 // readLoop takes the page's frames: client tool results and errors, into Resolve as the owner.
@@ -422,26 +469,26 @@ func (cs *convSocket) readLoop(ctx context.Context) error {
 		}
 		var f clientFrame
 		if err := json.Unmarshal(data, &f); err != nil || f.Type != "resolve" || f.ToolCallID == "" {
-			cs.enqueue(frame{Type: "resolved", ToolCallID: f.ToolCallID, OK: new(false), Kind: string(tools.KindBadRequest),
+			cs.enqueue(frame{Type: "resolved", ToolCallID: f.ToolCallID, OK: new(false), Kind: string(fault.KindBadRequest),
 				Message: `expected {"type":"resolve","tool_call_id":…,"result"|"error":…}`})
 			continue
 		}
 		if (len(f.Result) == 0) == (f.Error == nil) {
-			cs.enqueue(frame{Type: "resolved", ToolCallID: f.ToolCallID, OK: new(false), Kind: string(tools.KindInvalidArgs),
+			cs.enqueue(frame{Type: "resolved", ToolCallID: f.ToolCallID, OK: new(false), Kind: string(fault.KindInvalidArgs),
 				Message: "send either a result or an error"})
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err = cs.s.conv.Resolve(rctx, cs.id, f.ToolCallID, agent.Resolution{Result: f.Result, Error: f.Error}, cs.by)
+		_, err = cs.s.agent.Resolve(rctx, cs.id, f.ToolCallID, agent.Resolution{Result: f.Result, Error: f.Error}, cs.by)
 		cancel()
 		ans := frame{Type: "resolved", ToolCallID: f.ToolCallID, OK: new(err == nil)}
 		if err != nil {
-			var te *tools.Error
-			if errors.As(err, &te) && te.Kind != tools.KindInternal {
+			var te *fault.Error
+			if errors.As(err, &te) && te.Kind != fault.KindInternal {
 				ans.Kind, ans.Message = string(te.Kind), te.Message
 			} else {
 				cs.log.Error("socket: resolve client call", "call", f.ToolCallID, "err", err)
-				ans.Kind, ans.Message = string(tools.KindInternal), "internal error"
+				ans.Kind, ans.Message = string(fault.KindInternal), "internal error"
 			}
 		}
 		cs.enqueue(ans)
@@ -455,9 +502,22 @@ func (s *Server) inboxSocket(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	u := currentUser(c)
+	u, by := currentUser(c), principal(c)
+	first, err := s.agent.Subscribe(c.Request().Context(), "", by)
+	if err != nil {
+		return err
+	}
+	release, err := s.openConn(by.UserID)
+	if err != nil {
+		first.Close()
+		return err
+	}
+	defer release()
+	guard := s.newLiveGuard(c, "")
+	defer guard.leave()
 	conn, err := accept(c)
 	if err != nil {
+		first.Close() // the pump that would have closed it never starts
 		return nil
 	}
 	ctx, cancel := context.WithCancel(c.Request().Context())
@@ -478,10 +538,35 @@ func (s *Server) inboxSocket(c echo.Context) error {
 		return k.enqueue(frame{Type: "html", Op: "replace", Target: "inbox", HTML: &h})
 	}
 	pump := func(ctx context.Context) {
-		sub := s.conv.Subscribe("")
+		sub := first
 		defer func() { sub.Close() }()
 		if !render(ctx) {
 			return
+		}
+		recheck := guard.timer()
+		defer recheck.Stop()
+		// reauthorize re-checks the credential; a changed role changes what the inbox lists.
+		reauthorize := func() bool {
+			now, err := guard.check(ctx)
+			switch {
+			case ended(err):
+				k.finish(websocket.StatusPolicyViolation, "signed out or no longer allowed")
+				return false
+			case err != nil:
+				if ctx.Err() == nil {
+					k.log.Warn("socket: re-check the credential", "err", err)
+				}
+				return true
+			case now == by:
+				return true
+			}
+			by = now
+			nd, err := s.inboxDataFor(c, by)
+			if err != nil {
+				return true
+			}
+			d = nd
+			return render(ctx)
 		}
 		for {
 			select {
@@ -490,9 +575,22 @@ func (s *Server) inboxSocket(c echo.Context) error {
 			case <-s.stopping:
 				k.finish(websocket.StatusGoingAway, "server shutting down")
 				return
+			case <-recheck.C():
+				if !reauthorize() {
+					return
+				}
+				recheck.Reset(s.cfg.LiveRecheck)
+			case <-guard.bell:
+				if !reauthorize() {
+					return
+				}
 			case ev, ok := <-sub.C:
 				if !ok {
-					sub = s.conv.Subscribe("") // lagged (or the agent restarted): follow again
+					// Lagged (or the agent restarted): follow again.
+					if sub, err = s.agent.Subscribe(ctx, "", by); err != nil {
+						k.finish(websocket.StatusPolicyViolation, "the inbox cannot be followed")
+						return
+					}
 					ev = agent.Event{Type: agent.EventResync}
 				}
 				if !inboxRelevant(ev.Type) {
@@ -503,13 +601,16 @@ func (s *Server) inboxSocket(c echo.Context) error {
 					select {
 					case _, ok := <-sub.C:
 						if !ok {
-							sub = s.conv.Subscribe("")
+							if sub, err = s.agent.Subscribe(ctx, "", by); err != nil {
+								k.finish(websocket.StatusPolicyViolation, "the inbox cannot be followed")
+								return
+							}
 						}
 					default:
 						drained = true
 					}
 				}
-				nd, err := s.inboxData(c)
+				nd, err := s.inboxDataFor(c, by)
 				if err != nil {
 					if ctx.Err() == nil {
 						k.log.Warn("socket: load inbox", "err", err)

@@ -2,8 +2,6 @@ package web
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -19,16 +17,51 @@ import (
 	"parley/internal/agent"
 	"parley/internal/auth"
 	"parley/internal/clock"
+	"parley/internal/llm"
 	"parley/internal/store"
 	"parley/internal/store/sqlitestore"
+	"parley/internal/tools"
 )
 
-// benchServer is the web server on the embedded store with the fake agent and a fake clock,
-// with one user, their conversation and a Bearer token for dialing.
+// pacedModel is a model that streams one text delta each time the benchmark hands it one, and
+// ends its answer when deltas is closed: the agent's real path from a model's delta to the
+// page's frame, one delta at a time (llmtest's steps stream all their deltas at once).
+type pacedModel struct {
+	started chan struct{}
+	deltas  chan string
+}
+
+func (p *pacedModel) Name() string       { return "paced" }
+func (p *pacedModel) ToolFormat() string { return "openai" }
+
+func (p *pacedModel) Stream(ctx context.Context, _ llm.Request, emit func(llm.Event) error) (llm.Response, error) {
+	close(p.started)
+	var text strings.Builder
+	for {
+		select {
+		case d, ok := <-p.deltas:
+			if !ok {
+				return llm.Response{Text: text.String(), StopReason: "end_turn"}, nil
+			}
+			text.WriteString(d)
+			if err := emit(llm.Event{Type: llm.EventTextDelta, Text: d}); err != nil {
+				return llm.Response{}, err
+			}
+		case <-ctx.Done():
+			return llm.Response{}, ctx.Err()
+		}
+	}
+}
+
+// benchServer is the web server on the embedded store with the real agent (its model paced by
+// the benchmark) and a fake clock, with one user, their conversation and a Bearer token for
+// dialing.
 type benchServer struct {
 	ts    *httptest.Server
-	conv  *fakeConversations
+	m     *agent.Manager
+	model *pacedModel
 	clk   *clock.Fake
+	user  store.User
 	token string
 	id    string
 }
@@ -40,15 +73,29 @@ func newBenchServer(b *testing.B) *benchServer {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { _ = st.Close() })
 	clk := clock.NewFake(time.Now().UTC())
-	fc := newFakeConversations()
+	model := &pacedModel{started: make(chan struct{}), deltas: make(chan string)}
+	reg, err := tools.NewRegistry()
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := agent.New(agent.Config{Store: st, Provider: model, Tools: reg, Clock: clock.NewFake(t0), Logger: discardLogger()})
+	if err := m.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
 	srv := New(Config{PasswordCost: bcrypt.MinCost, APIBurst: 1 << 20, APIPerMinute: 1 << 20},
-		Deps{Store: st, Conversations: fc, Clock: clk, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Deps{Store: st, Agent: m, Clock: clk, Logger: discardLogger()})
 	ts := httptest.NewServer(srv.Handler())
 	b.Cleanup(func() {
 		srv.Shutdown()
 		ts.Close()
+		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := m.Close(cctx); err != nil {
+			b.Errorf("close the agent: %v", err)
+		}
+		_ = st.Close()
 	})
 	u, err := st.CreateUser(ctx, store.User{Name: "ann", Role: store.RoleMember, PasswordHash: []byte("x")})
 	if err != nil {
@@ -58,11 +105,11 @@ func newBenchServer(b *testing.B) *benchServer {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c, err := st.CreateConversation(ctx, store.Conversation{OwnerID: u.ID, Title: "bench", Status: store.StatusIdle})
+	c, err := m.Create(ctx, as(u), "bench")
 	if err != nil {
 		b.Fatal(err)
 	}
-	return &benchServer{ts: ts, conv: fc, clk: clk, token: token, id: c.ID}
+	return &benchServer{ts: ts, m: m, model: model, clk: clk, user: u, token: token, id: c.ID}
 }
 
 func (s *benchServer) dial(b *testing.B) *websocket.Conn {
@@ -101,12 +148,14 @@ func BenchmarkSocketsHeldOpen(b *testing.B) {
 	for b.Loop() {
 		before := heapAndStacks()
 		goroutines := runtime.NumGoroutine()
+		open := SocketsOpen.Load()
 		conns := make([]*websocket.Conn, 0, n)
 		for range n {
 			conns = append(conns, s.dial(b))
 		}
-		if got := s.conv.subscribers(s.id); got != n {
-			b.Fatalf("%d subscribers, want %d", got, n)
+		// Each socket read its first frames after subscribing to the agent's events.
+		if got := SocketsOpen.Load() - open; got != n {
+			b.Fatalf("%d sockets open, want %d", got, n)
 		}
 		after := heapAndStacks()
 		b.ReportMetric(float64(after-before)/n, "bytes/socket")
@@ -117,23 +166,39 @@ func BenchmarkSocketsHeldOpen(b *testing.B) {
 	}
 }
 
-// BenchmarkTextDeltaToFrame measures the time from the agent publishing a text delta to the
-// page's end of the socket reading its frame, after a quiet spell (the leading-edge flush;
-// deltas that follow within 50 ms wait for the coalescing window by design).
+// BenchmarkTextDeltaToFrame measures the time from the model emitting a text delta to the
+// page's end of the socket reading its frame, through the agent, after a quiet spell (the
+// leading-edge flush; deltas that follow within 50 ms wait for the coalescing window by
+// design).
 func BenchmarkTextDeltaToFrame(b *testing.B) {
 	s := newBenchServer(b)
 	conn := s.dial(b)
 	ctx := context.Background()
+	if err := s.m.Send(ctx, s.id, as(s.user), "talk"); err != nil {
+		b.Fatal(err)
+	}
+	<-s.model.started
+	// The page shows the message and the new status before the first delta.
+	for {
+		_, data, err := conn.Read(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if strings.Contains(string(data), `data-status=\"generating\"`) {
+			break
+		}
+	}
 	var lat []time.Duration
 	for b.Loop() {
 		s.clk.Advance(deltaFlush) // a quiet spell on the server's clock
 		start := time.Now()
-		s.conv.publish(s.id, agent.Event{ConversationID: s.id, Type: agent.EventTextDelta, Text: "word "})
+		s.model.deltas <- "word "
 		if _, _, err := conn.Read(ctx); err != nil {
 			b.Fatal(err)
 		}
 		lat = append(lat, time.Since(start))
 	}
+	close(s.model.deltas)
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -15,8 +14,9 @@ import (
 	"github.com/coder/websocket"
 
 	"parley/internal/agent"
+	"parley/internal/llm"
+	"parley/internal/llm/llmtest"
 	"parley/internal/store"
-	"parley/internal/tools"
 )
 
 // dial opens a socket as c with the given Origin ("" sends none).
@@ -67,146 +67,195 @@ func readUntil(t *testing.T, conn *websocket.Conn, what string, ok func(frame) b
 }
 
 func TestSocketOriginAndOwner(t *testing.T) {
-	e := newTestEnv(t, Config{})
-	ann, bob := e.user("ann", store.RoleMember), e.user("bob", store.RoleMember)
-	conv := e.conversation(ann)
-	path := "/conversations/" + conv.ID + "/ws"
-	tests := []struct {
-		name   string
-		c      *client
-		origin string
-		want   int // 0: the socket opens
-	}{
-		{"owner, same origin", e.browser(ann), e.ts.URL, 0},
-		{"owner, foreign origin", e.browser(ann), "https://evil.example", http.StatusForbidden},
-		{"owner, look-alike origin", e.browser(ann), e.ts.URL + ".evil.example", http.StatusForbidden},
-		{"another user", e.browser(bob), e.ts.URL, http.StatusNotFound},
-		{"anonymous", e.anon(), e.ts.URL, http.StatusSeeOther},
-		{"owner's token, no Origin", e.script(ann), "", 0},
-		{"another user's token", e.script(bob), "", http.StatusNotFound},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			conn, res, err := tc.c.dial(t, path, tc.origin)
-			if tc.want == 0 {
-				if err != nil {
-					t.Fatalf("dial: %v", err)
+	eachStore(t, func(t *testing.T, open opener) {
+		e := newTestEnv(t, open, Config{})
+		ann, bob := e.user("ann", store.RoleMember), e.user("bob", store.RoleMember)
+		rita := e.user("rita", store.RoleReviewer)
+		conv, gated := e.conversation(ann), e.conversation(ann)
+		e.pending(gated, ann, llmtest.Call("gate", "publish", map[string]any{"text": "hello"}))
+		path := "/conversations/" + conv.ID + "/ws"
+		tests := []struct {
+			name   string
+			c      *client
+			path   string
+			origin string
+			want   int // 0: the socket opens
+		}{
+			{"owner, same origin", e.browser(ann), path, e.ts.URL, 0},
+			{"owner, foreign origin", e.browser(ann), path, "https://evil.example", http.StatusForbidden},
+			{"owner, look-alike origin", e.browser(ann), path, e.ts.URL + ".evil.example", http.StatusForbidden},
+			{"another user", e.browser(bob), path, e.ts.URL, http.StatusNotFound},
+			{"reviewer with nothing to decide", e.browser(rita), path, e.ts.URL, http.StatusNotFound},
+			{"reviewer who may decide a call", e.browser(rita), "/conversations/" + gated.ID + "/ws", e.ts.URL, 0},
+			{"anonymous", e.anon(), path, e.ts.URL, http.StatusSeeOther},
+			{"owner's token, no Origin", e.script(ann), path, "", 0},
+			{"another user's token", e.script(bob), path, "", http.StatusNotFound},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				conn, res, err := tc.c.dial(t, tc.path, tc.origin)
+				if tc.want == 0 {
+					if err != nil {
+						t.Fatalf("dial: %v", err)
+					}
+					if f := readFrame(t, conn); f.Type != "html" {
+						t.Errorf("first frame = %+v", f)
+					}
+					return
 				}
-				if f := readFrame(t, conn); f.Type != "html" {
-					t.Errorf("first frame = %+v", f)
+				if err == nil {
+					t.Fatal("socket opened")
 				}
-				return
-			}
-			if err == nil {
-				t.Fatal("socket opened")
-			}
-			if res == nil || res.StatusCode != tc.want {
-				t.Fatalf("refusal = %v, want %d", res, tc.want)
-			}
-		})
-	}
+				if res == nil || res.StatusCode != tc.want {
+					t.Fatalf("refusal = %v, want %d", res, tc.want)
+				}
+			})
+		}
+	})
 }
 
 func TestSocketClientExecRoundTrip(t *testing.T) {
-	e := newTestEnv(t, Config{})
-	ann := e.user("ann", store.RoleMember)
-	conv := e.conversation(ann)
-	e.setView(agent.View{ID: conv.ID, OwnerID: ann.ID, Status: store.StatusAwaiting,
-		Calls: []agent.CallView{{Seq: 2, ID: "geo_1", Name: "geolocation", Executor: tools.Client, Status: store.CallAwaiting,
-			PendingKind: tools.PendingClientExec, Args: json.RawMessage(`{"high_accuracy":true}`)}},
-		Pending: map[string]agent.PendingView{"geo_1": {Executor: tools.Client, Kind: tools.PendingClientExec}}})
-	conn, _, err := e.browser(ann).dial(t, "/conversations/"+conv.ID+"/ws", e.ts.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A page that connects while a client call is pending gets it again.
-	f := readUntil(t, conn, "client_exec", func(f frame) bool { return f.Type == "client_exec" })
-	if f.ToolCallID != "geo_1" || f.Tool != "geolocation" || string(f.Args) != `{"high_accuracy":true}` {
-		t.Fatalf("client_exec = %+v", f)
-	}
-	write := func(v any) {
-		b, _ := json.Marshal(v)
-		if err := conn.Write(context.Background(), websocket.MessageText, b); err != nil {
+	eachStore(t, func(t *testing.T, open opener) {
+		e := newTestEnv(t, open, Config{})
+		ann := e.user("ann", store.RoleMember)
+		conv := e.conversation(ann)
+		// No socket is open yet: the call waits (the agent's clock holds its no-client grace).
+		e.pending(conv, ann, llmtest.Call("geo_1", "geolocation", map[string]any{"high_accuracy": true}))
+		e.model.Push(llmtest.Calls(llmtest.Call("geo_2", "geolocation", nil)), llmtest.Reply("You are in Paris."))
+		conn, _, err := e.browser(ann).dial(t, "/conversations/"+conv.ID+"/ws", e.ts.URL)
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	write(map[string]any{"type": "resolve", "tool_call_id": "geo_1", "result": map[string]any{"latitude": 48.85, "longitude": 2.29, "accuracy": 10}})
-	ack := readUntil(t, conn, "resolved", func(f frame) bool { return f.Type == "resolved" })
-	if ack.OK == nil || !*ack.OK || ack.ToolCallID != "geo_1" {
-		t.Fatalf("ack = %+v", ack)
-	}
-	r := e.lastResolution(t)
-	if r.call != "geo_1" || r.by.UserID != ann.ID || r.by.Via != "session" || !strings.Contains(string(r.r.Result), `"latitude":48.85`) {
-		t.Errorf("resolution = %+v %s", r, r.r.Result)
-	}
-	// An error result, then a stale one, then nonsense: each gets its answer.
-	write(map[string]any{"type": "resolve", "tool_call_id": "geo_1", "error": map[string]any{"message": "User denied Geolocation"}})
-	readUntil(t, conn, "resolved", func(f frame) bool { return f.Type == "resolved" })
-	if r := e.lastResolution(t).r; r.Error == nil || r.Error.Message != "User denied Geolocation" || r.Result != nil {
-		t.Errorf("error resolution = %+v", r)
-	}
-	e.setResolveErr(tools.NewError(tools.KindStale, "already resolved", nil))
-	write(map[string]any{"type": "resolve", "tool_call_id": "geo_1", "result": map[string]any{}})
-	if ack := readUntil(t, conn, "resolved", func(f frame) bool { return f.Type == "resolved" }); *ack.OK || ack.Kind != "stale" {
-		t.Errorf("stale ack = %+v", ack)
-	}
-	write(map[string]any{"type": "resolve", "tool_call_id": "geo_1"})
-	if ack := readUntil(t, conn, "resolved", func(f frame) bool { return f.Type == "resolved" }); *ack.OK || ack.Kind != "invalid_args" {
-		t.Errorf("empty resolve ack = %+v", ack)
-	}
-	// A client call that starts while the page is open arrives as it starts.
-	e.conv.publish(conv.ID, agent.Event{ConversationID: conv.ID, Type: agent.EventClientExec, ToolCallID: "geo_2",
-		Data: json.RawMessage(`{"tool":"geolocation","args":{}}`)})
-	if f := readUntil(t, conn, "client_exec", func(f frame) bool { return f.Type == "client_exec" }); f.ToolCallID != "geo_2" {
-		t.Errorf("live client_exec = %+v", f)
-	}
+		// A page that connects while a client call is pending gets it again.
+		f := readUntil(t, conn, "client_exec", func(f frame) bool { return f.Type == "client_exec" })
+		if f.ToolCallID != "geo_1" || f.Tool != "geolocation" || string(f.Args) != `{"high_accuracy":true}` {
+			t.Fatalf("client_exec = %+v", f)
+		}
+		write := func(v any) {
+			b, _ := json.Marshal(v)
+			if err := conn.Write(context.Background(), websocket.MessageText, b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		resolved := func(f frame) bool { return f.Type == "resolved" }
+		write(map[string]any{"type": "resolve", "tool_call_id": "geo_1", "result": map[string]any{"latitude": 48.85, "longitude": 2.29, "accuracy": 10}})
+		// The turn goes on as soon as the result is durable, so the next call's
+		// client_exec may reach the socket before the acknowledgement does.
+		var live *frame
+		ack := readUntil(t, conn, "resolved", func(f frame) bool {
+			if f.Type == "client_exec" && live == nil {
+				live = &f
+			}
+			return resolved(f)
+		})
+		if ack.OK == nil || !*ack.OK || ack.ToolCallID != "geo_1" {
+			t.Fatalf("ack = %+v", ack)
+		}
+		if c := e.call(conv.ID, "geo_1"); c.Status != store.CallResolved || !strings.Contains(string(c.Result), `"latitude":48.85`) || c.DecidedBy != ann.ID {
+			t.Errorf("geo_1 = %+v %s", c, c.Result)
+		}
+		if !strings.Contains(e.alog.String(), "tool_call_id=geo_1 by="+ann.ID+" via=session") {
+			t.Errorf("the result did not reach the agent as the owner's session: %s", e.alog)
+		}
+		// A client call that starts while the page is open arrives as it starts.
+		if live == nil {
+			f := readUntil(t, conn, "client_exec", func(f frame) bool { return f.Type == "client_exec" })
+			live = &f
+		}
+		if live.ToolCallID != "geo_2" || string(live.Args) != `{}` {
+			t.Errorf("live client_exec = %+v", *live)
+		}
+		// An error result, then a stale one, then nonsense: each gets its answer.
+		write(map[string]any{"type": "resolve", "tool_call_id": "geo_2", "error": map[string]any{"message": "User denied Geolocation"}})
+		if ack := readUntil(t, conn, "resolved", resolved); ack.OK == nil || !*ack.OK || ack.ToolCallID != "geo_2" {
+			t.Errorf("error ack = %+v", ack)
+		}
+		if c := e.call(conv.ID, "geo_2"); c.Status != store.CallErrored || !strings.Contains(string(c.Result), "User denied Geolocation") {
+			t.Errorf("geo_2 = %+v %s", c, c.Result)
+		}
+		write(map[string]any{"type": "resolve", "tool_call_id": "geo_1", "result": map[string]any{}})
+		if ack := readUntil(t, conn, "resolved", resolved); *ack.OK || ack.Kind != "stale" {
+			t.Errorf("stale ack = %+v", ack)
+		}
+		write(map[string]any{"type": "resolve", "tool_call_id": "geo_1"})
+		if ack := readUntil(t, conn, "resolved", resolved); *ack.OK || ack.Kind != "invalid_args" {
+			t.Errorf("empty resolve ack = %+v", ack)
+		}
+		e.awaitStatus(conv.ID, store.StatusIdle)
+		if got := strings.Join(e.auditOf(conv.ID, "geo_1"), ",") + ";" + strings.Join(e.auditOf(conv.ID, "geo_2"), ","); got != "client_result by ann;client_error by ann" {
+			t.Errorf("audit = %s", got)
+		}
+	})
 }
 
 func TestSocketCoalescesTextAndUpdatesCards(t *testing.T) {
-	e := newTestEnv(t, Config{})
-	ann := e.user("ann", store.RoleMember)
-	conv := e.conversation(ann)
-	conn, _, err := e.browser(ann).dial(t, "/conversations/"+conv.ID+"/ws", e.ts.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	readUntil(t, conn, "status", func(f frame) bool { return f.Target == "status" })
-	for _, d := range []string{"Hel", "lo", " there"} {
-		e.conv.publish(conv.ID, agent.Event{ConversationID: conv.ID, Type: agent.EventTextDelta, Text: d})
-	}
-	// The first delta goes out at once; the fake clock stands still, so the next ones wait in
-	// the coalescing window until a card changing flushes them, as one frame, before the card.
-	f := readUntil(t, conn, "text", func(f frame) bool { return f.Type != "html" || f.Target != "streaming" })
-	if f.Type != "text" || f.Text != "Hel" || f.Target != "streaming" {
-		t.Fatalf("first text frame = %+v", f)
-	}
-	e.setView(approvalView(conv, "c1", tools.ByOwner))
-	e.conv.publish(conv.ID, agent.Event{ConversationID: conv.ID, Seq: 2, Type: agent.EventToolCall, ToolCallID: "c1"})
-	f = readFrame(t, conn)
-	if f.Type != "text" || f.Text != "lo there" {
-		t.Fatalf("coalesced text frame = %+v", f)
-	}
-	f = readUntil(t, conn, "card", func(f frame) bool { return f.Type == "html" && f.Target == "call-c1" })
-	if f.Op != "upsert" || f.Parent != "timeline" || f.Rev == "" || !strings.Contains(*f.HTML, `data-parley="approval"`) {
-		t.Errorf("card frame = %+v", f)
-	}
-	// The same state again sends nothing new for the card; a change does.
-	v := approvalView(conv, "c1", tools.ByOwner)
-	v.Calls[0].Status, v.Calls[0].PendingKind = store.CallResolved, ""
-	v.Calls[0].Result = json.RawMessage(`{"ok":true,"result":{"sent":true}}`)
-	e.setView(v)
-	e.conv.publish(conv.ID, agent.Event{ConversationID: conv.ID, Seq: 3, Type: agent.EventToolCall, ToolCallID: "c1"})
-	f = readUntil(t, conn, "card", func(f frame) bool { return f.Type == "html" && f.Target == "call-c1" })
-	if !strings.Contains(*f.HTML, `data-status="resolved"`) {
-		t.Errorf("updated card = %s", *f.HTML)
-	}
-	// Gathered text also leaves when the window ends (whether the pump saw the delta before or
-	// after the clock moved, the text goes out once the window has passed).
-	e.conv.publish(conv.ID, agent.Event{ConversationID: conv.ID, Type: agent.EventTextDelta, Text: "!"})
-	e.clk.Advance(deltaFlush)
-	if f := readFrame(t, conn); f.Type != "text" || f.Text != "!" {
-		t.Errorf("text after the window = %+v", f)
-	}
+	eachStore(t, func(t *testing.T, open opener) {
+		e := newTestEnv(t, open, Config{}, withTestHub())
+		ann := e.user("ann", store.RoleMember)
+		conv := e.conversation(ann)
+		conn, _, err := e.browser(ann).dial(t, "/conversations/"+conv.ID+"/ws", e.ts.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readUntil(t, conn, "streaming", func(f frame) bool { return f.Target == "streaming" }) // the connect's last frame
+		// The model streams "Hel", waits, then "lo" and " there" and asks to send an email. The
+		// socket renders the view as it is when it gets to an event, so the events of the turn's
+		// start (the message, the status) are kept from it: a render of theirs running late would
+		// show the card before the deltas that precede it. The socket sees the deltas, then the
+		// card's events.
+		e.hub.dropIf(conv.ID, func(ev agent.Event) bool { return ev.Type != agent.EventTextDelta })
+		release := make(chan struct{})
+		e.say(conv, ann, "email bob", llmtest.Step{Deltas: []string{"Hel", "lo", " there"}, Release: release,
+			ToolCalls: []llm.ToolCall{llmtest.Call("c1", "send_email", emailArgs("bob@example.com"))}})
+		text := func(f frame) bool { return f.Type == "text" }
+		// The first delta goes out at once; the server's clock stands still, so the next ones
+		// wait in the coalescing window until the card's change flushes them, as one frame,
+		// before the card.
+		if f := readFrame(t, conn); f.Type != "text" || f.Text != "Hel" || f.Target != "streaming" {
+			t.Fatalf("first text frame = %+v", f)
+		}
+		e.hub.deliver(conv.ID)
+		close(release)
+		if f := readFrame(t, conn); f.Type != "text" || f.Text != "lo there" {
+			t.Fatalf("coalesced text frame = %+v", f)
+		}
+		f := readUntil(t, conn, "card", func(f frame) bool { return f.Type == "html" && f.Target == "call-c1" })
+		if f.Op != "upsert" || f.Parent != "timeline" || f.Rev == "" || !strings.Contains(*f.HTML, `data-parley="approval"`) {
+			t.Errorf("card frame = %+v", f)
+		}
+		// An item is sent again only when it changed: the approval moves the card on (running,
+		// then resolved) and every frame for it is new.
+		revs := map[string]bool{f.Rev: true}
+		release2 := make(chan struct{})
+		e.model.Push(llmtest.Step{Deltas: []string{"!", " Sent."}, Release: release2})
+		if _, err := e.m.Resolve(context.Background(), conv.ID, "c1", agent.Resolution{Decision: "approve"}, as(ann)); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			f := readUntil(t, conn, "card", func(f frame) bool { return f.Type == "html" && f.Target == "call-c1" })
+			if revs[f.Rev] {
+				t.Fatalf("the card was sent again unchanged: %s", *f.HTML)
+			}
+			revs[f.Rev] = true
+			if strings.Contains(*f.HTML, `data-status="resolved"`) {
+				break
+			}
+		}
+		// Gathered text also leaves when the window ends (whether the pump saw the delta before or
+		// after the clock moved, the text goes out once the window has passed): the model holds
+		// after "!", so nothing else flushes it.
+		e.await(conv.ID, "the next answer under way", func(v agent.View) bool { return v.Streaming == "!" })
+		e.clk.Advance(deltaFlush)
+		if f := readUntil(t, conn, "text", text); f.Text != "!" {
+			t.Errorf("text after the window = %+v", f)
+		}
+		close(release2)
+		for f := readFrame(t, conn); !(f.Type == "html" && f.Target == "status" && strings.Contains(*f.HTML, `data-status="idle"`)); f = readFrame(t, conn) {
+			if f.Target == "call-c1" && revs[f.Rev] {
+				t.Fatalf("the card was sent again unchanged as the turn ended")
+			}
+		}
+	})
 }
 
 func TestSocketOverflowClosesWithPolicyViolation(t *testing.T) {
@@ -236,38 +285,47 @@ func TestSocketOverflowClosesWithPolicyViolation(t *testing.T) {
 }
 
 func TestInboxSocketIsLive(t *testing.T) {
-	e := newTestEnv(t, Config{})
-	ann := e.user("ann", store.RoleMember)
-	rita := e.user("rita", store.RoleReviewer)
-	conv := e.conversation(ann)
-	conn, _, err := e.browser(rita).dial(t, "/inbox/ws", e.ts.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := readFrame(t, conn)
-	if f.Target != "inbox" || strings.Contains(*f.HTML, `data-parley="approval"`) {
-		t.Fatalf("first inbox frame = %+v", f)
-	}
-	e.pendingCall(conv, "gate_1", "approval", "reviewer")
-	if n := e.conv.publish("", agent.Event{ConversationID: conv.ID, Seq: 1, Type: agent.EventToolCall, ToolCallID: "gate_1"}); n != 1 {
-		t.Fatalf("inbox subscribers = %d", n)
-	}
-	f = readFrame(t, conn)
-	if f.Target != "inbox" || f.Op != "replace" || !strings.Contains(*f.HTML, `data-tool-call-id="gate_1"`) {
-		t.Errorf("inbox update = %+v", f)
-	}
-	// Events that change nothing send nothing: the next frame is the next real change.
-	e.conv.publish("", agent.Event{ConversationID: conv.ID, Type: agent.EventTextDelta, Text: "x"})
-	e.conv.publish("", agent.Event{ConversationID: conv.ID, Seq: 2, Type: agent.EventStatus})
-	e.pendingCall(conv, "gate_2", "approval", "reviewer")
-	e.conv.publish("", agent.Event{ConversationID: conv.ID, Seq: 3, Type: agent.EventToolCall, ToolCallID: "gate_2"})
-	f = readFrame(t, conn)
-	if !strings.Contains(*f.HTML, `data-tool-call-id="gate_2"`) {
-		t.Errorf("an unchanged inbox was sent again: %+v", f)
-	}
+	eachStore(t, func(t *testing.T, open opener) {
+		e := newTestEnv(t, open, Config{})
+		ann := e.user("ann", store.RoleMember)
+		rita := e.user("rita", store.RoleReviewer)
+		conv, chat := e.conversation(ann), e.conversation(ann)
+		conn, _, err := e.browser(rita).dial(t, "/inbox/ws", e.ts.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := readFrame(t, conn)
+		if f.Target != "inbox" || strings.Contains(*f.HTML, `data-parley="approval"`) {
+			t.Fatalf("first inbox frame = %+v", f)
+		}
+		e.pending(conv, ann, llmtest.Call("gate_1", "publish", map[string]any{"text": "one"}))
+		f = readFrame(t, conn)
+		if f.Target != "inbox" || f.Op != "replace" || !strings.Contains(*f.HTML, `data-tool-call-id="gate_1"`) {
+			t.Errorf("inbox update = %+v", f)
+		}
+		// Events that change nothing send nothing (a turn streaming and ending elsewhere): the
+		// next frame is the next real change.
+		release := make(chan struct{})
+		e.say(chat, ann, "chat", llmtest.Step{Deltas: []string{"x", "y"}, Release: release})
+		e.await(chat.ID, "the answer under way", func(v agent.View) bool { return v.Streaming == "x" })
+		close(release)
+		e.awaitStatus(chat.ID, store.StatusIdle)
+		e.pending(chat, ann, llmtest.Call("gate_2", "publish", map[string]any{"text": "two"}))
+		f = readFrame(t, conn)
+		if !strings.Contains(*f.HTML, `data-tool-call-id="gate_2"`) || !strings.Contains(*f.HTML, `data-tool-call-id="gate_1"`) {
+			t.Errorf("an unchanged inbox was sent again: %+v", f)
+		}
+		// A decision made elsewhere takes the entry away.
+		e.model.Push(llmtest.Reply("Published."))
+		if _, err := e.m.Resolve(context.Background(), conv.ID, "gate_1", agent.Resolution{Decision: "approve"}, as(e.user("rex", store.RoleReviewer))); err != nil {
+			t.Fatal(err)
+		}
+		f = readFrame(t, conn)
+		if strings.Contains(*f.HTML, `data-tool-call-id="gate_1"`) || !strings.Contains(*f.HTML, `data-tool-call-id="gate_2"`) {
+			t.Errorf("inbox after the decision = %+v", f)
+		}
+	})
 }
-
-func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func TestNormalClosesAreNotErrors(t *testing.T) {
 	tests := []struct {
@@ -289,40 +347,65 @@ func TestNormalClosesAreNotErrors(t *testing.T) {
 	}
 }
 
+// TestSocketCatchesUpAfterLagging: a socket the agent dropped for lagging (a resync, then its
+// events' channel closes) subscribes again and catches up as a page that just connected would:
+// the cards it missed, and the streaming text in place of what it had.
 func TestSocketCatchesUpAfterLagging(t *testing.T) {
-	e := newTestEnv(t, Config{})
-	ann := e.user("ann", store.RoleMember)
-	conv := e.conversation(ann)
-	conn, _, err := e.browser(ann).dial(t, "/conversations/"+conv.ID+"/ws", e.ts.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	readUntil(t, conn, "streaming", func(f frame) bool { return f.Target == "streaming" })
-	// The agent dropped this subscriber (it lagged): a resync notice, then the channel closes.
-	v := approvalView(conv, "c9", tools.ByOwner)
-	v.Streaming = "partial answer"
-	e.setView(v)
-	e.conv.mu.Lock()
-	subs := e.conv.subs[conv.ID]
-	e.conv.subs[conv.ID] = nil
-	e.conv.mu.Unlock()
-	if len(subs) != 1 {
-		t.Fatalf("subscribers = %d", len(subs))
-	}
-	subs[0] <- agent.Event{ConversationID: conv.ID, Type: agent.EventResync}
-	close(subs[0])
-	got := map[string]frame{}
-	for got["call-c9"].Type == "" || got["streaming"].Type == "" {
-		f := readFrame(t, conn)
-		got[f.Target] = f
-	}
-	if f := got["call-c9"]; f.HTML == nil || !strings.Contains(*f.HTML, `data-parley="approval"`) {
-		t.Errorf("card missed while lagging not sent: %+v", got)
-	}
-	if f := got["streaming"]; f.HTML == nil || !strings.Contains(*f.HTML, "partial answer") {
-		t.Errorf("streaming area not replaced: %+v", got)
-	}
-	if e.conv.subscribers(conv.ID) != 1 {
-		t.Errorf("the socket did not subscribe again")
-	}
+	eachStore(t, func(t *testing.T, open opener) {
+		e := newTestEnv(t, open, Config{}, withTestHub())
+		ann := e.user("ann", store.RoleMember)
+		conv := e.conversation(ann)
+		conn, _, err := e.browser(ann).dial(t, "/conversations/"+conv.ID+"/ws", e.ts.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readUntil(t, conn, "streaming", func(f frame) bool { return f.Target == "streaming" })
+		if n := e.hub.subscriptions(conv.ID); n != 1 {
+			t.Fatalf("subscriptions = %d", n)
+		}
+		catchUp := func(what string, done func(map[string]frame) bool) map[string]frame {
+			t.Helper()
+			if n := e.hub.lag(conv.ID); n != 1 {
+				t.Fatalf("%s: %d subscribers lagged", what, n)
+			}
+			got := map[string]frame{}
+			for !done(got) {
+				f := readFrame(t, conn)
+				got[f.Target] = f
+			}
+			return got
+		}
+		// The socket misses a turn that leaves a card waiting.
+		e.hub.drop(conv.ID)
+		e.pending(conv, ann, llmtest.Call("c9", "send_email", emailArgs("bob@example.com")))
+		got := catchUp("card", func(got map[string]frame) bool { return got["call-c9"].Type != "" && got["streaming"].Type != "" })
+		if f := got["call-c9"]; f.HTML == nil || !strings.Contains(*f.HTML, `data-parley="approval"`) {
+			t.Errorf("card missed while lagging not sent: %+v", got)
+		}
+		// Then the approval and the first words of the answer.
+		release := make(chan struct{})
+		e.model.Push(llmtest.Step{Deltas: []string{"partial answer", " and the rest"}, Release: release})
+		if _, err := e.m.Resolve(context.Background(), conv.ID, "c9", agent.Resolution{Decision: "approve"}, as(ann)); err != nil {
+			t.Fatal(err)
+		}
+		e.await(conv.ID, "the answer under way", func(v agent.View) bool { return v.Streaming == "partial answer" })
+		got = catchUp("streaming", func(got map[string]frame) bool {
+			f := got["call-c9"]
+			return f.HTML != nil && strings.Contains(*f.HTML, `data-status="resolved"`) && got["streaming"].Type != ""
+		})
+		if f := got["streaming"]; f.HTML == nil || !strings.Contains(*f.HTML, "partial answer") {
+			t.Errorf("streaming area not replaced: %+v", got)
+		}
+		if n := e.hub.subscriptions(conv.ID); n != 3 {
+			t.Errorf("the socket did not subscribe again after each lag: %d subscriptions", n)
+		}
+		// It follows the conversation live again.
+		e.hub.deliver(conv.ID)
+		close(release)
+		if f := readUntil(t, conn, "the answer", func(f frame) bool {
+			return f.Type == "html" && strings.HasPrefix(f.Target, "msg-") && f.HTML != nil && strings.Contains(*f.HTML, "partial answer and the rest")
+		}); f.Op != "upsert" {
+			t.Errorf("answer frame = %+v", f)
+		}
+	})
 }

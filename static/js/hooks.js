@@ -4,7 +4,8 @@
 // Server → page frames (JSON text):
 //   {"type":"html","op":"replace|upsert|append|prepend|remove","target":"<id>","parent":"<id>","rev":"…","html":"…"}
 //   {"type":"text","target":"<id>","text":"…"}          (coalesced streaming text, appended)
-//   {"type":"client_exec","tool_call_id":"…","tool":"…","args":{…}}
+//   {"type":"client_exec","tool_call_id":"…","tool":"…","args":{…},"ask":true}
+//     (ask: the person allows the run first, in the card's [data-parley="client-consent"])
 //   {"type":"resolved","tool_call_id":"…","ok":true}   or  {…,"ok":false,"kind":"…","message":"…"}
 // Page → server:
 //   {"type":"resolve","tool_call_id":"…","result":{…}}  or  {…,"error":{"message":"…"}}
@@ -139,6 +140,8 @@
   // ---- the socket ---------------------------------------------------------------------------
 
   const clientRuns = new Map(); // tool_call_id → Promise of the resolve frame
+  const consents = new Map(); // tool_call_id → function(allowed) settling the wait for consent
+  const answered = new Map(); // tool_call_id → the person's answer given before the server asked
   const refused = new Set(); // tool_call_ids whose result the server refused
 
   function Live(root) {
@@ -233,9 +236,13 @@
     let run = clientRuns.get(f.tool_call_id);
     if (!run) {
       const fn = hooks.get(f.tool);
-      const started = fn
-        ? withTimeout(Promise.resolve().then(function () { return fn(f.args || {}); }), HOOK_TIMEOUT_MS, "the " + f.tool + " hook")
-        : Promise.reject(new Error("this page has no hook for the tool " + f.tool));
+      // The hook's time limit starts once the person allowed the run; the wait for them is
+      // bounded by the call's own timeout on the server.
+      const started = (f.ask ? askConsent(f.tool_call_id) : Promise.resolve(true)).then(function (allowed) {
+        if (!allowed) throw new Error("the user did not allow " + f.tool + " to run in the browser");
+        if (!fn) throw new Error("this page has no hook for the tool " + f.tool);
+        return withTimeout(Promise.resolve().then(function () { return fn(f.args || {}); }), HOOK_TIMEOUT_MS, "the " + f.tool + " hook");
+      });
       run = started.then(
         function (result) {
           return { type: "resolve", tool_call_id: f.tool_call_id, result: result === undefined ? null : result };
@@ -250,6 +257,45 @@
       self.send(frame);
     });
   };
+
+  // askConsent resolves with the person's answer to the card's "Allow … to run in this
+  // browser?" (true for Allow), given now or before the server asked.
+  function askConsent(id) {
+    if (answered.has(id)) return Promise.resolve(answered.get(id));
+    return new Promise(function (resolve) {
+      consents.set(id, resolve);
+    });
+  }
+
+  // A copy button copies the text of the element its data-copy names (the new API token).
+  document.addEventListener("click", function (ev) {
+    const button = ev.target instanceof Element ? ev.target.closest('[data-parley="copy"]') : null;
+    if (!button) return;
+    const source = document.getElementById(attr(button, "data-copy") || "");
+    if (!source || !navigator.clipboard) return;
+    navigator.clipboard.writeText(source.textContent || "").then(function () {
+      button.textContent = "Copied";
+    });
+  });
+
+  document.addEventListener("click", function (ev) {
+    const button = ev.target instanceof Element ? ev.target.closest('[data-parley="client-allow"], [data-parley="client-deny"]') : null;
+    if (!button) return;
+    const box = button.closest('[data-parley="client-consent"]');
+    if (!box) return;
+    const id = attr(box, "data-tool-call-id");
+    const allowed = attr(button, "data-parley") === "client-allow";
+    box.querySelectorAll("button").forEach(function (b) { b.disabled = true; });
+    const p = box.querySelector("p");
+    if (p) p.textContent = allowed ? "Running in your browser…" : "Not allowed.";
+    const settle = consents.get(id);
+    if (settle) {
+      consents.delete(id);
+      settle(allowed);
+    } else {
+      answered.set(id, allowed);
+    }
+  });
 
   // ---- forms --------------------------------------------------------------------------------
 

@@ -22,8 +22,8 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/packages/param"
 
 	"parley/internal/clock"
+	"parley/internal/fault"
 	"parley/internal/llm"
-	"parley/internal/tools"
 )
 
 // DefaultMaxTokens is sent when a request names no limit (the Messages API requires one).
@@ -263,7 +263,7 @@ func mapStreamError(ctx context.Context, err error) error {
 	}
 	var syntax *json.SyntaxError
 	if errors.As(err, &syntax) {
-		return &llm.Error{Kind: string(tools.KindInvalidResponse), Message: "the provider sent an event that is not JSON", Retryable: true, Err: err}
+		return &llm.Error{Kind: string(fault.KindInvalidResponse), Message: "the provider sent an event that is not JSON", Retryable: true, Err: err}
 	}
 	return llm.StreamCutError(err)
 }

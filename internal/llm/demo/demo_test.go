@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"parley/internal/clock"
+	"parley/internal/fault"
 	"parley/internal/llm"
 	"parley/internal/tools"
 )
@@ -25,7 +26,7 @@ var fixedNow = time.Date(2026, 3, 1, 12, 30, 0, 0, time.UTC)
 
 func registry(t *testing.T) *tools.Registry {
 	t.Helper()
-	r, err := tools.NewRegistry(tools.Builtins(tools.BuiltinDeps{Clock: clock.NewFake(fixedNow), Outbox: outbox{}, CountDownStep: time.Nanosecond})...)
+	r, err := tools.NewRegistry(tools.Builtins(tools.BuiltinDeps{Clock: clock.NewFake(fixedNow), Outbox: outbox{}, CountDownStep: time.Nanosecond, TestTools: true})...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +191,7 @@ func TestSummarizesResultsIncludingFailures(t *testing.T) {
 			args := checkCall(t, r, c)
 			env = tool.Execute(context.Background(), tools.Call{ToolCallID: c.ID}, args).Envelope(0)
 		} else {
-			env = tools.ErrorEnvelope(tools.NewError(tools.KindTimeout, "the user did not respond", nil))
+			env = tools.ErrorEnvelope(fault.New(fault.KindTimeout, "the user did not respond", nil))
 		}
 		msgs = append(msgs, llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Content: string(env)})
 	}
@@ -214,10 +215,10 @@ func TestSummaryReadsEachErrorKind(t *testing.T) {
 	cases := []struct {
 		name, content, want string
 	}{
-		{"send_email", string(tools.ErrorEnvelope(tools.NewError(tools.KindDenied, "not to my boss", nil))), "you denied it: not to my boss"},
-		{"ask_user", string(tools.ErrorEnvelope(tools.NewError(tools.KindDeclined, "declined", nil))), "you declined to answer"},
-		{"geolocation", string(tools.ErrorEnvelope(tools.NewError(tools.KindNoClient, "no browser", nil))), "no browser was connected"},
-		{"failing", string(tools.ErrorEnvelope(tools.NewError(tools.KindCommandFailed, "boom", nil))), "it failed (`command_failed`): boom"},
+		{"send_email", string(tools.ErrorEnvelope(fault.New(fault.KindDenied, "not to my boss", nil))), "you denied it: not to my boss"},
+		{"ask_user", string(tools.ErrorEnvelope(fault.New(fault.KindDeclined, "declined", nil))), "you declined to answer"},
+		{"geolocation", string(tools.ErrorEnvelope(fault.New(fault.KindNoClient, "no browser", nil))), "no browser was connected"},
+		{"failing", string(tools.ErrorEnvelope(fault.New(fault.KindCommandFailed, "boom", nil))), "it failed (`command_failed`): boom"},
 		{"send_email", string(tools.OKEnvelope(map[string]any{"id": "o1", "status": "queued", "to": "bob@example.com", "subject": "Lunch"})), `the email to bob@example.com ("Lunch") is queued.`},
 		{"geolocation", string(tools.OKEnvelope(map[string]any{"latitude": 48.8566, "longitude": 2.3522, "accuracy": 30})), "you are at 48.8566, 2.3522 (within about 30 m)."},
 		{"ask_user", string(tools.OKEnvelope(map[string]any{"action": "accept", "content": map[string]any{"name": "Ada", "subscribe": true}})), "you answered name = Ada, subscribe = true."},

@@ -14,8 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"parley/internal/fault"
 	"parley/internal/llm"
-	"parley/internal/tools"
 )
 
 // ErrNoStep is returned (wrapped in a non-retryable *llm.Error) when Stream is called with no
@@ -126,7 +126,7 @@ func (p *Provider) Stream(ctx context.Context, req llm.Request, emit func(llm.Ev
 	if len(p.steps) == 0 {
 		n := len(p.requests)
 		p.mu.Unlock()
-		return llm.Response{}, &llm.Error{Kind: string(tools.KindInternal), Message: fmt.Sprintf("model call %d was not scripted", n), Err: ErrNoStep}
+		return llm.Response{}, &llm.Error{Kind: string(fault.KindInternal), Message: fmt.Sprintf("model call %d was not scripted", n), Err: ErrNoStep}
 	}
 	st := p.steps[0]
 	p.steps = p.steps[1:]
@@ -233,17 +233,17 @@ func Calls(calls ...llm.ToolCall) Step { return Step{ToolCalls: calls} }
 
 // RateLimited is the error of a 429 with Retry-After after.
 func RateLimited(after time.Duration) *llm.Error {
-	return &llm.Error{Status: 429, Kind: string(tools.KindRateLimited), Message: "rate limited (scripted)", Retryable: true, RetryAfter: after}
+	return &llm.Error{Status: 429, Kind: string(fault.KindRateLimited), Message: "rate limited (scripted)", Retryable: true, RetryAfter: after}
 }
 
 // ServerError is the error of a 5xx answer.
 func ServerError(status int) *llm.Error {
-	return &llm.Error{Status: status, Kind: string(tools.KindProviderHTTPError), Message: "server error (scripted)", Retryable: true}
+	return &llm.Error{Status: status, Kind: string(fault.KindProviderHTTPError), Message: "server error (scripted)", Retryable: true}
 }
 
 // Unauthorized is the error of a 401.
 func Unauthorized() *llm.Error {
-	return &llm.Error{Status: 401, Kind: string(tools.KindNotAuthenticated), Message: "invalid API key (scripted)"}
+	return &llm.Error{Status: 401, Kind: string(fault.KindNotAuthenticated), Message: "invalid API key (scripted)"}
 }
 
 // Cut is the error of a stream cut mid-way.

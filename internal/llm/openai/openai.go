@@ -26,8 +26,8 @@ import (
 	"github.com/openai/openai-go/v3/packages/ssestream"
 
 	"parley/internal/clock"
+	"parley/internal/fault"
 	"parley/internal/llm"
-	"parley/internal/tools"
 )
 
 // Config configures a Provider.
@@ -246,11 +246,11 @@ func mapStreamError(ctx context.Context, err error) error {
 	}
 	var se *ssestream.StreamError
 	if errors.As(err, &se) {
-		return &llm.Error{Kind: string(tools.KindProviderHTTPError), Message: streamErrorMessage(se), Retryable: true, Err: err}
+		return &llm.Error{Kind: string(fault.KindProviderHTTPError), Message: streamErrorMessage(se), Retryable: true, Err: err}
 	}
 	var syntax *json.SyntaxError
 	if errors.As(err, &syntax) {
-		return &llm.Error{Kind: string(tools.KindInvalidResponse), Message: "the provider sent a chunk that is not JSON", Retryable: true, Err: err}
+		return &llm.Error{Kind: string(fault.KindInvalidResponse), Message: "the provider sent a chunk that is not JSON", Retryable: true, Err: err}
 	}
 	return llm.StreamCutError(err)
 }

@@ -100,11 +100,12 @@ CREATE TABLE steps (
 CREATE TABLE outbox (
 	id              INTEGER PRIMARY KEY AUTOINCREMENT,
 	conversation_id TEXT NOT NULL,
-	tool_call_id    TEXT NOT NULL UNIQUE,
+	tool_call_id    TEXT NOT NULL,
 	to_addr         TEXT NOT NULL,
 	subject         TEXT NOT NULL,
 	body            TEXT NOT NULL,
-	created_at      INTEGER NOT NULL
+	created_at      INTEGER NOT NULL,
+	UNIQUE (conversation_id, tool_call_id)
 );
 CREATE INDEX outbox_conversation ON outbox (conversation_id, id);
 
@@ -121,3 +122,10 @@ CREATE TABLE audit (
 );
 CREATE INDEX audit_conversation ON audit (conversation_id, at);
 CREATE INDEX audit_actor ON audit (actor_id, at);
+
+CREATE TABLE usage (
+	user_id TEXT NOT NULL,
+	day     TEXT NOT NULL,
+	tokens  INTEGER NOT NULL,
+	PRIMARY KEY (user_id, day)
+);

@@ -36,7 +36,36 @@ import (
 //go:embed schema.sql
 var schema string
 
-const schemaVersion = 1
+const schemaVersion = 3
+
+// upgrades bring a file from the version before each (the key) to that version; each runs in the
+// migration's transaction.
+var upgrades = map[int]string{
+	// 1 → 2: the outbox is keyed by (conversation_id, tool_call_id), not tool_call_id alone
+	// (models reuse ids across conversations). SQLite cannot drop a column's UNIQUE: rebuild.
+	2: `CREATE TABLE outbox_v2 (
+	id              INTEGER PRIMARY KEY AUTOINCREMENT,
+	conversation_id TEXT NOT NULL,
+	tool_call_id    TEXT NOT NULL,
+	to_addr         TEXT NOT NULL,
+	subject         TEXT NOT NULL,
+	body            TEXT NOT NULL,
+	created_at      INTEGER NOT NULL,
+	UNIQUE (conversation_id, tool_call_id)
+);
+INSERT INTO outbox_v2 (id, conversation_id, tool_call_id, to_addr, subject, body, created_at)
+	SELECT id, conversation_id, tool_call_id, to_addr, subject, body, created_at FROM outbox;
+DROP TABLE outbox;
+ALTER TABLE outbox_v2 RENAME TO outbox;
+CREATE INDEX outbox_conversation ON outbox (conversation_id, id);`,
+	// 2 → 3: the tokens each user's model calls used, per day (the daily token budget).
+	3: `CREATE TABLE IF NOT EXISTS usage (
+	user_id TEXT NOT NULL,
+	day     TEXT NOT NULL,
+	tokens  INTEGER NOT NULL,
+	PRIMARY KEY (user_id, day)
+);`,
+}
 
 // busyTimeout is how long a statement waits for another handle's write lock.
 const busyTimeout = 10 * time.Second
@@ -144,11 +173,20 @@ func migrate(ctx context.Context, w *sql.DB) (err error) {
 		return fmt.Errorf("file is at schema version %d, this binary knows up to %d: %w", v, schemaVersion, store.ErrSchemaTooNew)
 	case v == schemaVersion:
 		return tx.Commit()
-	case v != 0:
-		return fmt.Errorf("file is at unknown schema version %d", v)
-	}
-	if _, err := tx.ExecContext(ctx, schema); err != nil {
-		return fmt.Errorf("create schema: %w", err)
+	case v == 0:
+		if _, err := tx.ExecContext(ctx, schema); err != nil {
+			return fmt.Errorf("create schema: %w", err)
+		}
+	default:
+		for next := v + 1; next <= schemaVersion; next++ {
+			step, ok := upgrades[next]
+			if !ok {
+				return fmt.Errorf("file is at schema version %d, which has no upgrade path", v)
+			}
+			if _, err := tx.ExecContext(ctx, step); err != nil {
+				return fmt.Errorf("upgrade schema to version %d: %w", next, err)
+			}
+		}
 	}
 	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion)); err != nil {
 		return fmt.Errorf("set schema version: %w", err)

@@ -103,3 +103,57 @@ func TestReadyNamesSchemaDrift(t *testing.T) {
 		}
 	}
 }
+
+// TestUpgradeFromVersion1: a file written by the previous schema (outbox keyed by tool_call_id
+// alone) is upgraded in place on open: its messages stay, and a second conversation may then
+// reuse a tool_call_id.
+func TestUpgradeFromVersion1(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "parley.db")
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ana, err := s.CreateConversation(ctx, store.Conversation{OwnerID: "ana", Title: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob, err := s.CreateConversation(ctx, store.Conversation{OwnerID: "bob", Title: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Put the file back at version 1: the old outbox table, holding one message.
+	for _, q := range []string{
+		`DROP TABLE usage`,
+		`DROP TABLE outbox`,
+		`CREATE TABLE outbox (id INTEGER PRIMARY KEY AUTOINCREMENT, conversation_id TEXT NOT NULL, tool_call_id TEXT NOT NULL UNIQUE,
+			to_addr TEXT NOT NULL, subject TEXT NOT NULL, body TEXT NOT NULL, created_at INTEGER NOT NULL)`,
+		`CREATE INDEX outbox_conversation ON outbox (conversation_id, id)`,
+		fmt.Sprintf(`INSERT INTO outbox (conversation_id, tool_call_id, to_addr, subject, body, created_at) VALUES ('%s', 'call_0', 'a@example.test', 's', 'b', 0)`, ana.ID),
+		`PRAGMA user_version = 1`,
+	} {
+		if _, err := s.DB.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	s.Close()
+	s, err = Open(ctx, path)
+	if err != nil {
+		t.Fatalf("open a version 1 file: %v", err)
+	}
+	defer s.Close()
+	if err := store.Ready(ctx, s); err != nil {
+		t.Fatalf("after the upgrade: %v", err)
+	}
+	old, err := s.ListOutbox(ctx, ana.ID)
+	if err != nil || len(old) != 1 || old[0].ToolCallID != "call_0" || old[0].To != "a@example.test" {
+		t.Fatalf("the old message: %v %+v", err, old)
+	}
+	m, err := s.AddOutbox(ctx, store.OutboxMessage{ConversationID: bob.ID, ToolCallID: "call_0", To: "b@example.test"})
+	if err != nil || m.ID == old[0].ID || m.ConversationID != bob.ID {
+		t.Fatalf("Bob's call_0 after the upgrade: %v %+v", err, m)
+	}
+	if err := s.AddUsage(ctx, "ana", time.Now(), 5); err != nil {
+		t.Fatalf("usage after the upgrade: %v", err)
+	}
+}

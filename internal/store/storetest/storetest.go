@@ -97,6 +97,9 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 		{"ExpiriesDueWhileDown", testExpiriesDueWhileDown},
 		{"Steps", testSteps},
 		{"Outbox", testOutbox},
+		{"Usage", testUsage},
+		{"FirstAdmin", testFirstAdmin},
+		{"EndSessions", testEndSessions},
 		{"Audit", testAudit},
 		{"Ping", testPing},
 		{"SchemaVersion", testSchemaVersion},
@@ -1016,7 +1019,14 @@ func testOutbox(t *testing.T, open Opener) {
 	if got := must(s.ListOutbox(ctx, c1.ID))(t); len(got) != 1 || got[0] != m1 {
 		t.Fatalf("ListOutbox(c1) = %+v", got)
 	}
-	if got := must(s.ListOutbox(ctx, ""))(t); len(got) != 2 || got[0] != m1 || got[1] != m2 {
+	// Models reuse ids across conversations: the same id in another conversation is another
+	// message, not the first one's answer.
+	bob := newConv(t, s, "bob", "three")
+	m3 := must(s.AddOutbox(ctx, store.OutboxMessage{ConversationID: bob.ID, ToolCallID: "t1", To: "d@example.com", Subject: "Bob's"}))(t)
+	if m3.ID == m1.ID || m3.ConversationID != bob.ID || m3.To != "d@example.com" {
+		t.Fatalf("Bob's call t1 = %+v: want its own row, not Ana's %+v", m3, m1)
+	}
+	if got := must(s.ListOutbox(ctx, ""))(t); len(got) != 3 || got[0] != m1 || got[1] != m2 || got[2] != m3 {
 		t.Fatalf("ListOutbox(all) = %+v", got)
 	}
 }
@@ -1083,5 +1093,122 @@ func testSchemaVersion(t *testing.T, open Opener) {
 	}
 	if err := store.Ready(ctx, s); err == nil {
 		t.Fatal("Ready of a closed store = nil, want an error")
+	}
+}
+
+func testUsage(t *testing.T, open Opener) {
+	s, ctx := open(t), ctxT(t)
+	day := time.Date(2026, 11, 24, 23, 30, 0, 0, time.UTC)
+	if n := must(s.UsageOn(ctx, "ana", day))(t); n != 0 {
+		t.Fatalf("usage of a day with none = %d", n)
+	}
+	for _, add := range []int64{120, 30} {
+		if err := s.AddUsage(ctx, "ana", day, add); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.AddUsage(ctx, "bob", day, 7); err != nil {
+		t.Fatal(err)
+	}
+	// The same UTC day, whatever the zone the time is in; the next day starts at zero.
+	sameDay := day.In(time.FixedZone("east", 3*3600)) // already the 25th there
+	if n := must(s.UsageOn(ctx, "ana", sameDay))(t); n != 150 {
+		t.Fatalf("ana's usage = %d, want 150", n)
+	}
+	if n := must(s.UsageOn(ctx, "ana", day.Add(time.Hour)))(t); n != 0 {
+		t.Fatalf("the next day's usage = %d, want 0", n)
+	}
+	if n := must(s.UsageOn(ctx, "bob", day))(t); n != 7 {
+		t.Fatalf("bob's usage = %d, want 7", n)
+	}
+}
+
+func testFirstAdmin(t *testing.T, open Opener) {
+	s, ctx := open(t), ctxT(t)
+	// Racing bootstraps make one admin.
+	errs := make(chan error, 6)
+	for i := range 6 {
+		go func() {
+			_, err := s.CreateFirstAdmin(ctx, store.User{Name: fmt.Sprintf("boss%d", i), PasswordHash: []byte("h")})
+			errs <- err
+		}()
+	}
+	ok := 0
+	for range 6 {
+		err := <-errs
+		switch {
+		case err == nil:
+			ok++
+		case !errors.Is(err, store.ErrConflict):
+			t.Fatalf("a losing bootstrap: %v, want ErrConflict", err)
+		}
+	}
+	users := must(s.ListUsers(ctx))(t)
+	if ok != 1 || len(users) != 1 || users[0].Role != store.RoleAdmin {
+		t.Fatalf("%d bootstraps went through, users %+v", ok, users)
+	}
+	// Once there are users (or were), no second bootstrap.
+	if _, err := s.CreateFirstAdmin(ctx, store.User{Name: "late", PasswordHash: []byte("h")}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a bootstrap on a store with users: %v", err)
+	}
+	s2 := open(t)
+	must(s2.CreateUser(ctx, store.User{Name: "member", PasswordHash: []byte("h")}))(t)
+	if _, err := s2.CreateFirstAdmin(ctx, store.User{Name: "late", PasswordHash: []byte("h")}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a bootstrap after a user was added: %v", err)
+	}
+}
+
+func testEndSessions(t *testing.T, open Opener) {
+	s, ctx := open(t), ctxT(t)
+	ana := must(s.CreateUser(ctx, store.User{Name: "ana", PasswordHash: []byte("old")}))(t)
+	bob := must(s.CreateUser(ctx, store.User{Name: "bob", PasswordHash: []byte("h")}))(t)
+	far := time.Now().Add(time.Hour)
+	for _, sess := range []store.Session{
+		{TokenHash: []byte("a1"), UserID: ana.ID, CSRF: "c", ExpiresAt: far},
+		{TokenHash: []byte("a2"), UserID: ana.ID, CSRF: "c", ExpiresAt: far},
+		{TokenHash: []byte("a3"), UserID: ana.ID, CSRF: "c", ExpiresAt: far},
+		{TokenHash: []byte("b1"), UserID: bob.ID, CSRF: "c", ExpiresAt: far},
+		{TokenHash: []byte("old"), UserID: bob.ID, CSRF: "c", ExpiresAt: time.Now().Add(-time.Hour)},
+	} {
+		if err := s.CreateSession(ctx, sess); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := must(s.EndUserSessions(ctx, ana.ID, []byte("a2")))(t); n != 2 {
+		t.Fatalf("ended %d of ana's other sessions, want 2", n)
+	}
+	if _, err := s.SessionByHash(ctx, []byte("a2")); err != nil {
+		t.Fatalf("the kept session: %v", err)
+	}
+	if _, err := s.SessionByHash(ctx, []byte("a1")); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("an ended session: %v", err)
+	}
+	if n := must(s.EndUserSessions(ctx, ana.ID, nil))(t); n != 1 {
+		t.Fatalf("sign out everywhere ended %d, want 1", n)
+	}
+	if _, err := s.SessionByHash(ctx, []byte("b1")); err != nil {
+		t.Fatalf("another user's session went: %v", err)
+	}
+	if n := must(s.PurgeSessions(ctx, time.Now()))(t); n != 1 {
+		t.Fatalf("purged %d expired sessions, want 1", n)
+	}
+	later := time.Now().Add(3 * time.Hour).UTC().Truncate(time.Second)
+	if err := s.ExtendSession(ctx, []byte("b1"), later); err != nil {
+		t.Fatal(err)
+	}
+	if got := must(s.SessionByHash(ctx, []byte("b1")))(t); !got.ExpiresAt.Equal(later) {
+		t.Fatalf("extended to %v, want %v", got.ExpiresAt, later)
+	}
+	if err := s.ExtendSession(ctx, []byte("missing"), later); err != nil {
+		t.Fatalf("extending a missing session: %v", err)
+	}
+	if err := s.SetPassword(ctx, ana.ID, []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	if u := must(s.UserByID(ctx, ana.ID))(t); string(u.PasswordHash) != "new" {
+		t.Fatalf("password hash %q", u.PasswordHash)
+	}
+	if err := s.SetPassword(ctx, "nobody", []byte("x")); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the password of nobody: %v", err)
 	}
 }

@@ -14,12 +14,13 @@ import (
 	"sync"
 	"time"
 
+	"parley/internal/fault"
 	"parley/internal/tools"
 )
 
 // Adapter is host code that runs with a params map. Its outcomes are:
 //   - ok: a result (any JSON-encodable value) and a nil error;
-//   - error: a *tools.Error the model reads, or any other error (internal, hidden from the model);
+//   - error: a *fault.Error the model reads, or any other error (internal, hidden from the model);
 //   - retry: an error made with Retry, which the loop's retry scheduler tries again.
 type Adapter interface {
 	Run(ctx context.Context, params map[string]any) (any, error)
@@ -165,7 +166,7 @@ func (r *Registry) List() []Info {
 func Precheck(r *Registry, key string) tools.PrecheckFunc {
 	return func(ctx context.Context, args map[string]any) error {
 		if _, err := r.Lookup(key); err != nil {
-			return tools.Errorf(tools.KindPermissionDenied, "adapter %q is not available: %v", key, err)
+			return fault.Errorf(fault.KindPermissionDenied, "adapter %q is not available: %v", key, err)
 		}
 		return nil
 	}
@@ -178,7 +179,7 @@ func ToolFunc(r *Registry, key string) tools.Func {
 	return func(ctx context.Context, call tools.Call, args map[string]any) (any, error) {
 		e, err := r.Lookup(key)
 		if err != nil {
-			return nil, tools.Errorf(tools.KindPermissionDenied, "adapter %q is not available: %v", key, err)
+			return nil, fault.Errorf(fault.KindPermissionDenied, "adapter %q is not available: %v", key, err)
 		}
 		if args == nil {
 			args = map[string]any{}
@@ -189,8 +190,8 @@ func ToolFunc(r *Registry, key string) tools.Func {
 		}
 		var re *RetryError
 		if errors.As(err, &re) {
-			te := tools.Errorf(tools.KindServiceUnavailable, "adapter %q asked to retry", key)
-			var inner *tools.Error
+			te := fault.Errorf(fault.KindServiceUnavailable, "adapter %q asked to retry", key)
+			var inner *fault.Error
 			if errors.As(re.Err, &inner) {
 				cp := *inner
 				te = &cp

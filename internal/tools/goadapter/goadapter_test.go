@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"parley/internal/fault"
 	"parley/internal/tools"
 )
 
@@ -65,7 +66,7 @@ func TestLookupAndList(t *testing.T) {
 }
 
 func TestToolFuncOutcomes(t *testing.T) {
-	visible := tools.Errorf(tools.KindNotFound, "no invoice inv_9")
+	visible := fault.Errorf(fault.KindNotFound, "no invoice inv_9")
 	r := NewRegistry()
 	rp := &reprice{}
 	entries := map[string]Adapter{
@@ -76,7 +77,7 @@ func TestToolFuncOutcomes(t *testing.T) {
 			return nil, Retry(errors.New("busy"), 3*time.Second)
 		}),
 		"b.retry_kind": Func(func(context.Context, map[string]any) (any, error) {
-			return nil, Retry(tools.Errorf(tools.KindRateLimited, "slow down"), 0)
+			return nil, Retry(fault.Errorf(fault.KindRateLimited, "slow down"), 0)
 		}),
 	}
 	for k, a := range entries {
@@ -94,7 +95,7 @@ func TestToolFuncOutcomes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o := tool.Execute(context.Background(), call, nil); o.Status != tools.ToolError || o.Err.Kind != tools.KindNotFound {
+	if o := tool.Execute(context.Background(), call, nil); o.Status != tools.ToolError || o.Err.Kind != fault.KindNotFound {
 		t.Fatalf("visible error outcome = %+v", o)
 	}
 	tool, _ = tools.New(tools.Spec{Name: "t", Executor: tools.Server, Func: ToolFunc(r, "b.hidden")})
@@ -103,12 +104,12 @@ func TestToolFuncOutcomes(t *testing.T) {
 	}
 
 	_, err = ToolFunc(r, "b.retry")(context.Background(), call, nil)
-	var te *tools.Error
-	if !errors.As(err, &te) || !te.Retryable || te.RetryAfter != 3*time.Second || te.Kind != tools.KindServiceUnavailable {
+	var te *fault.Error
+	if !errors.As(err, &te) || !te.Retryable || te.RetryAfter != 3*time.Second || te.Kind != fault.KindServiceUnavailable {
 		t.Fatalf("retry: %+v", err)
 	}
 	_, err = ToolFunc(r, "b.retry_kind")(context.Background(), call, nil)
-	if !errors.As(err, &te) || !te.Retryable || te.Kind != tools.KindRateLimited {
+	if !errors.As(err, &te) || !te.Retryable || te.Kind != fault.KindRateLimited {
 		t.Fatalf("retry with kind: %+v", err)
 	}
 }
@@ -125,8 +126,8 @@ func TestResolvedAtExecution(t *testing.T) {
 	}
 	_ = r.SetEnabled("billing.reprice", false)
 	_, err := f(context.Background(), tools.Call{}, nil)
-	var te *tools.Error
-	if !errors.As(err, &te) || te.Kind != tools.KindPermissionDenied || te.Retryable {
+	var te *fault.Error
+	if !errors.As(err, &te) || te.Kind != fault.KindPermissionDenied || te.Retryable {
 		t.Fatalf("disabled at execution: %v", err)
 	}
 	_ = r.SetEnabled("billing.reprice", true)
@@ -140,14 +141,14 @@ func TestResolvedAtExecution(t *testing.T) {
 		t.Fatalf("precheck of an enabled adapter: %v", err)
 	}
 	_ = r.SetEnabled("billing.reprice", false)
-	if err := Precheck(r, "billing.reprice")(context.Background(), nil); !errors.As(err, &te) || te.Kind != tools.KindPermissionDenied {
+	if err := Precheck(r, "billing.reprice")(context.Background(), nil); !errors.As(err, &te) || te.Kind != fault.KindPermissionDenied {
 		t.Fatalf("precheck of a disabled adapter: %v", err)
 	}
 	if rp.calls != 2 {
 		t.Fatal("a precheck ran the adapter")
 	}
 	_, err = ToolFunc(r, "billing.unknown")(context.Background(), tools.Call{}, nil)
-	if !errors.As(err, &te) || te.Kind != tools.KindPermissionDenied {
+	if !errors.As(err, &te) || te.Kind != fault.KindPermissionDenied {
 		t.Fatalf("unknown at execution: %v", err)
 	}
 }

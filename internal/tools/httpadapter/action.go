@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"parley/internal/clock"
+	"parley/internal/fault"
 	"parley/internal/tools"
 )
 
@@ -38,6 +39,11 @@ type ActionOptions struct {
 	AllowPrivateNetwork bool
 	// AllowBody permits a raw string body (json bodies are always allowed).
 	AllowBody bool
+	// AllowSlashInPath lets a url_template placeholder's value span path segments ("a/b" is sent
+	// as the two segments a and b, each escaped; an empty, "." or ".." segment is still refused).
+	// Without it a value holding "/" is refused: sent as %2F, a target that decodes it before
+	// routing would let the model walk its paths.
+	AllowSlashInPath bool
 	// PersistResponseBody keeps response and error bodies in results, bounded by MaxBodyBytes.
 	PersistResponseBody bool
 	MaxBodyBytes        int
@@ -61,10 +67,7 @@ func DialPolicyFor(opts ActionOptions) DialPolicy {
 }
 
 // Problem is one validation problem: a JSON pointer relative to the validated map and a message.
-type Problem struct {
-	Path    string `json:"path"`
-	Message string `json:"message"`
-}
+type Problem = fault.Problem
 
 // ValidationError lists every problem of a request at once.
 type ValidationError struct{ Problems []Problem }
@@ -92,6 +95,8 @@ type ActionRequest struct {
 	JSON           any
 	Timeout        time.Duration
 	CredentialRefs []string
+	// AllowSlashInPath is ActionOptions.AllowSlashInPath, for Build.
+	AllowSlashInPath bool
 }
 
 // Host is the request's fixed target host, lower-case, without port.
@@ -159,6 +164,7 @@ func ValidateRequestWithPolicy(req map[string]any, opts ActionOptions) (*ActionR
 		sort.SliceStable(problems, func(i, j int) bool { return problems[i].Path < problems[j].Path })
 		return nil, &ValidationError{Problems: problems}
 	}
+	r.AllowSlashInPath = opts.AllowSlashInPath
 	return r, nil
 }
 
@@ -414,7 +420,7 @@ func walkStrings(v any, f func(string)) {
 func (r *ActionRequest) Build(bindings map[string]any) (Request, error) {
 	out := Request{Method: r.Method, Timeout: r.Timeout, CredentialRefs: r.CredentialRefs}
 	if r.Template != nil {
-		u, err := r.Template.Expand(bindings)
+		u, err := r.Template.expand(bindings, r.AllowSlashInPath)
 		if err != nil {
 			return out, err
 		}
@@ -532,9 +538,9 @@ func (a *Action) Func() tools.Func {
 	return func(ctx context.Context, call tools.Call, args map[string]any) (any, error) {
 		req, err := a.req.Build(args)
 		if err != nil {
-			return nil, tools.NewError(tools.KindInvalidArgs, err.Error(), nil)
+			return nil, fault.New(fault.KindInvalidArgs, err.Error(), nil)
 		}
-		res, aerr := Invoke(ctx, a.adapter, req, CallContext{ToolCallID: call.ToolCallID, ConversationID: call.ConversationID, Attempt: call.Attempt})
+		res, aerr := Invoke(ctx, a.adapter, req, CallContext{ToolCallID: call.ToolCallID, Key: call.Key(), ConversationID: call.ConversationID, Attempt: call.Attempt})
 		if aerr != nil {
 			if aerr.Details != nil {
 				if a.opts.PersistResponseBody {
@@ -566,7 +572,7 @@ func (a *Action) DryRun() tools.DryRunFunc {
 	return func(ctx context.Context, call tools.Call, args map[string]any) (tools.Plan, error) {
 		req, err := a.req.Build(args)
 		if err != nil {
-			return tools.Plan{}, tools.NewError(tools.KindInvalidArgs, err.Error(), nil)
+			return tools.Plan{}, fault.New(fault.KindInvalidArgs, err.Error(), nil)
 		}
 		u, perr := url.Parse(req.URL)
 		if perr != nil {
@@ -597,25 +603,25 @@ func (a *Action) Precheck(ctx context.Context, args map[string]any) error {
 	}
 	if ps := policyProblems(a.req, a.opts); len(ps) > 0 {
 		ve := &ValidationError{Problems: ps}
-		kind := tools.KindInvalidArgs
+		kind := fault.KindInvalidArgs
 		for _, p := range ps {
 			if p.Path == "/url" || p.Path == "/url_template" || p.Path == "" {
-				kind = tools.KindBlockedHost
+				kind = fault.KindBlockedHost
 			}
 		}
-		return tools.NewError(kind, ve.Error(), map[string]any{"problems": problemMaps(ps)})
+		return &fault.Error{Kind: kind, Message: ve.Error(), Problems: ps}
 	}
 	req, err := a.req.Build(args)
 	if err != nil {
-		return tools.NewError(tools.KindInvalidArgs, err.Error(), nil)
+		return fault.New(fault.KindInvalidArgs, err.Error(), nil)
 	}
 	// The expanded URL is what will be dialed: check its host too, not only the template's.
 	u, err := CheckURL(req.URL)
 	if err != nil {
-		return tools.NewError(tools.KindInvalidArgs, "the expanded URL is not valid: "+err.Error(), nil)
+		return fault.New(fault.KindInvalidArgs, "the expanded URL is not valid: "+err.Error(), nil)
 	}
 	if !hostAllowed(normalizeHost(u.Hostname()), a.opts.AllowedHosts) {
-		return tools.Errorf(tools.KindBlockedHost, "host %q is not in allowed_hosts", u.Hostname())
+		return fault.Errorf(fault.KindBlockedHost, "host %q is not in allowed_hosts", u.Hostname())
 	}
 	return nil
 }
@@ -627,14 +633,6 @@ func hostAllowed(host string, allowed []string) bool {
 		}
 	}
 	return false
-}
-
-func problemMaps(ps []Problem) []map[string]any {
-	out := make([]map[string]any, len(ps))
-	for i, p := range ps {
-		out[i] = map[string]any{"path": p.Path, "message": p.Message}
-	}
-	return out
 }
 
 // errNoRequest keeps the zero Action from being used by accident.

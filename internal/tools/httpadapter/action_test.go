@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"parley/internal/fault"
 	"parley/internal/tools"
 )
 
@@ -163,14 +164,14 @@ func TestActionFunc(t *testing.T) {
 		return a
 	}
 	call := tools.Call{ToolCallID: "call_9", ConversationID: "c1"}
-	args := map[string]any{"id": "a/b c", "v": "x&y=1", "text": "hello", "n": int64(3)}
+	args := map[string]any{"id": "a?b c", "v": "x&y=1", "text": "hello", "n": int64(3)}
 
 	out, err := build(false, 0).Func()(context.Background(), call, args)
 	if err != nil {
 		t.Fatalf("Func: %v", err)
 	}
 	s := <-got
-	if s.path != "/c/a%2Fb%20c/notes" || s.query != "v=x%26y%3D1" || s.auth != "Bearer hidden-value" || s.idem != "call_9" {
+	if s.path != "/c/a%3Fb%20c/notes" || s.query != "v=x%26y%3D1" || s.auth != "Bearer hidden-value" || s.idem != call.Key() {
 		t.Errorf("server saw %+v", s)
 	}
 	var body map[string]any
@@ -202,8 +203,8 @@ func TestActionFunc(t *testing.T) {
 	args["id"] = "fail"
 	_, err = build(false, 0).Func()(context.Background(), call, args)
 	<-got
-	var te *tools.Error
-	if !errors.As(err, &te) || te.Kind != tools.KindHTTPError || !te.Retryable {
+	var te *fault.Error
+	if !errors.As(err, &te) || te.Kind != fault.KindHTTPError || !te.Retryable {
 		t.Fatalf("503: %v, want a retryable http_error", err)
 	}
 	if _, has := te.Details["body"]; has {
@@ -211,7 +212,7 @@ func TestActionFunc(t *testing.T) {
 	}
 
 	_, err = build(false, 0).Func()(context.Background(), call, map[string]any{"id": ".."})
-	if !errors.As(err, &te) || te.Kind != tools.KindInvalidArgs {
+	if !errors.As(err, &te) || te.Kind != fault.KindInvalidArgs {
 		t.Fatalf("bad args: %v, want invalid_args", err)
 	}
 
@@ -252,14 +253,14 @@ func TestActionPrecheck(t *testing.T) {
 	}
 	for name, c := range map[string]struct {
 		args map[string]any
-		kind tools.Kind
+		kind fault.Kind
 	}{
-		"missing binding":               {map[string]any{"id": "7"}, tools.KindInvalidArgs},
-		"path traversal":                {map[string]any{"id": "..", "note": "x"}, tools.KindInvalidArgs},
-		"secret key smuggled by an arg": {map[string]any{"id": "7", "note": map[string]any{"api_key": "x"}}, tools.KindInvalidArgs},
+		"missing binding":               {map[string]any{"id": "7"}, fault.KindInvalidArgs},
+		"path traversal":                {map[string]any{"id": "..", "note": "x"}, fault.KindInvalidArgs},
+		"secret key smuggled by an arg": {map[string]any{"id": "7", "note": map[string]any{"api_key": "x"}}, fault.KindInvalidArgs},
 	} {
 		err := a.Precheck(context.Background(), c.args)
-		var te *tools.Error
+		var te *fault.Error
 		if !errors.As(err, &te) || te.Kind != c.kind {
 			t.Errorf("%s: Precheck = %v, want %s", name, err, c.kind)
 		}
@@ -267,8 +268,8 @@ func TestActionPrecheck(t *testing.T) {
 
 	// The policy is checked again: an action whose host left allowed_hosts is blocked.
 	moved := &Action{req: a.req, opts: ActionOptions{AllowedHosts: []string{"other.example.test"}}}
-	var te *tools.Error
-	if err := moved.Precheck(context.Background(), map[string]any{"id": "7", "note": "x"}); !errors.As(err, &te) || te.Kind != tools.KindBlockedHost {
+	var te *fault.Error
+	if err := moved.Precheck(context.Background(), map[string]any{"id": "7", "note": "x"}); !errors.As(err, &te) || te.Kind != fault.KindBlockedHost {
 		t.Fatalf("host outside allowed_hosts: %v, want blocked_host", err)
 	}
 	if err := (&Action{}).Precheck(context.Background(), nil); err == nil || errors.As(err, &te) {
@@ -311,12 +312,35 @@ func TestActionRedactsPersistedBodies(t *testing.T) {
 		t.Fatalf("persisted body %s: want the tokens redacted and the rest kept", enc)
 	}
 	_, err = a.Func()(context.Background(), tools.Call{ToolCallID: "c"}, map[string]any{"p": "fail"})
-	var te *tools.Error
+	var te *fault.Error
 	if !errors.As(err, &te) {
 		t.Fatalf("400: %v", err)
 	}
 	enc, _ = json.Marshal(te.Details)
 	if strings.Contains(string(enc), "cs-err-1") || !strings.Contains(string(enc), `"bad"`) {
 		t.Fatalf("error details %s: want the secret redacted and the message kept", enc)
+	}
+}
+
+// TestSlashInPathNeedsOptIn: a path value holding "/" is refused unless the tool allows it (the
+// tools file's allow_slash_in_path); allowed, it fills segments that still cannot walk up.
+func TestSlashInPathNeedsOptIn(t *testing.T) {
+	req := map[string]any{"method": "GET", "url_template": "https://api.example.test/files/{{ path }}"}
+	strict := ActionOptions{AllowedHosts: []string{"api.example.test"}}
+	if err := ValidateActionInput(req, map[string]any{"path": "a/b"}, strict); err == nil || !strings.Contains(err.Error(), "allow_slash_in_path") {
+		t.Fatalf("a slash without the opt-in: %v", err)
+	}
+	open := strict
+	open.AllowSlashInPath = true
+	r, err := ValidateRequestWithPolicy(req, open)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := r.Build(map[string]any{"path": "docs/read me.txt"})
+	if err != nil || out.URL != "https://api.example.test/files/docs/read%20me.txt" {
+		t.Fatalf("with the opt-in: %q, %v", out.URL, err)
+	}
+	if _, err := r.Build(map[string]any{"path": "docs/../../etc/passwd"}); err == nil {
+		t.Fatal("a walk up was accepted with the opt-in")
 	}
 }

@@ -9,15 +9,16 @@ package httpadapter
 import (
 	"context"
 	"fmt"
+	"parley/internal/fault"
 	"time"
-
-	"parley/internal/tools"
 )
 
 // CallContext is what an adapter knows about the call it serves.
 type CallContext struct {
-	// ToolCallID is the call's idempotency key; it is the same on every attempt.
+	// ToolCallID is the call's id in its conversation; Key (tools.Call.Key) is its idempotency
+	// key, the same on every attempt and unique in the whole store.
 	ToolCallID     string
+	Key            string
 	ConversationID string
 	Tool           string
 	Attempt        int
@@ -43,7 +44,7 @@ type Result struct {
 // Error is an adapter's normalized failure.
 type Error struct {
 	Adapter string     `json:"adapter"`
-	Kind    tools.Kind `json:"kind"`
+	Kind    fault.Kind `json:"kind"`
 	// Message is stable and human-readable.
 	Message string `json:"message"`
 	// Details is plain data (maps, slices, strings, numbers) safe to log and show.
@@ -78,8 +79,8 @@ func (e *Error) ToMap() map[string]any {
 
 // ToolError converts the error to the tool error the model reads; Retryable and RetryAfter
 // carry over for the loop's retry scheduler.
-func (e *Error) ToolError() *tools.Error {
-	te := tools.NewError(e.Kind, e.Message, e.Details)
+func (e *Error) ToolError() *fault.Error {
+	te := fault.New(e.Kind, e.Message, e.Details)
 	te.Retryable = e.Retryable
 	te.RetryAfter = e.RetryAfter
 	return te
@@ -92,7 +93,7 @@ func Invoke(ctx context.Context, a Adapter, request any, cc CallContext) (res *R
 	name := a.Name()
 	defer func() {
 		if r := recover(); r != nil {
-			res, aerr = nil, &Error{Adapter: name, Kind: tools.KindInternal, Message: "the adapter failed unexpectedly", Details: map[string]any{"panic": fmt.Sprint(r)}}
+			res, aerr = nil, &Error{Adapter: name, Kind: fault.KindInternal, Message: "the adapter failed unexpectedly", Details: map[string]any{"panic": fmt.Sprint(r)}}
 		}
 	}()
 	res, aerr = a.Call(ctx, request, cc)
@@ -101,7 +102,7 @@ func Invoke(ctx context.Context, a Adapter, request any, cc CallContext) (res *R
 		aerr.Adapter = name
 		return nil, aerr
 	case res == nil:
-		return nil, &Error{Adapter: name, Kind: tools.KindInternal, Message: "the adapter returned neither a result nor an error"}
+		return nil, &Error{Adapter: name, Kind: fault.KindInternal, Message: "the adapter returned neither a result nor an error"}
 	}
 	res.Adapter = name
 	return res, nil

@@ -5,10 +5,9 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"parley/internal/fault"
 	"sync/atomic"
 	"testing"
-
-	"parley/internal/tools"
 )
 
 // TestDialerRefusesPrivateTargets runs every SSRF case against a live server on 127.0.0.1: the
@@ -46,7 +45,7 @@ func TestDialerRefusesPrivateTargets(t *testing.T) {
 	for _, target := range targets {
 		t.Run(target, func(t *testing.T) {
 			_, aerr := h.Do(context.Background(), Request{URL: target}, CallContext{})
-			if aerr == nil || aerr.Kind != tools.KindBlockedHost || aerr.Retryable {
+			if aerr == nil || aerr.Kind != fault.KindBlockedHost || aerr.Retryable {
 				t.Fatalf("error = %+v, want non-retryable blocked_host", aerr)
 			}
 		})
@@ -99,7 +98,7 @@ func TestDialerExemptions(t *testing.T) {
 			if tc.ok != (aerr == nil) {
 				t.Fatalf("error = %v, want ok=%v", aerr, tc.ok)
 			}
-			if !tc.ok && aerr.Kind != tools.KindBlockedHost {
+			if !tc.ok && aerr.Kind != fault.KindBlockedHost {
 				t.Fatalf("kind = %s, want blocked_host", aerr.Kind)
 			}
 		})

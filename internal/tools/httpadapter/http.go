@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"parley/internal/clock"
+	"parley/internal/fault"
 	"parley/internal/tools"
 )
 
@@ -84,20 +85,20 @@ func (h *HTTP) Call(ctx context.Context, request any, cc CallContext) (*Result, 
 		return h.Do(ctx, r, cc)
 	case *Request:
 		if r == nil {
-			return nil, h.fail(tools.KindInvalidArgs, "no request", nil)
+			return nil, h.fail(fault.KindInvalidArgs, "no request", nil)
 		}
 		return h.Do(ctx, *r, cc)
 	case map[string]any:
 		req, err := requestFromMap(r)
 		if err != nil {
-			return nil, h.fail(tools.KindInvalidArgs, err.Error(), nil)
+			return nil, h.fail(fault.KindInvalidArgs, err.Error(), nil)
 		}
 		return h.Do(ctx, req, cc)
 	}
-	return nil, h.fail(tools.KindInvalidArgs, fmt.Sprintf("unsupported request type %T", request), nil)
+	return nil, h.fail(fault.KindInvalidArgs, fmt.Sprintf("unsupported request type %T", request), nil)
 }
 
-func (h *HTTP) fail(kind tools.Kind, msg string, details map[string]any) *Error {
+func (h *HTTP) fail(kind fault.Kind, msg string, details map[string]any) *Error {
 	return &Error{Adapter: h.Name(), Kind: kind, Message: msg, Details: details}
 }
 
@@ -112,11 +113,11 @@ func (h *HTTP) Do(ctx context.Context, r Request, cc CallContext) (*Result, *Err
 		method = http.MethodGet
 	}
 	if !validMethod(method) {
-		return nil, h.fail(tools.KindInvalidArgs, fmt.Sprintf("method %q is not supported", r.Method), nil)
+		return nil, h.fail(fault.KindInvalidArgs, fmt.Sprintf("method %q is not supported", r.Method), nil)
 	}
 	u, err := url.Parse(r.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, h.fail(tools.KindInvalidArgs, "the URL must be an absolute http or https URL", nil)
+		return nil, h.fail(fault.KindInvalidArgs, "the URL must be an absolute http or https URL", nil)
 	}
 	if len(r.Params) > 0 {
 		q := u.Query()
@@ -131,11 +132,11 @@ func (h *HTTP) Do(ctx context.Context, r Request, cc CallContext) (*Result, *Err
 	var contentType string
 	switch {
 	case r.JSON != nil && r.Body != nil:
-		return nil, h.fail(tools.KindInvalidArgs, "a request has either a body or json, not both", nil)
+		return nil, h.fail(fault.KindInvalidArgs, "a request has either a body or json, not both", nil)
 	case r.JSON != nil:
 		b, err := json.Marshal(r.JSON)
 		if err != nil {
-			return nil, h.fail(tools.KindInvalidArgs, "the json body could not be encoded", nil)
+			return nil, h.fail(fault.KindInvalidArgs, "the json body could not be encoded", nil)
 		}
 		body, contentType = bytes.NewReader(b), "application/json"
 	case r.Body != nil:
@@ -153,7 +154,7 @@ func (h *HTTP) Do(ctx context.Context, r Request, cc CallContext) (*Result, *Err
 
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
 	if err != nil {
-		return nil, h.fail(tools.KindInvalidArgs, "the request could not be built", nil)
+		return nil, h.fail(fault.KindInvalidArgs, "the request could not be built", nil)
 	}
 	for k, vs := range r.Headers {
 		for _, v := range vs {
@@ -163,18 +164,18 @@ func (h *HTTP) Do(ctx context.Context, r Request, cc CallContext) (*Result, *Err
 	if contentType != "" && req.Header.Get("Content-Type") == "" {
 		req.Header.Set("Content-Type", contentType)
 	}
-	if cc.ToolCallID != "" && req.Header.Get("Idempotency-Key") == "" {
-		req.Header.Set("Idempotency-Key", cc.ToolCallID)
+	if cc.Key != "" && req.Header.Get("Idempotency-Key") == "" {
+		req.Header.Set("Idempotency-Key", cc.Key)
 	}
 	meta := map[string]any{"method": method, "url": RedactURL(u)}
 	if len(r.CredentialRefs) > 0 {
 		if h.Credentials == nil {
-			return nil, h.fail(tools.KindResourceMissing, "the request names credentials but no credential resolver is configured", nil)
+			return nil, h.fail(fault.KindResourceMissing, "the request names credentials but no credential resolver is configured", nil)
 		}
 		for _, ref := range r.CredentialRefs {
 			hdr, err := h.Credentials.ResolveCredential(ctx, ref)
 			if err != nil {
-				return nil, h.fail(tools.KindResourceMissing, fmt.Sprintf("credential %q could not be resolved", ref), nil)
+				return nil, h.fail(fault.KindResourceMissing, fmt.Sprintf("credential %q could not be resolved", ref), nil)
 			}
 			for k, vs := range hdr {
 				req.Header.Del(k)
@@ -218,7 +219,7 @@ func (h *HTTP) Do(ctx context.Context, r Request, cc CallContext) (*Result, *Err
 	meta["status"] = resp.StatusCode
 
 	if resp.StatusCode >= 400 {
-		e := h.fail(tools.KindHTTPError, fmt.Sprintf("%s %s answered %d %s", method, meta["url"], resp.StatusCode, http.StatusText(resp.StatusCode)), map[string]any{
+		e := h.fail(fault.KindHTTPError, fmt.Sprintf("%s %s answered %d %s", method, meta["url"], resp.StatusCode, http.StatusText(resp.StatusCode)), map[string]any{
 			"status":         resp.StatusCode,
 			"headers":        payload["headers"],
 			"body":           payload["body"],
@@ -248,15 +249,15 @@ func (h *HTTP) transportError(ctx context.Context, err error, meta map[string]an
 	var ne net.Error
 	switch {
 	case errors.Is(err, ErrBlockedAddress):
-		return h.fail(tools.KindBlockedHost, fmt.Sprintf("%s resolves to an address that is not allowed", meta["url"]), details)
+		return h.fail(fault.KindBlockedHost, fmt.Sprintf("%s resolves to an address that is not allowed", meta["url"]), details)
 	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
-		e := h.fail(tools.KindTimeout, fmt.Sprintf("%s %s did not answer in time", meta["method"], meta["url"]), details)
+		e := h.fail(fault.KindTimeout, fmt.Sprintf("%s %s did not answer in time", meta["method"], meta["url"]), details)
 		e.Retryable = true
 		return e
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
-		return h.fail(tools.KindNetwork, "the request was cancelled", details)
+		return h.fail(fault.KindNetwork, "the request was cancelled", details)
 	}
-	e := h.fail(tools.KindNetwork, fmt.Sprintf("%s %s failed: %s", meta["method"], meta["url"], transportReason(err)), details)
+	e := h.fail(fault.KindNetwork, fmt.Sprintf("%s %s failed: %s", meta["method"], meta["url"], transportReason(err)), details)
 	e.Retryable = true
 	return e
 }

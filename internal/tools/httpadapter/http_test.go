@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"parley/internal/clock"
-	"parley/internal/tools"
+	"parley/internal/fault"
 )
 
 // loopbackClient reaches httptest servers (127.0.0.1) and nothing else private.
@@ -37,8 +37,8 @@ func TestInvokeNormalizes(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Set-Cookie", "session=abc")
 		w.Header().Set("X-Request-Id", "r1")
-		if got := r.Header.Get("Idempotency-Key"); got != "call_1" {
-			t.Errorf("Idempotency-Key = %q, want call_1", got)
+		if got := r.Header.Get("Idempotency-Key"); got != "pc_key1" {
+			t.Errorf("Idempotency-Key = %q, want pc_key1", got)
 		}
 		if got := r.URL.Query().Get("q"); got != "a b" {
 			t.Errorf("query q = %q", got)
@@ -46,7 +46,7 @@ func TestInvokeNormalizes(t *testing.T) {
 		fmt.Fprint(w, `{"temp": 21, "ok": true}`)
 	})
 	h := &HTTP{Client: loopbackClient(t)}
-	res, aerr := Invoke(context.Background(), h, map[string]any{"method": "get", "url": srv.URL + "/w", "params": map[string]any{"q": "a b"}, "timeout": int64(5)}, CallContext{ToolCallID: "call_1"})
+	res, aerr := Invoke(context.Background(), h, map[string]any{"method": "get", "url": srv.URL + "/w", "params": map[string]any{"q": "a b"}, "timeout": int64(5)}, CallContext{ToolCallID: "call_1", Key: "pc_key1"})
 	if aerr != nil {
 		t.Fatalf("Invoke: %v", aerr)
 	}
@@ -70,11 +70,11 @@ func TestInvokeContract(t *testing.T) {
 	tests := []struct {
 		name     string
 		adapter  Adapter
-		wantKind tools.Kind
+		wantKind fault.Kind
 	}{
-		{"panic becomes internal", adapterFunc(func() (*Result, *Error) { panic("boom") }), tools.KindInternal},
-		{"neither result nor error", adapterFunc(func() (*Result, *Error) { return nil, nil }), tools.KindInternal},
-		{"error gets the adapter name", adapterFunc(func() (*Result, *Error) { return nil, &Error{Kind: tools.KindNetwork} }), tools.KindNetwork},
+		{"panic becomes internal", adapterFunc(func() (*Result, *Error) { panic("boom") }), fault.KindInternal},
+		{"neither result nor error", adapterFunc(func() (*Result, *Error) { return nil, nil }), fault.KindInternal},
+		{"error gets the adapter name", adapterFunc(func() (*Result, *Error) { return nil, &Error{Kind: fault.KindNetwork} }), fault.KindNetwork},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -98,7 +98,7 @@ func (f adapterFunc) Call(context.Context, any, CallContext) (*Result, *Error) {
 }
 
 func TestErrorToMapAndToolError(t *testing.T) {
-	e := &Error{Adapter: "http", Kind: tools.KindHTTPError, Message: "m", Retryable: true, RetryAfter: 2 * time.Second}
+	e := &Error{Adapter: "http", Kind: fault.KindHTTPError, Message: "m", Retryable: true, RetryAfter: 2 * time.Second}
 	m := e.ToMap()
 	if m["adapter"] != "http" || m["kind"] != "http_error" || m["retryable"] != true || m["retry_after_ms"] != int64(2000) {
 		t.Errorf("ToMap = %v", m)
@@ -107,7 +107,7 @@ func TestErrorToMapAndToolError(t *testing.T) {
 		t.Errorf("details must be a plain map even when empty: %v", m["details"])
 	}
 	te := e.ToolError()
-	if te.Kind != tools.KindHTTPError || !te.Retryable || te.RetryAfter != 2*time.Second {
+	if te.Kind != fault.KindHTTPError || !te.Retryable || te.RetryAfter != 2*time.Second {
 		t.Errorf("ToolError = %+v", te)
 	}
 }
@@ -117,27 +117,27 @@ func TestHTTPStatusAndTransportErrors(t *testing.T) {
 	tests := []struct {
 		name          string
 		handler       http.HandlerFunc
-		wantKind      tools.Kind
+		wantKind      fault.Kind
 		wantRetryable bool
 		wantAfter     time.Duration
 	}{
-		{"400 is not retryable", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(400) }, tools.KindHTTPError, false, 0},
-		{"404 is not retryable", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(404) }, tools.KindHTTPError, false, 0},
+		{"400 is not retryable", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(400) }, fault.KindHTTPError, false, 0},
+		{"404 is not retryable", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(404) }, fault.KindHTTPError, false, 0},
 		{"429 with Retry-After seconds", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Retry-After", "7")
 			w.WriteHeader(429)
-		}, tools.KindHTTPError, true, 7 * time.Second},
+		}, fault.KindHTTPError, true, 7 * time.Second},
 		{"503 with Retry-After date", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Retry-After", fakeNow.Add(90*time.Second).Format(http.TimeFormat))
 			w.WriteHeader(503)
-		}, tools.KindHTTPError, true, 90 * time.Second},
-		{"500 without Retry-After", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) }, tools.KindHTTPError, true, 0},
-		{"timeout", func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }, tools.KindTimeout, true, 0},
+		}, fault.KindHTTPError, true, 90 * time.Second},
+		{"500 without Retry-After", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) }, fault.KindHTTPError, true, 0},
+		{"timeout", func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }, fault.KindTimeout, true, 0},
 		{"timeout while the body streams", func(w http.ResponseWriter, r *http.Request) {
 			_, _ = io.WriteString(w, "first part")
 			w.(http.Flusher).Flush()
 			<-r.Context().Done()
-		}, tools.KindTimeout, true, 0},
+		}, fault.KindTimeout, true, 0},
 		{"connection reset mid-answer", func(w http.ResponseWriter, r *http.Request) {
 			conn, _, err := w.(http.Hijacker).Hijack()
 			if err != nil {
@@ -146,7 +146,7 @@ func TestHTTPStatusAndTransportErrors(t *testing.T) {
 			}
 			_, _ = io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial")
 			_ = conn.Close()
-		}, tools.KindNetwork, true, 0},
+		}, fault.KindNetwork, true, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -172,7 +172,7 @@ func TestHTTPConnectionRefused(t *testing.T) {
 	_ = ln.Close()
 	h := &HTTP{Client: loopbackClient(t)}
 	_, aerr := h.Do(context.Background(), Request{URL: "http://" + addr + "/"}, CallContext{})
-	if aerr == nil || aerr.Kind != tools.KindNetwork || !aerr.Retryable {
+	if aerr == nil || aerr.Kind != fault.KindNetwork || !aerr.Retryable {
 		t.Fatalf("error = %+v, want retryable network", aerr)
 	}
 }
@@ -249,10 +249,10 @@ func TestHTTPCredentialsAtTransportBoundary(t *testing.T) {
 	if s := fmt.Sprint(res); strings.Contains(s, "s3cret") {
 		t.Fatalf("the credential leaked into the result: %s", s)
 	}
-	if _, aerr = h.Do(context.Background(), Request{URL: srv.URL, CredentialRefs: []string{"other"}}, CallContext{}); aerr == nil || aerr.Kind != tools.KindResourceMissing {
+	if _, aerr = h.Do(context.Background(), Request{URL: srv.URL, CredentialRefs: []string{"other"}}, CallContext{}); aerr == nil || aerr.Kind != fault.KindResourceMissing {
 		t.Fatalf("unknown ref: %+v", aerr)
 	}
-	if _, aerr = (&HTTP{Client: loopbackClient(t)}).Do(context.Background(), Request{URL: srv.URL, CredentialRefs: []string{"billing_api"}}, CallContext{}); aerr == nil || aerr.Kind != tools.KindResourceMissing {
+	if _, aerr = (&HTTP{Client: loopbackClient(t)}).Do(context.Background(), Request{URL: srv.URL, CredentialRefs: []string{"billing_api"}}, CallContext{}); aerr == nil || aerr.Kind != fault.KindResourceMissing {
 		t.Fatalf("no resolver: %+v", aerr)
 	}
 }
@@ -266,7 +266,7 @@ func TestHTTPRefusesBadRequests(t *testing.T) {
 		{URL: "http://127.0.0.1/", Body: []byte("x"), JSON: map[string]any{}},
 	}
 	for _, r := range tests {
-		if _, aerr := h.Do(context.Background(), r, CallContext{}); aerr == nil || aerr.Kind != tools.KindInvalidArgs {
+		if _, aerr := h.Do(context.Background(), r, CallContext{}); aerr == nil || aerr.Kind != fault.KindInvalidArgs {
 			t.Errorf("%+v: error %+v, want invalid_args", r, aerr)
 		}
 	}

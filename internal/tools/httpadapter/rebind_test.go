@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
+	"parley/internal/fault"
 	"parley/internal/tools"
 )
 
@@ -78,7 +79,7 @@ func TestDNSRebindingRefused(t *testing.T) {
 	c := NewClient(DialPolicy{Resolver: resolver})
 	t.Cleanup(c.CloseIdleConnections)
 	_, aerr := (&HTTP{Client: c}).Do(context.Background(), Request{URL: target}, CallContext{})
-	if aerr == nil || aerr.Kind != tools.KindBlockedHost {
+	if aerr == nil || aerr.Kind != fault.KindBlockedHost {
 		t.Fatalf("rebinding name: %+v, want blocked_host", aerr)
 	}
 
@@ -92,7 +93,7 @@ func TestDNSRebindingRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = a.Func()(context.Background(), tools.Call{ToolCallID: "c"}, nil)
-	if te, ok := err.(*tools.Error); !ok || te.Kind != tools.KindBlockedHost || te.Retryable {
+	if te, ok := err.(*fault.Error); !ok || te.Kind != fault.KindBlockedHost || te.Retryable {
 		t.Fatalf("action: %v, want non-retryable blocked_host", err)
 	}
 
@@ -135,7 +136,7 @@ func TestListedNameReachesOnlyLoopback(t *testing.T) {
 			if tc.ok != (aerr == nil) {
 				t.Fatalf("error = %v, want ok=%v", aerr, tc.ok)
 			}
-			if !tc.ok && aerr.Kind != tools.KindBlockedHost {
+			if !tc.ok && aerr.Kind != fault.KindBlockedHost {
 				t.Fatalf("kind = %s, want blocked_host", aerr.Kind)
 			}
 		})

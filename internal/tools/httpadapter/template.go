@@ -12,8 +12,9 @@ import (
 var placeholderRE = regexp.MustCompile(`\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}`)
 
 // Template is a parsed url_template: a fixed scheme and host, placeholders only in the path.
-// Each value is escaped as one path segment, so a value can neither add segments ("/"), start a
-// query ("?") or fragment ("#"), nor walk up ("." and ".." are refused).
+// Each value is escaped as one path segment, so a value can neither add segments ("/" is
+// refused unless the tool allows it), start a query ("?") or fragment ("#"), nor walk up ("."
+// and ".." are refused, in every segment).
 type Template struct {
 	raw   string
 	parts []templatePart
@@ -98,9 +99,13 @@ func (t *Template) Names() []string { return append([]string(nil), t.names...) }
 // String is the template as written.
 func (t *Template) String() string { return t.raw }
 
-// Expand fills the placeholders from bindings, each value escaped as a path segment. A
-// missing, empty, non-scalar, "." or ".." value is refused.
-func (t *Template) Expand(bindings map[string]any) (string, error) {
+// Expand fills the placeholders from bindings, each value escaped as one path segment. A
+// missing, empty, non-scalar, "." or ".." value is refused, and so is a value holding "/".
+func (t *Template) Expand(bindings map[string]any) (string, error) { return t.expand(bindings, false) }
+
+// expand is Expand; with slashes a value may hold "/" and then fills several segments, each
+// escaped and none empty, "." or "..".
+func (t *Template) expand(bindings map[string]any, slashes bool) (string, error) {
 	var b strings.Builder
 	for _, p := range t.parts {
 		if p.name == "" {
@@ -115,10 +120,18 @@ func (t *Template) Expand(bindings map[string]any) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("placeholder {{ %s }}: %w", p.name, err)
 		}
-		if s == "" || s == "." || s == ".." {
-			return "", fmt.Errorf("placeholder {{ %s }}: %q is not a valid path segment", p.name, s)
+		if strings.Contains(s, "/") && !slashes {
+			return "", fmt.Errorf("placeholder {{ %s }}: %q holds \"/\", which this tool does not allow in a path value (allow_slash_in_path)", p.name, s)
 		}
-		b.WriteString(url.PathEscape(s))
+		for i, seg := range strings.Split(s, "/") {
+			if seg == "" || seg == "." || seg == ".." {
+				return "", fmt.Errorf("placeholder {{ %s }}: %q is not a valid path segment", p.name, s)
+			}
+			if i > 0 {
+				b.WriteByte('/')
+			}
+			b.WriteString(url.PathEscape(seg))
+		}
 	}
 	out := b.String()
 	u, err := CheckURL(out)

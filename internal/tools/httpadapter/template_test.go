@@ -44,7 +44,8 @@ func TestTemplateExpand(t *testing.T) {
 	}{
 		{"Paris", "https://API.example.test/weather/Paris/day-1", false},
 		{"São Paulo", "https://API.example.test/weather/S%C3%A3o%20Paulo/day-1", false},
-		{"a/b", "https://API.example.test/weather/a%2Fb/day-1", false},
+		{"a/b", "", true}, // "/" only with allow_slash_in_path
+		{"a%2Fb", "https://API.example.test/weather/a%252Fb/day-1", false},
 		{"x?admin=1", "https://API.example.test/weather/x%3Fadmin=1/day-1", false},
 		{"x#frag", "https://API.example.test/weather/x%23frag/day-1", false},
 		{"%2e%2e", "https://API.example.test/weather/%252e%252e/day-1", false},
@@ -66,6 +67,26 @@ func TestTemplateExpand(t *testing.T) {
 	}
 	if _, err := tmpl.Expand(map[string]any{"city": "Paris"}); err == nil {
 		t.Error("a missing binding was accepted")
+	}
+	// With allow_slash_in_path a value fills several segments, each escaped; none may be empty
+	// or walk up.
+	for _, tc := range []struct {
+		city    string
+		want    string
+		wantErr bool
+	}{
+		{"eu/paris", "https://API.example.test/weather/eu/paris/day-1", false},
+		{"eu/s o?x", "https://API.example.test/weather/eu/s%20o%3Fx/day-1", false},
+		{"eu/../admin", "", true},
+		{"eu/./x", "", true},
+		{"eu//x", "", true},
+		{"/x", "", true},
+		{"x/", "", true},
+	} {
+		got, err := tmpl.expand(map[string]any{"city": tc.city, "day": int64(1)}, true)
+		if (err != nil) != tc.wantErr || got != tc.want {
+			t.Errorf("expand(%q, slashes) = %q, %v; want %q (error %v)", tc.city, got, err, tc.want, tc.wantErr)
+		}
 	}
 }
 

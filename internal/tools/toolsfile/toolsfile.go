@@ -157,12 +157,12 @@ func Parse(data []byte, env Env) ([]*tools.Tool, error) {
 			return nil, fmt.Errorf("validate tools file: %w", err)
 		}
 		for _, p := range tools.Problems(ve) {
-			path := p["path"].(string)
+			path := p.Path
 			i := toolIndex(path)
 			if i >= 0 {
 				bad[i] = true
 			}
-			problems = append(problems, Problem{Path: path, Tool: names[i], Message: schemaMessage(doc, path, p["message"].(string))})
+			problems = append(problems, Problem{Path: path, Tool: names[i], Message: schemaMessage(doc, path, p.Message)})
 		}
 	}
 
@@ -375,6 +375,7 @@ func build(obj map[string]json.RawMessage, env Env) (*tools.Tool, []httpadapter.
 		field(obj, "allowed_hosts", &opts.AllowedHosts)
 		field(obj, "allow_private_network", &opts.AllowPrivateNetwork)
 		field(obj, "allow_body", &opts.AllowBody)
+		field(obj, "allow_slash_in_path", &opts.AllowSlashInPath)
 		field(obj, "persist_response_body", &opts.PersistResponseBody)
 		field(obj, "max_body_bytes", &opts.MaxBodyBytes)
 		opts.Credentials, opts.Clock = env.Credentials, env.Clock
@@ -411,6 +412,7 @@ func build(obj map[string]json.RawMessage, env Env) (*tools.Tool, []httpadapter.
 	case "client":
 		spec.Executor = tools.Client
 		spec.ResultSchema = obj["result_schema"]
+		field(obj, "run_without_asking", &spec.RunWithoutAsking)
 
 	case "go":
 		spec.Executor = tools.Server

@@ -19,6 +19,7 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"parley/internal/fault"
 	"parley/internal/tools"
 	"parley/internal/tools/goadapter"
 	"parley/internal/tools/httpadapter"
@@ -338,11 +339,12 @@ func TestWebhookToolEndToEnd(t *testing.T) {
 	if verr != nil {
 		t.Fatal(verr)
 	}
-	o := tl.Execute(context.Background(), tools.Call{ToolCallID: "call_e2e", ConversationID: "conv"}, args)
+	call := tools.Call{ToolCallID: "call_e2e", ConversationID: "conv"}
+	o := tl.Execute(context.Background(), call, args)
 	if o.Status != tools.OK {
 		t.Fatalf("outcome %+v", o)
 	}
-	if m := o.Result.(map[string]any); m["ticket"] != "T-Oslo" || m["key"] != "call_e2e" {
+	if m := o.Result.(map[string]any); m["ticket"] != "T-Oslo" || m["key"] != call.Key() {
 		t.Fatalf("result %v", m)
 	}
 }
@@ -383,7 +385,7 @@ func TestHTTPToolEndToEnd(t *testing.T) {
 	if !tl.HasPrecheck() || tl.Precheck(context.Background(), args) != nil {
 		t.Fatal("an http tool from the file must carry a precheck that passes a good call")
 	}
-	if e := tl.Precheck(context.Background(), map[string]any{"city": "..", "units": "metric"}); e == nil || e.Kind != tools.KindInvalidArgs {
+	if e := tl.Precheck(context.Background(), map[string]any{"city": "..", "units": "metric"}); e == nil || e.Kind != fault.KindInvalidArgs {
 		t.Fatalf("precheck of a traversing segment: %v, want invalid_args", e)
 	}
 	o := tl.Execute(context.Background(), tools.Call{ToolCallID: "c1"}, args)
@@ -424,11 +426,11 @@ func TestGoToolResolvedAtExecution(t *testing.T) {
 	if err := e.Adapters.SetEnabled("billing.load_invoice", false); err != nil {
 		t.Fatal(err)
 	}
-	if pe := ts[0].Precheck(context.Background(), nil); pe == nil || pe.Kind != tools.KindPermissionDenied {
+	if pe := ts[0].Precheck(context.Background(), nil); pe == nil || pe.Kind != fault.KindPermissionDenied {
 		t.Fatalf("precheck of a disabled adapter: %v, want permission_denied", pe)
 	}
 	o = ts[0].Execute(context.Background(), tools.Call{ToolCallID: "c"}, map[string]any{"invoice_id": "inv_1"})
-	if o.Status != tools.ToolError || o.Err.Kind != tools.KindPermissionDenied {
+	if o.Status != tools.ToolError || o.Err.Kind != fault.KindPermissionDenied {
 		t.Fatalf("disabled: %+v", o)
 	}
 }

@@ -1,10 +1,12 @@
 // Package webhook runs webhook tools: a signed POST of the call to an external endpoint whose
 // 2xx JSON answer is the tool's result.
 //
-// The request carries Idempotency-Key and webhook-id equal to the tool_call_id, the same on every
-// attempt; X-Webhook-Signature (sha256=<hex HMAC-SHA256 of the raw body>) and the Standard
-// Webhooks signature (webhook-signature: v1,<base64 HMAC-SHA256 of "id.timestamp.body">), both
-// with one key. The adapter sends once: retries belong to the agent's loop, which reads the
+// The request carries Idempotency-Key and webhook-id equal to the call's key (tools.Call.Key:
+// the same on every attempt, unique in the whole store even when models reuse tool_call_ids);
+// X-Webhook-Signature (sha256=<hex HMAC-SHA256 of "timestamp.body">, the timestamp being
+// webhook-timestamp's, so a captured request cannot be replayed later than the receiver's
+// tolerance) and the Standard Webhooks signature (webhook-signature: v1,<base64 HMAC-SHA256 of
+// "id.timestamp.body">), both with one key. The adapter sends once: retries belong to the agent's loop, which reads the
 // returned tool error's Retryable and RetryAfter.
 package webhook
 
@@ -25,6 +27,7 @@ import (
 	"time"
 
 	"parley/internal/clock"
+	"parley/internal/fault"
 	"parley/internal/tools"
 	"parley/internal/tools/httpadapter"
 )
@@ -194,9 +197,12 @@ type Payload struct {
 	Arguments      map[string]any `json:"arguments"`
 }
 
-// SignHMAC is the X-Webhook-Signature value of body: "sha256=" and the hex HMAC-SHA256.
-func SignHMAC(key, body []byte) string {
+// SignHMAC is the X-Webhook-Signature value of a body sent at ts: "sha256=" and the hex
+// HMAC-SHA256 of "<unix timestamp>.<body>" (the timestamp is webhook-timestamp's). Signing the
+// timestamp lets a receiver refuse a replayed request once it is older than its tolerance.
+func SignHMAC(key []byte, ts time.Time, body []byte) string {
 	m := hmac.New(sha256.New, key)
+	m.Write([]byte(strconv.FormatInt(ts.Unix(), 10) + "."))
 	m.Write(body)
 	return "sha256=" + hex.EncodeToString(m.Sum(nil))
 }
@@ -225,12 +231,13 @@ func (w *Webhook) Request(call tools.Call, args map[string]any) (httpadapter.Req
 		h.Set(k, v)
 	}
 	h.Set("Content-Type", "application/json")
-	h.Set(HeaderIdempotencyKey, call.ToolCallID)
-	h.Set(HeaderSignature, SignHMAC(w.cfg.Secret, body))
+	key := call.Key()
+	h.Set(HeaderIdempotencyKey, key)
+	h.Set(HeaderSignature, SignHMAC(w.cfg.Secret, now, body))
 	// Standard Webhooks names are lower-case in the spec; set them verbatim.
-	h[HeaderID] = []string{call.ToolCallID}
+	h[HeaderID] = []string{key}
 	h[HeaderTimestamp] = []string{strconv.FormatInt(now.Unix(), 10)}
-	h[HeaderSignatureV1] = []string{SignStandard(w.cfg.Secret, call.ToolCallID, now, body)}
+	h[HeaderSignatureV1] = []string{SignStandard(w.cfg.Secret, key, now, body)}
 	return httpadapter.Request{Method: http.MethodPost, URL: w.url.String(), Headers: h, Body: body, Timeout: w.cfg.Timeout}, nil
 }
 
@@ -246,7 +253,7 @@ func (w *Webhook) Func() tools.Func {
 		if err != nil {
 			return nil, err
 		}
-		res, aerr := httpadapter.Invoke(ctx, w.adapter, req, httpadapter.CallContext{ToolCallID: call.ToolCallID, ConversationID: call.ConversationID, Tool: w.cfg.Tool, Attempt: call.Attempt})
+		res, aerr := httpadapter.Invoke(ctx, w.adapter, req, httpadapter.CallContext{ToolCallID: call.ToolCallID, Key: call.Key(), ConversationID: call.ConversationID, Tool: w.cfg.Tool, Attempt: call.Attempt})
 		if aerr != nil {
 			// Webhook URLs often carry a secret path (chat hooks): the model reads the tool's
 			// name instead of the URL.
@@ -260,7 +267,7 @@ func (w *Webhook) Func() tools.Func {
 		status, _ := res.Payload["status"].(int)
 		if status < 200 || status > 299 {
 			// 1xx never reaches here; 3xx is not followed and is not success.
-			e := tools.Errorf(tools.KindHTTPError, "webhook %s answered %d %s", w.cfg.Tool, status, http.StatusText(status))
+			e := fault.Errorf(fault.KindHTTPError, "webhook %s answered %d %s", w.cfg.Tool, status, http.StatusText(status))
 			e.Details = map[string]any{"status": status}
 			return nil, e
 		}

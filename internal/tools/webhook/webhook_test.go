@@ -20,6 +20,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"parley/internal/clock"
+	"parley/internal/fault"
 	"parley/internal/tools"
 	"parley/internal/tools/httpadapter"
 )
@@ -102,7 +103,8 @@ func TestSignaturesVerifyWithReferenceLibrary(t *testing.T) {
 			now := time.Now().Truncate(time.Second)
 			w := newHook(t, srv.URL, tc.secret, clock.NewFake(now))
 			args := map[string]any{"title": "Printer", "body": "jammed"}
-			res, err := w.Func()(context.Background(), tools.Call{ToolCallID: "call_abc", ConversationID: "conv_1"}, args)
+			call := tools.Call{ToolCallID: "call_abc", ConversationID: "conv_1"}
+			res, err := w.Func()(context.Background(), call, args)
 			if err != nil {
 				t.Fatalf("Func: %v", err)
 			}
@@ -122,12 +124,22 @@ func TestSignaturesVerifyWithReferenceLibrary(t *testing.T) {
 			if err := ref.Verify(tampered, r.header); err == nil {
 				t.Fatal("reference verifier accepted a tampered body")
 			}
+			// The legacy signature covers the timestamp too: "<webhook-timestamp>.<body>".
 			m := hmac.New(sha256.New, tc.key)
+			m.Write([]byte(r.header.Get("webhook-timestamp") + "."))
 			m.Write(r.body)
 			if want := "sha256=" + hex.EncodeToString(m.Sum(nil)); r.header.Get("X-Webhook-Signature") != want {
 				t.Fatalf("X-Webhook-Signature = %q, want %q", r.header.Get("X-Webhook-Signature"), want)
 			}
-			if r.header.Get("webhook-id") != "call_abc" || r.header.Get("Idempotency-Key") != "call_abc" ||
+			// The body's signature alone (the old scheme) no longer verifies: a captured request
+			// cannot be replayed with a fresh timestamp.
+			old := hmac.New(sha256.New, tc.key)
+			old.Write(r.body)
+			if "sha256="+hex.EncodeToString(old.Sum(nil)) == r.header.Get("X-Webhook-Signature") {
+				t.Fatal("X-Webhook-Signature signs the body without its timestamp")
+			}
+			key := call.Key()
+			if r.header.Get("webhook-id") != key || r.header.Get("Idempotency-Key") != key ||
 				r.header.Get("webhook-timestamp") != strconv.FormatInt(now.Unix(), 10) ||
 				r.header.Get("Content-Type") != "application/json" || r.header.Get("X-Source") != "parley" {
 				t.Fatalf("headers = %v", r.header)
@@ -185,8 +197,8 @@ func TestRetrySemantics(t *testing.T) {
 	for i, want := range wants {
 		call.Attempt = i + 1
 		_, err := w.Func()(context.Background(), call, map[string]any{"n": int64(1)})
-		var te *tools.Error
-		if !errors.As(err, &te) || te.Kind != tools.KindHTTPError || !te.Retryable || te.RetryAfter != want.after {
+		var te *fault.Error
+		if !errors.As(err, &te) || te.Kind != fault.KindHTTPError || !te.Retryable || te.RetryAfter != want.after {
 			t.Fatalf("attempt %d: %+v, want retryable http_error after %v", i+1, err, want.after)
 		}
 		<-got
@@ -207,7 +219,7 @@ func TestRetrySemantics(t *testing.T) {
 	clk.Advance(3 * time.Second)
 	_, _ = w2.Func()(context.Background(), call, nil)
 	a, b := <-got2, <-got2
-	if a.header.Get("Idempotency-Key") != "call_retry" || b.header.Get("Idempotency-Key") != "call_retry" || a.header.Get("webhook-id") != b.header.Get("webhook-id") {
+	if a.header.Get("Idempotency-Key") != call.Key() || b.header.Get("Idempotency-Key") != call.Key() || a.header.Get("webhook-id") != b.header.Get("webhook-id") {
 		t.Fatalf("keys differ across attempts: %v / %v", a.header, b.header)
 	}
 	if a.header.Get("webhook-timestamp") == b.header.Get("webhook-timestamp") {
@@ -220,17 +232,17 @@ func TestAnswers(t *testing.T) {
 		name      string
 		answer    func(http.ResponseWriter)
 		want      any
-		wantKind  tools.Kind
+		wantKind  fault.Kind
 		retryable bool
 	}{
 		{"2xx JSON is the result", jsonAnswer(`{"a":[1,2]}`), map[string]any{"a": []any{int64(1), int64(2)}}, "", false},
 		{"JSON without content type", func(w http.ResponseWriter) { fmt.Fprint(w, `["x"]`) }, []any{"x"}, "", false},
 		{"empty 204", status(204), map[string]any{}, "", false},
 		{"text 200", func(w http.ResponseWriter) { w.Header().Set("Content-Type", "text/plain"); fmt.Fprint(w, "done") }, map[string]any{"status": 200, "body": "done", "body_truncated": false}, "", false},
-		{"400 is not retryable", status(400), nil, tools.KindHTTPError, false},
-		{"422 is not retryable", status(422), nil, tools.KindHTTPError, false},
-		{"302 is not followed and not success", status(302, "Location", "http://10.0.0.1/"), nil, tools.KindHTTPError, false},
-		{"500 is retryable", status(500), nil, tools.KindHTTPError, true},
+		{"400 is not retryable", status(400), nil, fault.KindHTTPError, false},
+		{"422 is not retryable", status(422), nil, fault.KindHTTPError, false},
+		{"302 is not followed and not success", status(302, "Location", "http://10.0.0.1/"), nil, fault.KindHTTPError, false},
+		{"500 is retryable", status(500), nil, fault.KindHTTPError, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -245,7 +257,7 @@ func TestAnswers(t *testing.T) {
 				}
 				return
 			}
-			var te *tools.Error
+			var te *fault.Error
 			if !errors.As(err, &te) || te.Kind != tc.wantKind || te.Retryable != tc.retryable {
 				t.Fatalf("err %+v, want %s retryable=%v", err, tc.wantKind, tc.retryable)
 			}
@@ -268,8 +280,8 @@ func TestTimeoutAndTransportErrors(t *testing.T) {
 	t.Cleanup(func() { close(block) })
 	w := newHook(t, srv.URL, "s", nil, func(c *Config) { c.Timeout = 80 * time.Millisecond })
 	_, err := w.Func()(context.Background(), tools.Call{ToolCallID: "c"}, nil)
-	var te *tools.Error
-	if !errors.As(err, &te) || te.Kind != tools.KindTimeout || !te.Retryable {
+	var te *fault.Error
+	if !errors.As(err, &te) || te.Kind != fault.KindTimeout || !te.Retryable {
 		t.Fatalf("timeout: %v, want retryable timeout", err)
 	}
 
@@ -277,7 +289,7 @@ func TestTimeoutAndTransportErrors(t *testing.T) {
 	url := closed.URL
 	closed.Close()
 	_, err = newHook(t, url, "s", nil).Func()(context.Background(), tools.Call{ToolCallID: "c"}, nil)
-	if !errors.As(err, &te) || te.Kind != tools.KindNetwork || !te.Retryable {
+	if !errors.As(err, &te) || te.Kind != fault.KindNetwork || !te.Retryable {
 		t.Fatalf("connection refused: %v, want retryable network", err)
 	}
 
@@ -339,8 +351,8 @@ func TestDialTimeRefusal(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = w.Func()(context.Background(), tools.Call{ToolCallID: "c"}, nil)
-	var te *tools.Error
-	if !errors.As(err, &te) || te.Kind != tools.KindBlockedHost || te.Retryable {
+	var te *fault.Error
+	if !errors.As(err, &te) || te.Kind != fault.KindBlockedHost || te.Retryable {
 		t.Fatalf("loopback through a strict client: %v, want non-retryable blocked_host", err)
 	}
 	if len(got) != 0 {
@@ -386,5 +398,27 @@ func TestDryRunHidesThePath(t *testing.T) {
 	if strings.Contains(string(enc), "s3cretpath") || strings.Contains(string(enc), "abc123") ||
 		!strings.Contains(plan.Summary, "https://hooks.example.test/…") || plan.Details["arguments"].(map[string]any)["text"] != "hi" {
 		t.Fatalf("plan %s: want host only, and the arguments", enc)
+	}
+}
+
+// TestKeysDifferAcrossConversations: two conversations whose models both named a call "call_0"
+// send two different idempotency keys, so a receiver that deduplicates never drops the second.
+func TestKeysDifferAcrossConversations(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_772_366_400, 0))
+	srv, got := receiver(t, jsonAnswer(`{}`))
+	w := newHook(t, srv.URL, "secret", clk)
+	for _, conv := range []string{"alice-conv", "bob-conv"} {
+		if _, err := w.Func()(context.Background(), tools.Call{ToolCallID: "call_0", ConversationID: conv}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := <-got, <-got
+	if a.header.Get("Idempotency-Key") == b.header.Get("Idempotency-Key") || a.header.Get("webhook-id") == b.header.Get("webhook-id") {
+		t.Fatalf("two conversations' calls share a key: %v / %v", a.header, b.header)
+	}
+	for _, r := range []struct{ header http.Header }{{a.header}, {b.header}} {
+		if !strings.HasPrefix(r.header.Get("Idempotency-Key"), "pc_") || r.header.Get("Idempotency-Key") != r.header.Get("webhook-id") {
+			t.Fatalf("key %q, webhook-id %q", r.header.Get("Idempotency-Key"), r.header.Get("webhook-id"))
+		}
 	}
 }

@@ -211,6 +211,39 @@ func (c *Core) CreateUser(ctx context.Context, u store.User) (store.User, error)
 	return u, nil
 }
 
+// CreateFirstAdmin implements store.Store: the bootstrap marker (a settings row, unique) and
+// the admin are written in one transaction, which also finds the users table empty, so two
+// processes racing to bootstrap one database make one admin.
+func (c *Core) CreateFirstAdmin(ctx context.Context, u store.User) (store.User, error) {
+	if u.ID == "" {
+		u.ID = NewID()
+	}
+	u.Role = store.RoleAdmin
+	if u.CreatedAt.IsZero() {
+		u.CreatedAt = c.now()
+	}
+	u.CreatedAt = ts(u.CreatedAt)
+	err := c.inTx(ctx, func(tx Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO settings (key, value) VALUES ('bootstrap_admin', $1)`, u.ID); err != nil {
+			return err // a second bootstrap: the unique key refuses it (ErrConflict)
+		}
+		var n int
+		if err := queryRow(ctx, tx, `SELECT count(*) FROM users`, nil, &n); err != nil {
+			return err
+		}
+		if n > 0 {
+			return store.ErrConflict
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO users (`+userCols+`) VALUES ($1,$2,$3,$4,$5)`,
+			u.ID, u.Name, string(u.Role), u.PasswordHash, u.CreatedAt)
+		return err
+	})
+	if err != nil {
+		return store.User{}, fmt.Errorf("create the first admin %q: %w", u.Name, err)
+	}
+	return u, nil
+}
+
 // UserByID implements store.Store.
 func (c *Core) UserByID(ctx context.Context, id string) (store.User, error) {
 	return c.oneUser(ctx, `WHERE id = $1`, id)
@@ -289,6 +322,48 @@ func (c *Core) SessionByHash(ctx context.Context, hash []byte) (store.Session, e
 func (c *Core) DeleteSession(ctx context.Context, hash []byte) error {
 	if _, err := c.DB.Exec(ctx, `DELETE FROM sessions WHERE token_hash = $1`, hash); err != nil {
 		return fmt.Errorf("delete session: %w", err)
+	}
+	return nil
+}
+
+// ExtendSession implements store.Store.
+func (c *Core) ExtendSession(ctx context.Context, hash []byte, expiresAt time.Time) error {
+	if _, err := c.DB.Exec(ctx, `UPDATE sessions SET expires_at = $1 WHERE token_hash = $2`, ts(expiresAt), hash); err != nil {
+		return fmt.Errorf("extend session: %w", err)
+	}
+	return nil
+}
+
+// EndUserSessions implements store.Store.
+func (c *Core) EndUserSessions(ctx context.Context, userID string, keep []byte) (int, error) {
+	q, args := `DELETE FROM sessions WHERE user_id = $1`, []any{userID}
+	if keep != nil {
+		q, args = q+` AND token_hash <> $2`, append(args, keep)
+	}
+	n, err := c.DB.Exec(ctx, q, args...)
+	if err != nil {
+		return 0, fmt.Errorf("end the sessions of %q: %w", userID, err)
+	}
+	return int(n), nil
+}
+
+// PurgeSessions implements store.Store.
+func (c *Core) PurgeSessions(ctx context.Context, now time.Time) (int, error) {
+	n, err := c.DB.Exec(ctx, `DELETE FROM sessions WHERE expires_at <= $1`, ts(now))
+	if err != nil {
+		return 0, fmt.Errorf("purge expired sessions: %w", err)
+	}
+	return int(n), nil
+}
+
+// SetPassword implements store.Store.
+func (c *Core) SetPassword(ctx context.Context, userID string, hash []byte) error {
+	n, err := c.DB.Exec(ctx, `UPDATE users SET password_hash = $1 WHERE id = $2`, hash, userID)
+	if err != nil {
+		return fmt.Errorf("set the password of %q: %w", userID, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("set the password of %q: %w", userID, store.ErrNotFound)
 	}
 	return nil
 }
@@ -810,13 +885,13 @@ func (c *Core) AddOutbox(ctx context.Context, m store.OutboxMessage) (store.Outb
 	var out store.OutboxMessage
 	err := c.inTx(ctx, func(tx Tx) error {
 		ms, err := queryAll(ctx, tx, `INSERT INTO outbox (conversation_id, tool_call_id, to_addr, subject, body, created_at) VALUES ($1,$2,$3,$4,$5,$6)
-			ON CONFLICT (tool_call_id) DO NOTHING RETURNING `+outboxCols,
+			ON CONFLICT (conversation_id, tool_call_id) DO NOTHING RETURNING `+outboxCols,
 			[]any{m.ConversationID, m.ToolCallID, m.To, m.Subject, m.Body, c.now()}, scanOutbox)
 		if err != nil {
 			return err
 		}
 		if len(ms) == 0 {
-			return queryRow(ctx, tx, `SELECT `+outboxCols+` FROM outbox WHERE tool_call_id = $1`, []any{m.ToolCallID},
+			return queryRow(ctx, tx, `SELECT `+outboxCols+` FROM outbox WHERE conversation_id = $1 AND tool_call_id = $2`, []any{m.ConversationID, m.ToolCallID},
 				&out.ID, &out.ConversationID, &out.ToolCallID, &out.To, &out.Subject, &out.Body, &out.CreatedAt)
 		}
 		out = ms[0]
@@ -872,4 +947,31 @@ func (c *Core) Ping(ctx context.Context) error {
 		return fmt.Errorf("ping store: %w", err)
 	}
 	return nil
+}
+
+// ---- usage ----
+
+// usageDay is the day's key: its UTC date.
+func usageDay(day time.Time) string { return day.UTC().Format("2006-01-02") }
+
+// AddUsage implements store.Store.
+func (c *Core) AddUsage(ctx context.Context, userID string, day time.Time, tokens int64) error {
+	if _, err := c.DB.Exec(ctx, `INSERT INTO usage (user_id, day, tokens) VALUES ($1,$2,$3)
+		ON CONFLICT (user_id, day) DO UPDATE SET tokens = usage.tokens + excluded.tokens`, userID, usageDay(day), tokens); err != nil {
+		return fmt.Errorf("add usage of %s: %w", userID, err)
+	}
+	return nil
+}
+
+// UsageOn implements store.Store.
+func (c *Core) UsageOn(ctx context.Context, userID string, day time.Time) (int64, error) {
+	var n int64
+	err := queryRow(ctx, c.DB, `SELECT tokens FROM usage WHERE user_id = $1 AND day = $2`, []any{userID, usageDay(day)}, &n)
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("usage of %s: %w", userID, err)
+	}
+	return n, nil
 }

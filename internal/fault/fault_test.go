@@ -1,19 +1,25 @@
-package tools
+package fault
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"log/slog"
 	"os"
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 )
 
-// TestKindsListsEveryConstant: every Kind constant declared in errors.go is in Kinds, once.
+// TestKindsListsEveryConstant: every Kind constant declared in fault.go is in Kinds, once.
 func TestKindsListsEveryConstant(t *testing.T) {
-	file, err := parser.ParseFile(token.NewFileSet(), "errors.go", nil, 0)
+	file, err := parser.ParseFile(token.NewFileSet(), "fault.go", nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,6 +93,41 @@ func TestErrorKindsDoc(t *testing.T) {
 		t.Errorf("docs/error-kinds.md lacks a row for %v", missing)
 	}
 	if len(extra) > 0 {
-		t.Errorf("docs/error-kinds.md documents kinds not in tools.Kinds: %v", extra)
+		t.Errorf("docs/error-kinds.md documents kinds not in Kinds: %v", extra)
+	}
+}
+
+// TestMapShowsProblems: typed problems reach details.problems beside the other details, as the
+// API's error envelope and a tool's result envelope show them.
+func TestMapShowsProblems(t *testing.T) {
+	e := Invalid("bad", Problem{Path: "/to", Message: "not an email"})
+	e.Details = map[string]any{"tool": "send_email"}
+	b, err := json.Marshal(e.Map())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"details":{"problems":[{"path":"/to","message":"not an email"}],"tool":"send_email"},"kind":"invalid_args","message":"bad"}`
+	if string(b) != want {
+		t.Errorf("Map = %s\nwant  %s", b, want)
+	}
+	if got := New(KindStale, "x", nil).Map()["details"]; got == nil {
+		t.Error("details must never be nil")
+	}
+	if KindOf(fmt.Errorf("wrapped: %w", e)) != KindInvalidArgs || KindOf(errors.New("plain")) != "" {
+		t.Error("KindOf does not follow the chain")
+	}
+}
+
+// TestInternalLogsOnlyTheReference: the cause goes to the log under the reference; the error
+// carries the reference and nothing of the cause.
+func TestInternalLogsOnlyTheReference(t *testing.T) {
+	var buf bytes.Buffer
+	e := Internal(slog.New(slog.NewTextHandler(&buf, nil)), "load thing", errors.New("secret dsn"))
+	ref, _ := e.Details["ref"].(string)
+	if e.Kind != KindInternal || ref == "" || strings.Contains(e.Message, "secret") || !strings.Contains(e.Message, ref) {
+		t.Fatalf("Internal = %+v", e)
+	}
+	if log := buf.String(); !strings.Contains(log, ref) || !strings.Contains(log, "secret dsn") {
+		t.Errorf("the log lacks the reference or the cause: %s", log)
 	}
 }

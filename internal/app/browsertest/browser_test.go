@@ -24,7 +24,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"golang.org/x/crypto/bcrypt"
 
-	"parley/internal/web/app"
+	"parley/internal/app"
 )
 
 // wait bounds every wait for the page; a click → socket → DOM round trip takes ~0.15 s.
@@ -426,6 +426,8 @@ func TestBrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 		ann.say("where am I")
+		ann.until(`document.querySelector('[data-parley="tool-call"][data-tool="geolocation"] [data-parley="client-allow"]') !== null`)
+		ann.do(chromedp.Click(chromedp.CSS(`[data-parley="tool-call"][data-tool="geolocation"] [data-parley="client-allow"]`)))
 		ann.until(`(() => { const c = document.querySelector('[data-parley="tool-call"][data-tool="geolocation"]'); return c !== null && c.dataset.status === "resolved"; })()`)
 		ann.until(`document.querySelector('[data-parley="tool-call"][data-tool="geolocation"]').innerText.includes("48.8584")`)
 		ann.shot("geolocation-granted")
@@ -439,9 +441,29 @@ func TestBrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 		ann.say("where am I")
+		ann.until(`document.querySelector('[data-parley="tool-call"][data-tool="geolocation"] [data-parley="client-allow"]') !== null`)
+		ann.do(chromedp.Click(chromedp.CSS(`[data-parley="tool-call"][data-tool="geolocation"] [data-parley="client-allow"]`)))
 		ann.until(`(() => { const c = document.querySelector('[data-parley="tool-call"][data-tool="geolocation"]'); return c !== null && c.dataset.status === "errored"; })()`)
 		ann.until(`document.querySelector('[data-parley="tool-call"][data-tool="geolocation"] [data-parley="error"]').dataset.kind === "client_error"`)
 		ann.shot("geolocation-denied")
+	})
+
+	t.Run("the page asks before a client tool runs, and a no reaches the model", func(t *testing.T) {
+		ann.newConversation("Ask first")
+		eval[bool](ann, `(() => { window.__ran = false; parley.hooks.register("geolocation", async () => { window.__ran = true; return {latitude: 1, longitude: 2, accuracy: 3}; }); return true; })()`)
+		ann.say("where am I")
+		sel := `[data-parley="tool-call"][data-tool="geolocation"]`
+		ann.until(`document.querySelector(` + q(sel+` [data-parley="client-deny"]`) + `) !== null`)
+		if eval[bool](ann, `window.__ran`) {
+			t.Fatal("the tool ran before the person allowed it")
+		}
+		ann.shot("client-consent")
+		ann.do(chromedp.Click(chromedp.CSS(sel + ` [data-parley="client-deny"]`)))
+		ann.until(`(() => { const c = document.querySelector(` + q(sel) + `); return c !== null && c.dataset.status === "errored"; })()`)
+		ann.until(`document.querySelector(` + q(sel+` [data-parley="error"]`) + `).innerText.includes("did not allow")`)
+		if eval[bool](ann, `window.__ran`) {
+			t.Fatal("the tool ran although the person said no")
+		}
 	})
 
 	t.Run("a registered hook replaces the built-in one, and a refused result becomes an error", func(t *testing.T) {
@@ -449,6 +471,8 @@ func TestBrowser(t *testing.T) {
 		eval[bool](ann, `(() => { parley.hooks.register("geolocation", async () => ({latitude: 999, longitude: 0, accuracy: 1})); return true; })()`)
 		ann.say("where am I")
 		sel := `[data-parley="tool-call"][data-tool="geolocation"]`
+		ann.until(`document.querySelector(` + q(sel+` [data-parley="client-allow"]`) + `) !== null`)
+		ann.do(chromedp.Click(chromedp.CSS(sel + ` [data-parley="client-allow"]`)))
 		ann.until(`(() => { const c = document.querySelector(` + q(sel) + `); return c !== null && c.dataset.status === "errored"; })()`)
 		ann.until(`document.querySelector(` + q(sel+` [data-parley="error"]`) + `).innerText.includes("refused")`)
 		ann.shot("hook-result-refused")

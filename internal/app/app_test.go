@@ -8,12 +8,17 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
 
+	"parley/internal/store"
 	"parley/internal/store/pgtest"
 )
 
@@ -278,5 +283,135 @@ func TestApprovalSurvivesRestart(t *testing.T) {
 	out, err := r.app.Store().ListOutbox(context.Background(), conv)
 	if err != nil || len(out) != 1 {
 		t.Fatalf("outbox: %v %+v", err, out)
+	}
+}
+
+// syncWriter is a buffer Run may write to while the test reads it.
+type syncWriter struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// TestSetupLinkOnAnEmptyStore: a fresh deployment is nobody's until its operator uses the
+// one-time link the app prints on its console: sign-up is closed, the link makes the first admin,
+// and then it is spent.
+func TestSetupLinkOnAnEmptyStore(t *testing.T) {
+	env := map[string]string{"PARLEY_ADDR": "127.0.0.1:0", "PARLEY_DATA_DIR": t.TempDir(), "PARLEY_MODEL": "demo"}
+	cfg, err := FromEnv(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	console := &syncWriter{}
+	a, err := New(context.Background(), cfg, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), PasswordCost: bcrypt.MinCost, Console: console})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	link := regexp.MustCompile(`http://\S+/setup\?token=\S+`)
+	deadline := time.Now().Add(10 * time.Second)
+	for !link.MatchString(console.String()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no setup link on the console: %q", console.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	setup := link.FindString(console.String())
+	jar, _ := cookiejar.New(nil)
+	hc := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	res, err := hc.Get(a.URL() + "/signup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusForbidden {
+		t.Fatalf("sign-up on an empty store: %d", res.StatusCode)
+	}
+	res, err = hc.Get(setup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	csrf := regexp.MustCompile(`name="_csrf" value="([^"]+)"`).FindStringSubmatch(string(page))
+	if res.StatusCode != http.StatusOK || csrf == nil {
+		t.Fatalf("the setup page: %d", res.StatusCode)
+	}
+	token := strings.SplitN(setup, "token=", 2)[1]
+	res, err = hc.PostForm(a.URL()+"/setup", url.Values{"token": {token}, "username": {"root"}, "password": {"a long password"}, "_csrf": {csrf[1]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("setup: %d", res.StatusCode)
+	}
+	users, err := a.Store().ListUsers(context.Background())
+	if err != nil || len(users) != 1 || users[0].Role != store.RoleAdmin {
+		t.Fatalf("users %+v %v", users, err)
+	}
+	res, err = http.Get(setup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusNotFound {
+		t.Fatalf("the spent link: %d", res.StatusCode)
+	}
+}
+
+// TestExpiredSessionsAreSwept: a running app deletes expired session rows (at start, then
+// hourly), so the table does not grow with every sign-in ever made.
+func TestExpiredSessionsAreSwept(t *testing.T) {
+	env := map[string]string{"PARLEY_ADDR": "127.0.0.1:0", "PARLEY_DATA_DIR": t.TempDir(), "PARLEY_MODEL": "demo"}
+	cfg, err := FromEnv(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncWriter{}
+	a, err := New(context.Background(), cfg, Options{Logger: slog.New(slog.NewTextHandler(logs, nil)), PasswordCost: bcrypt.MinCost})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := a.Store().CreateUser(context.Background(), store.User{Name: "ada", PasswordHash: []byte("h")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, at := range []time.Time{time.Now().Add(-time.Minute), time.Now().Add(time.Hour)} {
+		if err := a.Store().CreateSession(context.Background(), store.Session{TokenHash: []byte{byte(i)}, UserID: u.ID, CSRF: "c", ExpiresAt: at}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), `msg="purged expired sessions" count=1`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no sweep in the log: %s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Only the expired one went (count=1 above); the live one stays.
+	if _, err := a.Store().SessionByHash(context.Background(), []byte{1}); err != nil {
+		t.Fatalf("the live session: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -46,6 +46,12 @@ func TestFromEnv(t *testing.T) {
 	if c, err := FromEnv(func(k string) string { return map[string]string{"PARLEY_DEMO_PACE": "0"}[k] }); err != nil || c.DemoPace == nil || *c.DemoPace != 0 {
 		t.Fatalf("PARLEY_DEMO_PACE=0: %+v %v", c, err)
 	}
+	if c, err := FromEnv(func(k string) string { return map[string]string{"PARLEY_TEST_TOOLS": "true"}[k] }); err != nil || c.TestTools == nil || !*c.TestTools {
+		t.Fatalf("PARLEY_TEST_TOOLS=true: %+v %v", c, err)
+	}
+	if _, err := FromEnv(func(k string) string { return map[string]string{"PARLEY_TEST_TOOLS": "maybe"}[k] }); err == nil {
+		t.Fatal("PARLEY_TEST_TOOLS=maybe was accepted")
+	}
 	if p, m, _ := c.model(); p != "anthropic" || m != "claude-x" {
 		t.Fatalf("model %s %s", p, m)
 	}

@@ -81,7 +81,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, std IO)
 	log := NewLogger(cfg.Production, std.Stderr)
 	switch {
 	case cmd == "serve" && len(args) == 0:
-		a, err := New(ctx, cfg, Options{Logger: log})
+		a, err := New(ctx, cfg, Options{Logger: log, Console: std.Stdout})
 		if err != nil {
 			return err
 		}

@@ -2,6 +2,7 @@ package app
 
 import (
 	"fmt"
+	"net"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -28,9 +29,32 @@ type Config struct {
 	MessageBurst      int
 	APIPerMinute      float64
 	APIBurst          int
+	// PARLEY_PAGES_PER_MINUTE, PARLEY_PAGE_BURST (page POSTs and socket upgrades) and
+	// PARLEY_MAX_CONNS_PER_USER (live sockets and event streams).
+	// TrustedProxies are the proxies (CIDRs, PARLEY_TRUSTED_PROXIES, comma-separated) whose
+	// X-Forwarded-For names the client; none by default.
+	TrustedProxies  []string
+	PagesPerMinute  float64
+	PageBurst       int
+	MaxConnsPerUser int
 	// DemoPace is the demo model's pause between text deltas (PARLEY_DEMO_PACE, a Go duration;
 	// 0 streams without pausing, as the load test does). Unset keeps the demo's default.
 	DemoPace *time.Duration
+	// MaxTokens bounds each model answer (PARLEY_MAX_TOKENS; 0 keeps the agent's 4096).
+	MaxTokens int
+	// Caps of the agent (0 keeps its default): PARLEY_MAX_CALLS_PER_ANSWER (16),
+	// PARLEY_MAX_TOOL_RUNS (8 per conversation), PARLEY_CONTEXT_BUDGET (100000 tokens),
+	// PARLEY_MAX_MODEL_CALLS (64 in flight per process), PARLEY_MAX_ITERATIONS (10 model calls
+	// per turn).
+	MaxCallsPerAnswer, MaxToolRuns, ContextBudget, MaxModelCalls, MaxIterations int
+	// DailyTokens is each user's daily budget of model tokens (PARLEY_DAILY_TOKENS; unset: none).
+	DailyTokens int
+	// SystemPrompt replaces the agent's default system prompt (PARLEY_SYSTEM_PROMPT).
+	SystemPrompt string
+	// TestTools offers the test tools (echo, failing, count_down) to the model
+	// (PARLEY_TEST_TOOLS=true or false); unset, they come with the demo model only: a real model
+	// in production is not handed tools that exist to exercise the app.
+	TestTools *bool
 	// ShutdownTimeout bounds graceful shutdown (PARLEY_SHUTDOWN_TIMEOUT, a Go duration; 15s).
 	ShutdownTimeout time.Duration
 	// Getenv reads other variables (webhook secrets named by the tools file).
@@ -82,12 +106,40 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	integer("PARLEY_MESSAGE_BURST", &c.MessageBurst)
 	num("PARLEY_API_PER_MINUTE", &c.APIPerMinute)
 	integer("PARLEY_API_BURST", &c.APIBurst)
+	if v := getenv("PARLEY_TRUSTED_PROXIES"); v != "" && err == nil {
+		for _, cidr := range strings.Split(v, ",") {
+			cidr = strings.TrimSpace(cidr)
+			if _, _, perr := net.ParseCIDR(cidr); perr != nil {
+				err = fmt.Errorf("PARLEY_TRUSTED_PROXIES must list CIDRs such as 10.0.0.0/8, not %q", cidr)
+				break
+			}
+			c.TrustedProxies = append(c.TrustedProxies, cidr)
+		}
+	}
+	num("PARLEY_PAGES_PER_MINUTE", &c.PagesPerMinute)
+	integer("PARLEY_PAGE_BURST", &c.PageBurst)
+	integer("PARLEY_MAX_CONNS_PER_USER", &c.MaxConnsPerUser)
+	integer("PARLEY_MAX_TOKENS", &c.MaxTokens)
+	integer("PARLEY_MAX_CALLS_PER_ANSWER", &c.MaxCallsPerAnswer)
+	integer("PARLEY_MAX_TOOL_RUNS", &c.MaxToolRuns)
+	integer("PARLEY_CONTEXT_BUDGET", &c.ContextBudget)
+	integer("PARLEY_MAX_MODEL_CALLS", &c.MaxModelCalls)
+	integer("PARLEY_MAX_ITERATIONS", &c.MaxIterations)
+	integer("PARLEY_DAILY_TOKENS", &c.DailyTokens)
+	c.SystemPrompt = getenv("PARLEY_SYSTEM_PROMPT")
 	if v := getenv("PARLEY_SHUTDOWN_TIMEOUT"); v != "" && err == nil {
 		d, perr := time.ParseDuration(v)
 		if perr != nil || d <= 0 {
 			err = fmt.Errorf("PARLEY_SHUTDOWN_TIMEOUT must be a duration such as 15s, not %q", v)
 		}
 		c.ShutdownTimeout = d
+	}
+	if v := getenv("PARLEY_TEST_TOOLS"); v != "" && err == nil {
+		b, perr := strconv.ParseBool(v)
+		if perr != nil {
+			err = fmt.Errorf("PARLEY_TEST_TOOLS must be true or false, not %q", v)
+		}
+		c.TestTools = &b
 	}
 	if v := getenv("PARLEY_DEMO_PACE"); v != "" && err == nil {
 		d, perr := time.ParseDuration(v)

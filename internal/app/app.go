@@ -6,6 +6,7 @@ package app
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"parley/internal/agent"
+	"parley/internal/auth"
 	"parley/internal/clock"
 	"parley/internal/llm"
 	"parley/internal/llm/anthropic"
@@ -43,6 +45,7 @@ type App struct {
 	web      *web.Server
 	http     *http.Server
 	listener net.Listener
+	console  io.Writer // where the setup link goes (Options.Console)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -56,12 +59,15 @@ type Options struct {
 	Provider llm.Provider
 	// PasswordCost lowers bcrypt's cost in tests.
 	PasswordCost int
+	// Console receives the one-time setup link of an empty store (os.Stderr in the binary; nil
+	// discards it). It is a secret for the operator, so it never goes through the logger.
+	Console io.Writer
 }
 
 // New opens the store, builds the tools, the model, the agent and the web server, and binds
 // cfg.Addr. On error nothing stays open.
 func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
-	a := &App{cfg: cfg, log: opts.Logger, clock: opts.Clock}
+	a := &App{cfg: cfg, log: opts.Logger, clock: opts.Clock, console: opts.Console}
 	if a.log == nil {
 		a.log = NewLogger(cfg.Production, nil)
 	}
@@ -76,22 +82,31 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 	if a.store, err = OpenStore(ctx, cfg, a.log); err != nil {
 		return nil, err
 	}
-	reg, err := a.tools()
-	if err != nil {
-		return nil, err
-	}
 	provider, isDemo := opts.Provider, false
 	if provider == nil {
 		if provider, isDemo, err = a.provider(); err != nil {
 			return nil, err
 		}
 	}
-	a.manager = agent.New(agent.Config{Store: a.store, Provider: provider, Tools: reg, Clock: a.clock, Logger: a.log})
+	testTools := isDemo
+	if cfg.TestTools != nil {
+		testTools = *cfg.TestTools
+	}
+	reg, err := a.tools(testTools)
+	if err != nil {
+		return nil, err
+	}
+	a.manager = agent.New(agent.Config{Store: a.store, Provider: provider, Tools: reg, Clock: a.clock, Logger: a.log,
+		MaxTokens: cfg.MaxTokens, System: cfg.SystemPrompt, MaxCallsPerAnswer: cfg.MaxCallsPerAnswer, MaxToolRuns: cfg.MaxToolRuns,
+		ContextBudget: cfg.ContextBudget, MaxModelCalls: cfg.MaxModelCalls, MaxIterations: cfg.MaxIterations,
+		DailyTokens: int64(cfg.DailyTokens)})
 	a.web = web.New(web.Config{
 		Production: cfg.Production, DemoModel: isDemo, PasswordCost: opts.PasswordCost,
 		MessagesPerMinute: cfg.MessagesPerMinute, MessageBurst: cfg.MessageBurst,
 		APIPerMinute: cfg.APIPerMinute, APIBurst: cfg.APIBurst,
-	}, web.Deps{Store: a.store, Conversations: a.manager, Clock: a.clock, Logger: a.log})
+		PagesPerMinute: cfg.PagesPerMinute, PageBurst: cfg.PageBurst, MaxConnsPerUser: cfg.MaxConnsPerUser,
+		TrustedProxies: cfg.TrustedProxies,
+	}, web.Deps{Store: a.store, Agent: a.manager, Clock: a.clock, Logger: a.log})
 	a.http = &http.Server{
 		Handler:           a.web.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -147,9 +162,10 @@ func (o outbox) Send(ctx context.Context, call tools.Call, msg tools.Email) (str
 	return strconv.FormatInt(m.ID, 10), nil
 }
 
-// tools is the registry: the built-ins, then the tools file's tools.
-func (a *App) tools() (*tools.Registry, error) {
-	all := tools.Builtins(tools.BuiltinDeps{Clock: a.clock, Outbox: outbox{a.store}})
+// tools is the registry: the built-ins (with the test tools echo, failing and count_down only
+// when testTools), then the tools file's tools.
+func (a *App) tools(testTools bool) (*tools.Registry, error) {
+	all := tools.Builtins(tools.BuiltinDeps{Clock: a.clock, Outbox: outbox{a.store}, TestTools: testTools})
 	if a.cfg.ToolsPath != "" {
 		fromFile, err := toolsfile.Load(a.cfg.ToolsPath, toolsfile.Env{Production: a.cfg.Production, Getenv: a.cfg.Getenv})
 		if err != nil {
@@ -207,19 +223,58 @@ func (a *App) Run(ctx context.Context) error {
 		return fmt.Errorf("start agent: %w", err)
 	}
 	a.log.Info("parley listening", "url", a.URL(), "store", a.storeKind(), "model", a.cfg.Model)
+	if err := a.offerSetup(ctx); err != nil {
+		a.log.Warn("setup link", "err", err)
+	}
 	served := make(chan error, 1)
 	go func() { served <- a.http.Serve(a.listener) }()
+	sweepCtx, stopSweeping := context.WithCancel(ctx)
+	swept := make(chan struct{})
+	go func() {
+		defer close(swept)
+		a.sweepSessions(sweepCtx)
+	}()
 	var serveErr error
 	select {
 	case <-ctx.Done():
 	case serveErr = <-served:
 	}
+	stopSweeping()
+	<-swept
 	a.log.Info("shutting down")
 	shutdownErr := a.shutdown()
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return errors.Join(fmt.Errorf("serve: %w", serveErr), shutdownErr)
 	}
 	return shutdownErr
+}
+
+// sessionSweep is how often expired sessions are deleted.
+const sessionSweep = time.Hour
+
+// sweepSessions deletes expired session rows now and every sessionSweep until ctx ends (an
+// expired session is refused at once anyway; this keeps the table from growing). With several
+// processes each sweeps; the deletes are idempotent.
+func (a *App) sweepSessions(ctx context.Context) {
+	clk := a.clock
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	timer := clk.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C():
+			if n, err := a.store.PurgeSessions(ctx, clk.Now()); err != nil && ctx.Err() == nil {
+				a.log.Warn("purge expired sessions", "err", err)
+			} else if n > 0 {
+				a.log.Info("purged expired sessions", "count", n)
+			}
+			timer.Reset(sessionSweep)
+		}
+	}
 }
 
 func (a *App) shutdown() error {
@@ -260,4 +315,24 @@ func (a *App) Close() error {
 		}
 	})
 	return a.closeErr
+}
+
+// offerSetup prints a one-time link that creates the first admin, when the store has no
+// account yet: sign-up is closed by default, so a fresh deployment is not the first visitor's.
+// Only the token's SHA-256 is stored (any process on the database accepts it); each start makes
+// a new one, and the first admin's creation clears it.
+func (a *App) offerSetup(ctx context.Context) error {
+	n, err := a.store.CountUsers(ctx)
+	if err != nil || n > 0 {
+		return err
+	}
+	token := auth.NewSecret("ps_")
+	if err := a.store.SetSetting(ctx, "setup_token", hex.EncodeToString(auth.Hash(token))); err != nil {
+		return fmt.Errorf("store the setup token: %w", err)
+	}
+	a.log.Info("no account yet: the one-time setup link is printed on the console (or run `web user add`)")
+	if a.console != nil {
+		fmt.Fprintf(a.console, "\nNo account yet. Create the first administrator at:\n\n    %s%s\n\n", a.URL(), web.SetupPath(token))
+	}
+	return nil
 }

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"parley/internal/store/pgtest"
+	"parley/internal/tools"
 )
 
 // The kill-and-revive tests run the real binary (cmd/web, built once without -race) against a
@@ -166,19 +167,24 @@ func newReceiver(blockFirst bool) *receiver {
 func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	raw, _ := io.ReadAll(r.Body)
 	key := r.Header.Get("Idempotency-Key")
+	// The legacy signature covers the timestamp: "<webhook-timestamp>.<body>".
 	mac := hmac.New(sha256.New, []byte(webhookKey))
+	mac.Write([]byte(r.Header.Get("webhook-timestamp") + "."))
 	mac.Write(raw)
 	wantSig := "sha256=" + hex.EncodeToString(mac.Sum(nil))
 	var body struct {
-		ToolCallID string          `json:"tool_call_id"`
-		Tool       string          `json:"tool"`
-		Arguments  json.RawMessage `json:"arguments"`
+		ToolCallID     string          `json:"tool_call_id"`
+		ConversationID string          `json:"conversation_id"`
+		Tool           string          `json:"tool"`
+		Arguments      json.RawMessage `json:"arguments"`
 	}
 	err := json.Unmarshal(raw, &body)
 	rc.mu.Lock()
 	rc.keys = append(rc.keys, key)
 	n := len(rc.keys)
-	if key == "" || err != nil || body.ToolCallID != key || !hmac.Equal([]byte(r.Header.Get("X-Webhook-Signature")), []byte(wantSig)) {
+	// The key is the call's identity in the whole store (tools.Call.Key), not the bare id.
+	if key == "" || err != nil || key != (tools.Call{ConversationID: body.ConversationID, ToolCallID: body.ToolCallID}).Key() ||
+		!hmac.Equal([]byte(r.Header.Get("X-Webhook-Signature")), []byte(wantSig)) {
 		rc.bad = append(rc.bad, fmt.Sprintf("key %q body %s err %v", key, raw, err))
 		rc.mu.Unlock()
 		http.Error(w, "bad request", http.StatusBadRequest)
@@ -540,7 +546,8 @@ func TestKillWhileAwaitingApproval(t *testing.T) {
 		}
 
 		keys, applied, bad := hook.seen()
-		if !reflect.DeepEqual(keys, []string{callID}) || len(applied) != 1 || len(bad) != 0 {
+		key := (tools.Call{ConversationID: conv, ToolCallID: callID}).Key()
+		if !reflect.DeepEqual(keys, []string{key}) || len(applied) != 1 || len(bad) != 0 {
 			t.Fatalf("webhook: keys %v, applied %v, refused %v; want the one key once", keys, applied, bad)
 		}
 		reqs := model.requests()
@@ -589,8 +596,9 @@ func TestKillWhileServerCallRuns(t *testing.T) {
 		}
 
 		keys, applied, bad := hook.seen()
-		if !reflect.DeepEqual(keys, []string{callID, callID}) {
-			t.Fatalf("webhook keys %v, want %s twice (the first attempt, the re-dispatch)", keys, callID)
+		key := (tools.Call{ConversationID: conv, ToolCallID: callID}).Key()
+		if !reflect.DeepEqual(keys, []string{key, key}) {
+			t.Fatalf("webhook keys %v, want %s (the key of %s) twice (the first attempt, the re-dispatch)", keys, key, callID)
 		}
 		if len(applied) != 1 || len(bad) != 0 {
 			t.Fatalf("webhook applied %v, refused %v; want one side effect", applied, bad)

@@ -1,0 +1,233 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sort"
+	"strings"
+	"unicode/utf8"
+
+	"parley/internal/fault"
+	"parley/internal/metrics"
+	"parley/internal/store"
+	"parley/internal/tools"
+)
+
+// This file is the agent's door: every way the web layer (or any other caller) reaches
+// conversation data. Each method takes the principal asking and applies the policy
+// (policy.go); none trusts its caller to have checked first.
+
+// maxTitleRunes bounds a conversation's title.
+const maxTitleRunes = 200
+
+// Create starts an empty conversation owned by by.
+func (m *Manager) Create(ctx context.Context, by Principal, title string) (Summary, error) {
+	if by.UserID == "" || by.system() {
+		return Summary{}, fault.New(fault.KindPermissionDenied, "only a signed-in person owns conversations", nil)
+	}
+	title = strings.TrimSpace(title)
+	if utf8.RuneCountInString(title) > maxTitleRunes {
+		return Summary{}, fault.InvalidField("title", "a title has at most 200 characters")
+	}
+	if !Storable(title) {
+		return Summary{}, fault.InvalidField("title", "a title cannot hold a NUL character")
+	}
+	now := m.cfg.Clock.Now()
+	conv, err := m.cfg.Store.CreateConversation(ctx, store.Conversation{
+		OwnerID: by.UserID, Title: title, Status: store.StatusIdle, CreatedAt: now, UpdatedAt: now,
+	})
+	if err != nil {
+		return Summary{}, m.internalError("create conversation", err)
+	}
+	return summaryOf(conv), nil
+}
+
+// List returns the conversations by owns, newest first.
+func (m *Manager) List(ctx context.Context, by Principal) ([]Summary, error) {
+	if by.UserID == "" {
+		return nil, nil
+	}
+	list, err := m.cfg.Store.ListConversations(ctx, by.UserID)
+	if err != nil {
+		return nil, m.internalError("list conversations", err)
+	}
+	out := make([]Summary, len(list))
+	for i, c := range list {
+		out[i] = summaryOf(c)
+	}
+	return out, nil
+}
+
+func summaryOf(c store.Conversation) Summary {
+	return Summary{ID: c.ID, Title: c.Title, Status: c.Status, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt}
+}
+
+// View returns the conversation as by may see it (not_found when by may not): from the live
+// actor, or from the store when the conversation is hibernated (without reviving it).
+func (m *Manager) View(ctx context.Context, convID string, by Principal) (View, error) {
+	if m.live(convID) != nil {
+		r, err := m.call(ctx, convID, &request{kind: reqView, by: by})
+		return r.view, err
+	}
+	st, err := loadState(ctx, m.cfg.Store, m.cfg.Tools, convID)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return View{}, errNotFound()
+		}
+		return View{}, m.internalError("load conversation", err)
+	}
+	if !st.maySee(by) {
+		return View{}, errNotFound()
+	}
+	return viewOf(st, ""), nil
+}
+
+// Send posts the owner's message and starts a turn. It returns once the message is in the log;
+// the turn runs in the conversation's actor. Errors: not_found (no such conversation, or by may
+// not see it), permission_denied (by may see it but is not its owner), invalid_args, conflict
+// (a turn is in progress).
+func (m *Manager) Send(ctx context.Context, convID string, by Principal, text string) error {
+	_, err := m.call(ctx, convID, &request{kind: reqSend, by: by, text: text})
+	return err
+}
+
+// Resolve answers one suspended call: an approval decision, an elicitation answer or a client
+// result. It returns once the answer is durable, before the loop continues, with the call as it
+// stands then (also with a stale or invalid answer, when by may see the call). Errors:
+// not_found (no such conversation or call, or by may not see it), invalid_args (a resolution of
+// the wrong shape or kind, or one its schema refuses: details.problems), stale (not pending any
+// more), permission_denied (policy.go), internal.
+func (m *Manager) Resolve(ctx context.Context, convID, toolCallID string, r Resolution, by Principal) (Resolved, error) {
+	began := m.cfg.Clock.Now()
+	resp, err := m.call(ctx, convID, &request{kind: reqResolve, by: by, callID: toolCallID, res: r})
+	outcome := "ok"
+	if err != nil {
+		outcome = string(fault.KindInternal)
+		if k := fault.KindOf(err); k != "" {
+			outcome = string(k)
+		} else if ctx.Err() != nil {
+			outcome = "cancelled"
+		}
+	}
+	metrics.ResolveSeconds.WithLabelValues(outcome).Observe(m.cfg.Clock.Now().Sub(began).Seconds())
+	if err == nil {
+		m.cfg.Logger.Info("call resolved", "conversation_id", convID, "tool_call_id", toolCallID, "by", by.UserID, "via", by.Via)
+	}
+	var out Resolved
+	if resp.resolved != nil {
+		out = *resp.resolved
+	}
+	return out, err
+}
+
+// PendingApprovals lists the approvals that wait for by's decision, newest first: those of
+// their own conversations that the owner decides and, for reviewers and admins, those of
+// reviewer-gated tools in other people's conversations (AwaitsDecisionBy).
+func (m *Manager) PendingApprovals(ctx context.Context, by Principal) ([]PendingApproval, error) {
+	if by.UserID == "" {
+		return nil, nil
+	}
+	list, err := m.cfg.Store.ListPending(ctx, store.PendingFilter{Kind: string(tools.PendingApproval), OwnerID: by.UserID})
+	if err != nil {
+		return nil, m.internalError("list own pending approvals", err)
+	}
+	if by.Reviews() {
+		rev, err := m.cfg.Store.ListPending(ctx, store.PendingFilter{Kind: string(tools.PendingApproval), Approvers: string(tools.ByReviewer)})
+		if err != nil {
+			return nil, m.internalError("list reviewer approvals", err)
+		}
+		list = append(list, rev...)
+	}
+	seen := map[[2]string]bool{}
+	var out []PendingApproval
+	for _, p := range list {
+		key := [2]string{p.ConversationID, p.ToolCallID}
+		if seen[key] || !AwaitsDecisionBy(by, p.OwnerID, tools.Approvers(p.Approvers)) {
+			continue
+		}
+		seen[key] = true
+		out = append(out, PendingApproval{ConversationID: p.ConversationID, Title: p.Title, OwnerID: p.OwnerID,
+			Call: pendingCallView(p), Prompt: p.Prompt, CreatedAt: p.CreatedAt})
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].CreatedAt.After(out[j].CreatedAt) })
+	return out, nil
+}
+
+// pendingCallView shapes an awaiting approval's index row as a CallView. The row's prompt is
+// the actor's pending prompt of an approval (view.go: pendingPrompt): {"tool", "args", "plan"}.
+func pendingCallView(p store.PendingCall) CallView {
+	cv := CallView{
+		Seq: p.Seq, ID: p.ToolCallID, Name: p.Name, Executor: tools.Executor(p.Executor), Approval: tools.Approval(p.Approval),
+		Approvers: tools.Approvers(p.Approvers), Status: p.Status, PendingKind: tools.PendingKind(p.PendingKind), Args: p.Args,
+		ExpiresAt: p.ExpiresAt,
+	}
+	var prompt struct {
+		Plan *tools.Plan `json:"plan"`
+	}
+	if len(p.Prompt) > 0 && json.Unmarshal(p.Prompt, &prompt) == nil && prompt.Plan != nil {
+		cv.Plan = prompt.Plan
+	}
+	return cv
+}
+
+// Subscribe follows one conversation's events as by may (not_found when by may not see it), or
+// every conversation's when convID is empty (the inbox: MayFollowAll). The subscription is
+// taken before the check reads the conversation, so an event for any entry past the returned
+// LastSeq comes on C. The caller must Close it.
+func (m *Manager) Subscribe(ctx context.Context, convID string, by Principal) (*Subscription, error) {
+	if convID == "" {
+		if !MayFollowAll(by) {
+			return nil, errNotFound()
+		}
+		return m.events.Subscribe(""), nil
+	}
+	sub := m.events.Subscribe(convID)
+	conv, err := m.access(ctx, convID, by)
+	if err != nil {
+		sub.Close()
+		return nil, err
+	}
+	sub.convID, sub.m, sub.OwnerID, sub.LastSeq = convID, m, conv.OwnerID, conv.LastSeq
+	return sub, nil
+}
+
+// Log returns the subscribed conversation's log entries after the sequence after, in order
+// (an event stream catching up). The subscription is the permission: Subscribe checked it.
+func (s *Subscription) Log(ctx context.Context, after int64) ([]store.Entry, error) {
+	if s.m == nil {
+		return nil, fault.New(fault.KindNotFound, "this subscription follows no single conversation", nil)
+	}
+	entries, err := s.m.cfg.Store.Log(ctx, s.convID, after)
+	if err != nil {
+		return nil, s.m.internalError("read log", err)
+	}
+	return entries, nil
+}
+
+// access reads what the policy needs to let by see convID, without reviving it: the
+// conversation row, and its calls' gates only when by is not its owner.
+func (m *Manager) access(ctx context.Context, convID string, by Principal) (store.Conversation, error) {
+	conv, err := m.cfg.Store.GetConversation(ctx, convID)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Conversation{}, errNotFound()
+	}
+	if err != nil {
+		return store.Conversation{}, m.internalError("load conversation", err)
+	}
+	if MaySee(by, conv.OwnerID, nil) {
+		return conv, nil
+	}
+	calls, err := m.cfg.Store.ToolCalls(ctx, convID)
+	if err != nil {
+		return store.Conversation{}, m.internalError("load tool calls", err)
+	}
+	gates := make([]Gate, len(calls))
+	for i, c := range calls {
+		gates[i] = Gate{Approval: tools.Approval(c.Approval), Approvers: tools.Approvers(c.Approvers)}
+	}
+	if !MaySee(by, conv.OwnerID, gates) {
+		return store.Conversation{}, errNotFound()
+	}
+	return conv, nil
+}

@@ -1,0 +1,136 @@
+package agent
+
+import (
+	"parley/internal/store"
+	"parley/internal/tools"
+)
+
+// This file is the access policy: who may see, follow, send to, decide and answer a
+// conversation's calls. It is the only statement of those rules; the actor, the web handlers
+// and the views all ask these functions, and TestPolicy is their specification.
+
+// Role is an account's role as the policy reads it (the store keeps it with the account).
+type Role = store.Role
+
+// Roles.
+const (
+	RoleMember   = store.RoleMember
+	RoleReviewer = store.RoleReviewer
+	RoleAdmin    = store.RoleAdmin
+)
+
+// Right is the ground on which a principal may decide an approval.
+type Right int
+
+// Rights, from none to the system's.
+const (
+	// NoRight: the principal may not decide the call.
+	NoRight Right = iota
+	// AsOwner: the conversation's owner decides an owner-approved call.
+	AsOwner
+	// AsReviewer: a reviewer (or an admin) who is not the owner decides a reviewer-gated call.
+	AsReviewer
+	// AsOverride: an admin decides an owner-approved call in someone else's conversation. It is
+	// allowed and audited as an override; the inbox does not offer it.
+	AsOverride
+	// AsSystem: the app's own decision (an expiry).
+	AsSystem
+)
+
+// String names the right as the log and the audit trail record it.
+func (r Right) String() string {
+	switch r {
+	case AsOwner:
+		return "owner"
+	case AsReviewer:
+		return "reviewer"
+	case AsOverride:
+		return "override"
+	case AsSystem:
+		return "system"
+	}
+	return "none"
+}
+
+// Gate is what the policy reads of a call: how it is gated and who approves it.
+type Gate struct {
+	Approval  tools.Approval
+	Approvers tools.Approvers
+}
+
+// gated reports whether the call has an approval step at all.
+func (g Gate) gated() bool { return g.Approval == tools.RequiresApproval }
+
+func (p Principal) system() bool { return p.Via == "system" }
+
+// Reviews reports whether the principal's role reviews other people's calls.
+func (p Principal) Reviews() bool { return p.Role == RoleReviewer || p.Role == RoleAdmin }
+
+// DecideRight is the ground on which by may decide the approval of a call gated by approvers in
+// a conversation owned by ownerID. A reviewer-gated call needs a second pair of eyes: a reviewer
+// or an admin who is not the owner (no self-approval, admins included). An owner-approved call
+// is its owner's; an admin may decide it in someone else's conversation as an override.
+func DecideRight(by Principal, ownerID string, approvers tools.Approvers) Right {
+	switch {
+	case by.system():
+		return AsSystem
+	case by.UserID == "":
+		return NoRight
+	case approvers == tools.ByReviewer:
+		if by.Reviews() && by.UserID != ownerID {
+			return AsReviewer
+		}
+		return NoRight
+	case by.UserID == ownerID:
+		return AsOwner
+	case by.Role == RoleAdmin:
+		return AsOverride
+	}
+	return NoRight
+}
+
+// MayDecide reports whether by may decide the approval of a call gated by approvers in a
+// conversation owned by ownerID.
+func MayDecide(by Principal, ownerID string, approvers tools.Approvers) bool {
+	return DecideRight(by, ownerID, approvers) != NoRight
+}
+
+// AwaitsDecisionBy reports whether a pending approval waits for by: it is theirs to decide as
+// the owner or as a reviewer (overrides are possible but not asked for). The inbox lists these.
+func AwaitsDecisionBy(by Principal, ownerID string, approvers tools.Approvers) bool {
+	r := DecideRight(by, ownerID, approvers)
+	return r == AsOwner || r == AsReviewer
+}
+
+// MayAnswer reports whether by may answer a question (an elicitation) or report a browser
+// tool's result in a conversation owned by ownerID: the owner alone (and the system, whose
+// answer is an expiry).
+func MayAnswer(by Principal, ownerID string) bool {
+	return by.system() || (by.UserID != "" && by.UserID == ownerID)
+}
+
+// MaySend reports whether by may post a message (start a turn) in a conversation owned by
+// ownerID: the owner alone.
+func MaySend(by Principal, ownerID string) bool {
+	return by.UserID != "" && by.UserID == ownerID && !by.system()
+}
+
+// MaySee reports whether by may read a conversation owned by ownerID whose calls are gated as
+// gates say, and follow its events: the owner, the system, and whoever may decide one of its
+// gated calls (read-only: a reviewer opening a call from the inbox sees its context). Anyone
+// else learns nothing, not even that the conversation exists.
+func MaySee(by Principal, ownerID string, gates []Gate) bool {
+	if by.system() || (by.UserID != "" && by.UserID == ownerID) {
+		return true
+	}
+	for _, g := range gates {
+		if g.gated() && MayDecide(by, ownerID, g.Approvers) {
+			return true
+		}
+	}
+	return false
+}
+
+// MayFollowAll reports whether by may follow every conversation's events (the inbox socket,
+// which shows only what the inbox lists): any signed-in principal.
+func MayFollowAll(by Principal) bool { return by.UserID != "" }

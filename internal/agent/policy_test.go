@@ -1,0 +1,110 @@
+package agent
+
+import (
+	"testing"
+
+	"parley/internal/tools"
+)
+
+// TestPolicy is the specification of who may do what to a conversation (policy.go). Every rule
+// has a row that fails when the rule is removed; nothing else in Parley restates these rules.
+func TestPolicy(t *testing.T) {
+	const owner = "owner"
+	var (
+		ownerMember   = Principal{UserID: owner, Role: RoleMember, Via: "session"}
+		ownerReviewer = Principal{UserID: owner, Role: RoleReviewer, Via: "session"}
+		ownerAdmin    = Principal{UserID: owner, Role: RoleAdmin, Via: "session"}
+		stranger      = Principal{UserID: "other", Role: RoleMember, Via: "session"}
+		reviewer      = Principal{UserID: "rev", Role: RoleReviewer, Via: "token"}
+		admin         = Principal{UserID: "adm", Role: RoleAdmin, Via: "session"}
+		anonymous     = Principal{}
+	)
+	ownerGate := Gate{Approval: tools.RequiresApproval, Approvers: tools.ByOwner}
+	reviewerGate := Gate{Approval: tools.RequiresApproval, Approvers: tools.ByReviewer}
+	autoCall := Gate{Approval: tools.Auto, Approvers: tools.ByReviewer} // no approval step at all
+
+	t.Run("decide", func(t *testing.T) {
+		cases := []struct {
+			name      string
+			approvers tools.Approvers
+			by        Principal
+			want      Right
+			awaits    bool // the inbox lists it for by
+		}{
+			{"the owner decides an owner-approved call", tools.ByOwner, ownerMember, AsOwner, true},
+			{"a stranger does not", tools.ByOwner, stranger, NoRight, false},
+			{"a reviewer does not decide an owner-approved call", tools.ByOwner, reviewer, NoRight, false},
+			{"an admin overrides in someone else's conversation", tools.ByOwner, admin, AsOverride, false},
+			{"an admin owner decides their own owner-approved call as its owner", tools.ByOwner, ownerAdmin, AsOwner, true},
+			{"a reviewer decides a reviewer-gated call", tools.ByReviewer, reviewer, AsReviewer, true},
+			{"an admin decides a reviewer-gated call of someone else", tools.ByReviewer, admin, AsReviewer, true},
+			{"the owner alone cannot pass a reviewer gate", tools.ByReviewer, ownerMember, NoRight, false},
+			{"nor can a reviewer owner: no self-approval", tools.ByReviewer, ownerReviewer, NoRight, false},
+			{"nor can an admin owner: admins included", tools.ByReviewer, ownerAdmin, NoRight, false},
+			{"a member is no reviewer", tools.ByReviewer, stranger, NoRight, false},
+			{"nobody signed in decides nothing", tools.ByOwner, anonymous, NoRight, false},
+			{"the system decides (expiries)", tools.ByReviewer, System, AsSystem, false},
+		}
+		for _, c := range cases {
+			if got := DecideRight(c.by, owner, c.approvers); got != c.want {
+				t.Errorf("%s: DecideRight = %s, want %s", c.name, got, c.want)
+			}
+			if got := MayDecide(c.by, owner, c.approvers); got != (c.want != NoRight) {
+				t.Errorf("%s: MayDecide = %v", c.name, got)
+			}
+			if got := AwaitsDecisionBy(c.by, owner, c.approvers); got != c.awaits {
+				t.Errorf("%s: AwaitsDecisionBy = %v, want %v", c.name, got, c.awaits)
+			}
+		}
+	})
+
+	t.Run("answer and send", func(t *testing.T) {
+		cases := []struct {
+			name         string
+			by           Principal
+			answer, send bool
+		}{
+			{"the owner", ownerMember, true, true},
+			{"an admin owner", ownerAdmin, true, true},
+			{"a reviewer", reviewer, false, false},
+			{"an admin of someone else's conversation", admin, false, false},
+			{"a stranger", stranger, false, false},
+			{"nobody", anonymous, false, false},
+			{"the system answers (an expiry) but sends nothing", System, true, false},
+		}
+		for _, c := range cases {
+			if got := MayAnswer(c.by, owner); got != c.answer {
+				t.Errorf("%s: MayAnswer = %v, want %v", c.name, got, c.answer)
+			}
+			if got := MaySend(c.by, owner); got != c.send {
+				t.Errorf("%s: MaySend = %v, want %v", c.name, got, c.send)
+			}
+		}
+	})
+
+	t.Run("see", func(t *testing.T) {
+		cases := []struct {
+			name  string
+			by    Principal
+			gates []Gate
+			want  bool
+		}{
+			{"the owner sees their conversation", ownerMember, nil, true},
+			{"the system sees every conversation", System, nil, true},
+			{"a stranger sees nothing", stranger, []Gate{ownerGate, reviewerGate}, false},
+			{"a reviewer sees nothing without a call of theirs", reviewer, []Gate{ownerGate, autoCall}, false},
+			{"a reviewer who may decide a call reads its conversation", reviewer, []Gate{ownerGate, reviewerGate}, true},
+			{"an admin who may override a call reads its conversation", admin, []Gate{ownerGate}, true},
+			{"an admin sees nothing without a gated call", admin, []Gate{autoCall}, false},
+			{"nobody sees nothing", anonymous, []Gate{reviewerGate}, false},
+		}
+		for _, c := range cases {
+			if got := MaySee(c.by, owner, c.gates); got != c.want {
+				t.Errorf("%s: MaySee = %v, want %v", c.name, got, c.want)
+			}
+		}
+		if !MayFollowAll(stranger) || MayFollowAll(anonymous) {
+			t.Error("every signed-in principal may follow the inbox's events, nobody else")
+		}
+	})
+}

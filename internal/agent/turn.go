@@ -1,0 +1,480 @@
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"parley/internal/fault"
+	"parley/internal/llm"
+	"parley/internal/metrics"
+	"parley/internal/store"
+	"parley/internal/tools"
+)
+
+// This file is the turn loop: a user's message opens a turn, the model is called, its answer and
+// calls are recorded and dispatched, and the loop advances once every call has a result.
+
+// streamBuf is the text streamed so far by the LLM call in flight. The stream goroutine writes
+// it; the actor reads it for View. It is the only state the two share, hence the mutex.
+type streamBuf struct {
+	mu   sync.Mutex
+	text []byte
+}
+
+func (b *streamBuf) add(s string) {
+	b.mu.Lock()
+	b.text = append(b.text, s...)
+	b.mu.Unlock()
+}
+
+func (b *streamBuf) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.text)
+}
+
+func (b *streamBuf) reset() {
+	b.mu.Lock()
+	b.text = nil
+	b.mu.Unlock()
+}
+
+func (a *actor) handleSend(req *request) (then func(), err error) {
+	by := req.by
+	if !MaySend(by, a.st.conv.OwnerID) {
+		if a.st.maySee(by) {
+			return nil, fault.New(fault.KindPermissionDenied, "only the conversation's owner may send messages", nil)
+		}
+		return nil, errNotFound()
+	}
+	if trimmed := trimSpace(req.text); trimmed == "" {
+		return nil, fault.InvalidAt("the message is empty", "/text", "must not be empty")
+	}
+	if a.st.turnOpen {
+		return nil, fault.New(fault.KindConflict, "a turn is in progress; wait until it ends", map[string]any{"status": a.st.status})
+	}
+	d, _ := json.Marshal(userMessageData{Text: req.text})
+	if err := a.commit(store.Batch{Entries: []store.Entry{{Type: store.EntryUserMessage, Actor: by.UserID, Data: d}}, Urgent: true}, nil); err != nil {
+		return nil, err
+	}
+	a.publish(Event{Seq: a.st.lastSeq, Type: EventMessage, Text: req.text, Data: roleData("user")})
+	return a.advance, nil
+}
+
+// --- the turn loop --------------------------------------------------------------------------
+
+// resume continues whatever the log says was under way: awaiting calls stay awaiting (their
+// expiries are in the store), server calls that started without a result are re-dispatched with
+// the same tool_call_id, a client call with no socket gets a fresh grace, and a turn whose LLM
+// step has no assistant message yet retries that step.
+func (a *actor) resume() {
+	if !a.st.turnOpen {
+		return
+	}
+	for _, c := range a.st.currentCalls() {
+		if c.finished() {
+			continue
+		}
+		switch {
+		case c.status == store.CallAwaiting && c.kind == tools.PendingClientExec:
+			a.checkClient(c)
+		case c.status == store.CallRunning && c.nextAttempt == nil:
+			a.runTool(c)
+		}
+	}
+	a.advance()
+}
+
+// advance starts the next LLM call when the turn is open and every call of the newest response
+// has a result.
+func (a *actor) advance() {
+	st := a.st
+	if a.stopping || a.broken || !st.turnOpen || a.llmBusy || a.drafting != nil || st.llmNext != nil {
+		return
+	}
+	for _, c := range st.currentCalls() {
+		if !c.finished() {
+			return
+		}
+	}
+	if st.llmCalls >= a.cfg().MaxIterations {
+		a.endTurn(fault.KindIterationCap, fmt.Sprintf("the turn stopped after %d model calls (the iteration cap)", st.llmCalls))
+		return
+	}
+	if spent := a.budgetSpent(); spent != "" {
+		a.endTurn(fault.KindUsageLimitReached, spent)
+		return
+	}
+	a.startLLM()
+}
+
+func (a *actor) startLLM() {
+	// Text deltas go straight to the hub from the stream; publish what came before them first.
+	a.settle()
+	req := a.buildRequest()
+	ctx, cancel := context.WithCancel(a.m.base)
+	a.llmBusy, a.llmCancel = true, cancel
+	a.inflight++
+	a.stream.reset()
+	provider := a.cfg().Provider
+	events := a.m.events
+	id := a.id
+	clk := a.cfg().Clock
+	slots := a.m.modelSlots
+	go func() {
+		// Wait for room among the process's model calls (MaxModelCalls); a stop ends the wait.
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			cancel()
+			a.internal <- llmDone{err: ctx.Err()}
+			return
+		}
+		began := clk.Now()
+		resp, err := provider.Stream(ctx, req, func(e llm.Event) error {
+			if e.Type == llm.EventTextDelta && e.Text != "" {
+				a.stream.add(e.Text)
+				events.Publish(Event{ConversationID: id, Type: EventTextDelta, Text: e.Text})
+			}
+			return nil
+		})
+		<-slots
+		observeLLM(provider.Name(), clk.Now().Sub(began), resp.Usage, err)
+		cancel()
+		a.internal <- llmDone{resp: resp, err: err}
+	}()
+}
+
+func (a *actor) onLLMError(err error) {
+	st := a.st
+	a.stream.reset()
+	retry, after := llm.IsRetryable(err)
+	attempt := st.llmFailed + 1
+	step := st.llmStep()
+	kind, msg := fault.KindInternal, "the model call failed"
+	var le *llm.Error
+	if errors.As(err, &le) {
+		kind, msg = fault.Kind(le.Kind), le.Error()
+	} else {
+		msg = a.internalError("model call", err).Message
+	}
+	if retry && attempt < a.cfg().LLMMaxAttempts {
+		next := a.now().Add(a.m.backoff(attempt, after))
+		metrics.Retries.WithLabelValues("llm").Inc()
+		a.log.Warn("model call failed; retrying", "step", step, "attempt", attempt, "next_attempt_at", next, "err", msg)
+		d, _ := json.Marshal(attemptData{Step: step, Attempt: attempt, Error: map[string]any{"kind": string(kind), "message": msg}, NextAttemptAt: &next})
+		if a.commit(store.Batch{
+			Entries: []store.Entry{{Type: store.EntryAttemptFailed, Actor: "system", Data: d}},
+			Steps:   []store.Step{{ConversationID: a.id, Key: step, Attempts: attempt, NextAttemptAt: &next, LastError: msg, UpdatedAt: a.now()}},
+		}, nil) == nil {
+			// The page can say "retrying"; the status itself stays generating.
+			a.publish(Event{Seq: a.st.lastSeq, Type: EventStatus, Status: a.st.status,
+				Data: mustJSON(map[string]any{"retry_at": next, "attempt": attempt, "error": msg})})
+		}
+		return
+	}
+	a.endTurn(kind, msg)
+}
+
+// endTurn closes the open turn with an error the user sees.
+func (a *actor) endTurn(kind fault.Kind, msg string) {
+	a.log.Warn("turn ended with an error", "kind", string(kind), "message", msg)
+	d, _ := json.Marshal(turnErrorData{Kind: string(kind), Message: msg})
+	b := store.Batch{Entries: []store.Entry{{Type: store.EntryTurnError, Actor: "system", Data: d}}}
+	if a.st.llmFailed > 0 {
+		b.DoneSteps = []string{a.st.llmStep()}
+	}
+	if a.commit(b, nil) == nil {
+		a.publish(Event{Seq: a.st.lastSeq, Type: EventError, Text: msg, Data: mustJSON(map[string]string{"kind": string(kind)})})
+	}
+}
+
+// draft is a complete answer of the model that waits for the dry runs of its gated calls before
+// it is recorded (see onLLMResponse).
+type draft struct {
+	resp    llm.Response
+	ids     []string              // the id of each of resp.ToolCalls: the model's, or a fresh one
+	over    []bool                // each of resp.ToolCalls past MaxCallsPerAnswer (it does not run)
+	plans   map[string]tools.Plan // the plans reported so far, by call id
+	waiting int                   // dry runs not reported yet
+	cancel  context.CancelFunc    // cancels the dry runs (a hard stop)
+}
+
+// onLLMResponse takes a complete answer: it is recorded with its calls in one batch, then the
+// calls are dispatched (recordResponse). A call that suspends for an approval shows the
+// approver its tool's dry run, so the answer waits for the plans first: the dry runs run in
+// goroutines of the actor (startDryRun, counted in inflight) and report back through internal;
+// the last plan to arrive records the answer. Meanwhile the actor goes on answering View and
+// Resolve: a slow dry run no longer stalls the conversation.
+//
+// Why record after the plans rather than record the calls at once and append each plan when it
+// comes: the plan stays in the tool_call entry, so the log keeps its shape and replaying it
+// (state.go apply) gives every approval its plan from the moment it exists. No approval card,
+// inbox row (the tool_calls row's prompt, written with the entry) or Resolve ever sees an
+// approval without its plan, and there is no half-described call to handle on revival. Until
+// the answer is recorded nobody has heard of its calls (there is nothing to resolve), and View
+// shows the turn generating with the answer's text as streamed. A crash in between loses the
+// answer as one during the stream would: the step is retried on revival. The expiry of a
+// suspension starts when the answer is recorded, when the approver can first see it.
+func (a *actor) onLLMResponse(resp llm.Response) {
+	st := a.st
+	resp = cleanResponse(resp)
+	dr := &draft{resp: resp, ids: make([]string, len(resp.ToolCalls)), over: make([]bool, len(resp.ToolCalls)), plans: map[string]tools.Plan{}}
+	local := 0 // calls that run here (provider calls ran at the provider)
+	for i, tc := range resp.ToolCalls {
+		if !tc.Provider {
+			dr.over[i] = local >= a.cfg().MaxCallsPerAnswer
+			local++
+		}
+	}
+	var ctx context.Context // the dry runs', created with the first
+	seen := map[string]bool{}
+	for i, tc := range resp.ToolCalls {
+		id := tc.ID
+		if !usableID(id) || seen[id] || st.calls[id] != nil {
+			id = newCallID() // the model's id is mapped back when the request is built (ModelID)
+		}
+		seen[id] = true
+		dr.ids[i] = id
+		if tc.Provider || dr.over[i] {
+			continue
+		}
+		// recordResponse's tests for a plan: a known local tool, an approval, valid arguments.
+		t, ok := a.cfg().Tools.Get(tc.Name)
+		if !ok || t.Executor() == tools.Provider || t.PendingKind(false) != tools.PendingApproval {
+			continue
+		}
+		parsed, verr := t.ValidateArgs(normalizeArgs(tc.Args))
+		if verr != nil {
+			continue
+		}
+		if ctx == nil {
+			ctx, dr.cancel = context.WithCancel(a.m.base)
+		}
+		a.startDryRun(ctx, t, id, parsed)
+		dr.waiting++
+	}
+	if dr.waiting > 0 {
+		a.drafting = dr
+		return
+	}
+	a.recordResponse(dr)
+}
+
+// budgetSpent says why the owner may not make another model call today ("" when they may): their
+// DailyTokens are used up. A failed read of the count lets the call go: the budget is a bound on
+// cost, not a lock.
+func (a *actor) budgetSpent() string {
+	budget := a.cfg().DailyTokens
+	if budget <= 0 {
+		return ""
+	}
+	used, err := a.cfg().Store.UsageOn(a.m.base, a.st.conv.OwnerID, a.now())
+	if err != nil {
+		a.log.Warn("read the owner's token usage", "err", err)
+		return ""
+	}
+	if used < budget {
+		return ""
+	}
+	return fmt.Sprintf("you have used your %d model tokens for today (UTC); the budget renews at midnight UTC", budget)
+}
+
+// recordUsage adds an answer's reported tokens to its owner's day (DailyTokens).
+func (a *actor) recordUsage(u llm.Usage) {
+	n := int64(u.InputTokens + u.OutputTokens)
+	if a.cfg().DailyTokens <= 0 || n <= 0 {
+		return
+	}
+	if err := a.cfg().Store.AddUsage(a.m.base, a.st.conv.OwnerID, a.now(), n); err != nil {
+		a.log.Warn("record the owner's token usage", "err", err)
+	}
+}
+
+// cleanResponse makes a model answer storable (storable.go): its text, and each call's name,
+// arguments and id (the model's id, kept to map back, is storable too; an unusable one is
+// replaced by the caller).
+func cleanResponse(resp llm.Response) llm.Response {
+	resp.Text = storable(resp.Text)
+	calls := make([]llm.ToolCall, len(resp.ToolCalls))
+	for i, tc := range resp.ToolCalls {
+		tc.ID = bounded(tc.ID, 1024)
+		tc.Name = bounded(tc.Name, maxNameBytes)
+		tc.Args = storableJSON(normalizeArgs(tc.Args))
+		if tc.Provider {
+			tc.Result = storableJSON(normalizeArgs(tc.Result))
+		}
+		calls[i] = tc
+	}
+	resp.ToolCalls = calls
+	return resp
+}
+
+// onPlan takes a dry run's plan; the last plan of the answer records it.
+func (a *actor) onPlan(m planDone) {
+	dr := a.drafting
+	if dr == nil {
+		return
+	}
+	dr.plans[m.id] = m.plan
+	dr.waiting--
+	if dr.waiting > 0 {
+		return
+	}
+	a.drafting = nil
+	dr.cancel()
+	a.recordResponse(dr)
+}
+
+// recordResponse records the answer and its calls in one batch, then dispatches the calls.
+func (a *actor) recordResponse(dr *draft) {
+	resp := dr.resp
+	a.stream.reset()
+	st := a.st
+	now := a.now()
+	step := st.llmStep()
+	ad := assistantMessageData{Text: resp.Text, Step: step, Usage: resp.Usage}
+	var (
+		callEntries []store.Entry
+		touched     []string
+		schedule    []store.Expiry
+	)
+	for i, tc := range resp.ToolCalls {
+		id := dr.ids[i]
+		args := normalizeArgs(tc.Args)
+		if tc.Provider {
+			ad.ToolCalls = append(ad.ToolCalls, assistantCallData{ID: id, Name: tc.Name, Args: args, Provider: true, Result: normalizeArgs(tc.Result)})
+			continue
+		}
+		ad.ToolCalls = append(ad.ToolCalls, assistantCallData{ID: id, Name: tc.Name, Args: args})
+		d := toolCallData{Name: tc.Name, Args: args, Turn: st.turn, Executor: string(tools.Server)}
+		if id != tc.ID {
+			d.ModelID = tc.ID
+		}
+		var immediate *fault.Error
+		t, ok := a.cfg().Tools.Get(tc.Name)
+		if dr.over[i] {
+			immediate = fault.Errorf(fault.KindTooManyCalls, "this answer held more than %d tool calls; this one did not run: ask for fewer at a time", a.cfg().MaxCallsPerAnswer)
+		} else if !ok || t.Executor() == tools.Provider {
+			immediate = fault.Errorf(fault.KindUnknownTool, "there is no tool named %q", tc.Name)
+		} else {
+			d.Executor, d.Approval, d.Approvers = string(t.Executor()), string(t.Approval()), string(t.Approvers())
+			parsed, verr := t.ValidateArgs(args)
+			switch {
+			case verr != nil:
+				immediate = verr
+			default:
+				kind := t.PendingKind(false)
+				switch kind {
+				case tools.PendingApproval:
+					plan, ok := dr.plans[id]
+					if !ok { // onLLMResponse plans every approval; never leave one without a plan
+						plan = tools.DefaultPlan(t, parsed)
+					}
+					d.Plan = &plan
+				case tools.PendingElicitation:
+					p, perr := t.Elicitation(parsed)
+					if perr != nil {
+						immediate = perr
+					} else {
+						d.Prompt = &p
+					}
+				}
+				if immediate == nil && kind != "" {
+					exp := now.Add(a.suspensionTimeout(t))
+					d.Pending, d.ExpiresAt = string(kind), &exp
+					schedule = append(schedule, store.Expiry{ConversationID: a.id, ToolCallID: id, At: exp})
+				}
+			}
+		}
+		callEntries = append(callEntries, store.Entry{Type: store.EntryToolCall, ToolCallID: id, Actor: "model", Data: mustJSON(d)})
+		if immediate != nil {
+			rd := resultData{Envelope: tools.ErrorEnvelope(immediate), Status: store.CallErrored}
+			callEntries = append(callEntries, store.Entry{Type: store.EntryToolError, ToolCallID: id, Actor: "system", Data: mustJSON(rd)})
+		}
+		touched = append(touched, id)
+	}
+	b := store.Batch{
+		Entries:  append([]store.Entry{{Type: store.EntryAssistantMessage, Actor: "model", Data: mustJSON(ad)}}, callEntries...),
+		Schedule: schedule,
+	}
+	if st.llmFailed > 0 {
+		b.DoneSteps = []string{step}
+	}
+	if err := a.commit(b, touched); err != nil {
+		if !a.conflicted {
+			a.m.noteFailure(a.id, writeFailure{count: a.failures.count + 1, answer: true})
+		}
+		return
+	}
+	assistantSeq := a.st.items[a.st.current].seq
+	if resp.Text != "" {
+		a.publish(Event{Seq: assistantSeq, Type: EventMessage, Text: resp.Text, Data: roleData("assistant")})
+	}
+	for _, id := range a.st.items[a.st.current].callIDs {
+		c := a.st.calls[id]
+		a.publishCall(c)
+		switch {
+		case c.finished():
+		case c.status == store.CallRunning:
+			a.runTool(c)
+		case c.kind == tools.PendingClientExec:
+			a.publishClientExec(c)
+			a.checkClient(c)
+		}
+	}
+	a.advance()
+}
+
+func newCallID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "call_" + hex.EncodeToString(b[:])
+}
+
+// normalizeArgs makes the model's arguments storable JSON: empty becomes {}, and text that is
+// not JSON is kept as a JSON string (validation then reports it to the model).
+func normalizeArgs(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 || len(trimSpace(string(raw))) == 0 {
+		return json.RawMessage(`{}`)
+	}
+	if !json.Valid(raw) {
+		b, _ := json.Marshal(string(raw))
+		return b
+	}
+	return raw
+}
+
+func trimSpace(s string) string {
+	i, j := 0, len(s)
+	for i < j && (s[i] == ' ' || s[i] == '\n' || s[i] == '\t' || s[i] == '\r') {
+		i++
+	}
+	for j > i && (s[j-1] == ' ' || s[j-1] == '\n' || s[j-1] == '\t' || s[j-1] == '\r') {
+		j--
+	}
+	return s[i:j]
+}
+
+// observeLLM records one model call's latency (outcome ok, error or cancelled) and, for a
+// complete answer, its tokens.
+func observeLLM(provider string, took time.Duration, u llm.Usage, err error) {
+	outcome := "ok"
+	switch {
+	case errors.Is(err, context.Canceled):
+		outcome = "cancelled"
+	case err != nil:
+		outcome = "error"
+	}
+	metrics.LLMSeconds.WithLabelValues(provider, outcome).Observe(took.Seconds())
+	if err == nil {
+		metrics.LLMTokens.WithLabelValues(provider, "input").Add(float64(u.InputTokens))
+		metrics.LLMTokens.WithLabelValues(provider, "output").Add(float64(u.OutputTokens))
+	}
+}
