@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"parley/internal/clock"
@@ -85,6 +86,10 @@ type actor struct {
 	done chan struct{}
 	// loadErr is set before done closes when the conversation could not be loaded.
 	loadErr error
+	// evict is closed (once, by Manager.fence) when this process may no longer own the
+	// conversation: the actor stops hard.
+	evict     chan struct{}
+	evictOnce sync.Once
 
 	// owned by run
 	st         *convState
@@ -128,6 +133,7 @@ func newActor(m *Manager, id string) *actor {
 		internal:       make(chan any, 16),
 		clientsChanged: make(chan struct{}, 1),
 		done:           make(chan struct{}),
+		evict:          make(chan struct{}),
 		running:        map[string]context.CancelFunc{},
 		graceAt:        map[string]time.Time{},
 	}
@@ -140,6 +146,7 @@ func (a *actor) now() time.Time { return a.m.cfg.Clock.Now() }
 // run is the actor's goroutine.
 func (a *actor) run() {
 	defer a.m.wg.Done()
+	defer a.m.released(a)
 	st, err := loadState(a.m.base, a.m.cfg.Store, a.m.cfg.Tools, a.id)
 	if err != nil {
 		a.failLoad(err)
@@ -160,6 +167,7 @@ func (a *actor) run() {
 
 	quit := a.m.quit
 	hard := a.m.base.Done()
+	evict := a.evict
 	for {
 		if a.stopping && a.inflight == 0 {
 			break
@@ -183,6 +191,9 @@ func (a *actor) run() {
 			a.beginStop(false)
 		case <-hard:
 			hard = nil
+			a.beginStop(true)
+		case <-evict:
+			evict = nil
 			a.beginStop(true)
 		}
 		if a.broken && !a.stopping {

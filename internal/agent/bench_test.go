@@ -149,7 +149,7 @@ func BenchmarkResolveAckPostgres(b *testing.B) {
 		b.StopTimer()
 		clk := clock.NewFake(time.Now())
 		e := newBenchEnv(b, pg, clk, gatedModel{}, benchTools(b, true), convs, nil)
-		sub := e.m.events.(*hub).subscribeSize("", convs*16)
+		sub := e.m.events.(*Hub).subscribeSize("", convs*16)
 		for _, c := range e.convs {
 			if err := e.m.Send(ctx, c, e.owner, "act"); err != nil {
 				b.Fatal(err)
@@ -350,7 +350,7 @@ func memoryFigures(b *testing.B) (hibernated, live float64) {
 			b.Fatal(err)
 		}
 	}
-	sub := e.m.events.(*hub).subscribeSize("", 8*nLive)
+	sub := e.m.events.(*Hub).subscribeSize("", 8*nLive)
 	defer sub.Close()
 	base := heap()
 	// Revive every one (rebuilding its state from the log), then let them hibernate.

@@ -77,8 +77,18 @@ type Config struct {
 	// gets EventResync and is closed. Default 256.
 	SubscriberBuffer int
 	// Events carries events from actors to subscribers. Default: an in-process hub with
-	// SubscriberBuffer per subscription.
+	// SubscriberBuffer per subscription (NewHub); with a Cluster, one that also carries them to
+	// the other processes (package cluster).
 	Events Events
+	// Cluster coordinates this process with the others on the same database (cluster.go); nil
+	// when it is the only one (the embedded store).
+	Cluster Cluster
+	// OrphanScan is how often a process of a cluster looks for active conversations whose owner
+	// died. Default DefaultOrphanScan.
+	OrphanScan time.Duration
+	// ForwardTimeout bounds how long a request forwarded to the owning process waits for its
+	// answer before it looks for the owner again. Default DefaultForwardTimeout.
+	ForwardTimeout time.Duration
 }
 
 // DefaultSystem is the system prompt when the host sets none. Tool results and the user's
@@ -116,6 +126,8 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.ExpiryLease, 30*time.Second)
 	def(&c.RetryBase, 500*time.Millisecond)
 	def(&c.RetryMax, 30*time.Second)
+	def(&c.OrphanScan, DefaultOrphanScan)
+	def(&c.ForwardTimeout, DefaultForwardTimeout)
 	defInt(&c.MaxIterations, 10)
 	defInt(&c.MaxCallsPerAnswer, 16)
 	defInt(&c.ContextBudget, 100_000)
@@ -131,7 +143,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.System = DefaultSystem
 	}
 	if c.Events == nil {
-		c.Events = newHub(c.SubscriberBuffer)
+		c.Events = NewHub(c.SubscriberBuffer)
 	}
 	return c, nil
 }

@@ -7,8 +7,8 @@ import (
 
 // Events carries conversation events from the actors that publish them to the subscribers
 // that follow them. The actor and the door (door.go) use only this interface: the in-process
-// hub below is its first implementation; one that fans out across processes (through
-// PostgreSQL) can replace it in Config.Events without touching either.
+// Hub below is the in-process implementation; package cluster wraps it to fan events out
+// across processes through PostgreSQL.
 type Events interface {
 	// Publish delivers e to the subscribers of its conversation and to those of every
 	// conversation. It never blocks: a subscriber that cannot keep up gets EventResync as its
@@ -22,13 +22,13 @@ type Events interface {
 	Close()
 }
 
-var _ Events = (*hub)(nil)
+var _ Events = (*Hub)(nil)
 
-// hub fans events out to subscribers of one conversation and to subscribers of every
+// Hub fans events out to subscribers of one conversation and to subscribers of every
 // conversation. Publishing never blocks: each subscriber has a bounded buffer, and one that
 // falls behind gets EventResync as its last event and is closed (it must reload and subscribe
 // again). The hub's mutex guards only the subscriber sets and the sends, which never wait.
-type hub struct {
+type Hub struct {
 	buffer int
 
 	mu     sync.Mutex
@@ -39,8 +39,8 @@ type hub struct {
 	dropped atomic.Int64
 }
 
-func newHub(buffer int) *hub {
-	return &hub{buffer: buffer, byConv: map[string]map[*sub]struct{}{}, global: map[*sub]struct{}{}}
+func NewHub(buffer int) *Hub {
+	return &Hub{buffer: buffer, byConv: map[string]map[*sub]struct{}{}, global: map[*sub]struct{}{}}
 }
 
 // sub is one subscriber: its channel, delivered in publish order until it is closed.
@@ -48,17 +48,17 @@ type sub struct {
 	c      chan Event
 	size   int
 	convID string
-	closed bool // guarded by hub.mu
+	closed bool // guarded by Hub.mu
 }
 
 // Subscribe implements Events with the hub's buffer size.
-func (h *hub) Subscribe(convID string) *Subscription { return h.subscribeSize(convID, h.buffer) }
+func (h *Hub) Subscribe(convID string) *Subscription { return h.subscribeSize(convID, h.buffer) }
 
 // Dropped implements Events.
-func (h *hub) Dropped() int64 { return h.dropped.Load() }
+func (h *Hub) Dropped() int64 { return h.dropped.Load() }
 
 // subscribeSize subscribes with a buffer of n events.
-func (h *hub) subscribeSize(convID string, n int) *Subscription {
+func (h *Hub) subscribeSize(convID string, n int) *Subscription {
 	// One extra slot so the resync notice always fits after the buffer filled up.
 	s := &sub{c: make(chan Event, n+1), size: n, convID: convID}
 	h.mu.Lock()
@@ -80,7 +80,7 @@ func (h *hub) subscribeSize(convID string, n int) *Subscription {
 	}}
 }
 
-func (h *hub) removeLocked(s *sub) {
+func (h *Hub) removeLocked(s *sub) {
 	if s.closed {
 		return
 	}
@@ -99,7 +99,7 @@ func (h *hub) removeLocked(s *sub) {
 }
 
 // Publish delivers e to the conversation's subscribers and to the global ones.
-func (h *hub) Publish(e Event) {
+func (h *Hub) Publish(e Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for s := range h.byConv[e.ConversationID] {
@@ -110,7 +110,7 @@ func (h *hub) Publish(e Event) {
 	}
 }
 
-func (h *hub) sendLocked(s *sub, e Event) {
+func (h *Hub) sendLocked(s *sub, e Event) {
 	if len(s.c) < s.size {
 		s.c <- e // cannot block: only publishers (serialized by mu) fill the buffer
 		return
@@ -120,8 +120,34 @@ func (h *hub) sendLocked(s *sub, e Event) {
 	h.removeLocked(s)
 }
 
+// Resync sends EventResync to the subscribers of convID (of every conversation, and the
+// global ones, when convID is "") and closes them: events they should have had were lost
+// (another process could not deliver them), so they must reload and subscribe again.
+func (h *Hub) Resync(convID string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	resync := func(s *sub, conv string) {
+		s.c <- Event{ConversationID: conv, Type: EventResync} // the extra slot always has room
+		h.removeLocked(s)
+	}
+	if convID != "" {
+		for s := range h.byConv[convID] {
+			resync(s, convID)
+		}
+		return
+	}
+	for conv, set := range h.byConv {
+		for s := range set {
+			resync(s, conv)
+		}
+	}
+	for s := range h.global {
+		resync(s, "")
+	}
+}
+
 // Close closes every subscription (the manager is shutting down).
-func (h *hub) Close() {
+func (h *Hub) Close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, set := range h.byConv {

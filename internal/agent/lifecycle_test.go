@@ -212,9 +212,9 @@ func TestSlowSubscriberIsResyncedAndNeverBlocksTheActor(t *testing.T) {
 	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
 		prov := newScripted(say(strings.Repeat("word ", 50)))
 		e := newEnv(t, open, prov, emailTools, nil)
-		slow := e.m.events.(*hub).subscribeSize(e.conv, 3) // never read until the turn is over
+		slow := e.m.events.(*Hub).subscribeSize(e.conv, 3) // never read until the turn is over
 		defer slow.Close()
-		inbox := e.m.events.(*hub).subscribeSize("", 3) // a global subscriber lags the same way
+		inbox := e.m.events.(*Hub).subscribeSize("", 3) // a global subscriber lags the same way
 		defer inbox.Close()
 		e.send("talk")
 		e.waitStatus(store.StatusIdle) // the actor finished although nobody read slow

@@ -16,8 +16,9 @@ import (
 // started (rehydrated from the store) on demand and hibernated when idle. Its mutex guards only
 // the registry and the socket counts; no I/O happens under it.
 type Manager struct {
-	cfg    Config
-	events Events
+	cfg     Config
+	events  Events
+	cluster Cluster // nil: this process is the only one on its store
 
 	// base is the context of every store write and every piece of work the actors start. It is
 	// cancelled when Close's context runs out (a hard stop).
@@ -25,6 +26,10 @@ type Manager struct {
 	baseCancel context.CancelFunc
 	quit       chan struct{} // closed by Close: actors stop taking requests
 	wg         sync.WaitGroup
+
+	// presenceMu serializes the writes of this process's socket counts to the cluster, so
+	// they land in the order the counts changed.
+	presenceMu sync.Mutex
 
 	mu      sync.Mutex
 	actors  map[string]*actor // guarded by mu
@@ -59,6 +64,7 @@ func New(cfg Config) *Manager {
 	return &Manager{
 		cfg:        cfg,
 		events:     cfg.Events,
+		cluster:    cfg.Cluster,
 		base:       base,
 		baseCancel: cancel,
 		quit:       make(chan struct{}),
@@ -81,13 +87,32 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.started = true
 	m.unregister = metrics.Register(m.metricsSnapshot)
 	m.mu.Unlock()
-	active, err := m.cfg.Store.ListActive(ctx)
-	if err != nil {
-		return errors.Join(errors.New("agent: list active conversations"), err)
-	}
-	for _, c := range active {
-		if _, err := m.ensureStarted(c.ID); err != nil {
-			return err
+	if m.cluster != nil {
+		// The active conversations without a live owner are taken over by the first scan; those
+		// another live process owns stay there.
+		rescan := make(chan struct{}, 1)
+		m.cluster.Serve(Inbound{
+			Forward: m.serveForward,
+			Ring:    m.ringLocal,
+			Rescan: func() {
+				select {
+				case rescan <- struct{}{}:
+				default:
+				}
+			},
+			Fence: m.fence,
+		})
+		m.wg.Add(1)
+		go m.scanOrphans(rescan)
+	} else {
+		active, err := m.cfg.Store.ListActive(ctx)
+		if err != nil {
+			return errors.Join(errors.New("agent: list active conversations"), err)
+		}
+		for _, c := range active {
+			if _, err := m.ensureStarted(c.ID); err != nil {
+				return err
+			}
 		}
 	}
 	timer := m.cfg.Clock.NewTimer(m.cfg.ExpiryPoll)
@@ -155,6 +180,12 @@ func (m *Manager) ensureStarted(id string) (*actor, error) {
 	return a, nil
 }
 
+func (m *Manager) isClosed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.closed
+}
+
 // forget takes a out of the registry. It is the only place an entry is removed, and it removes
 // a's only: a fresh actor registered for the same conversation since then stays.
 func (m *Manager) forget(a *actor) {
@@ -171,43 +202,68 @@ func (m *Manager) live(id string) *actor {
 	return m.actors[id]
 }
 
-// call delivers req to the conversation's actor and waits for the answer. A full mailbox blocks
-// the caller until ctx is done. An actor that stops (hibernates) before answering did not
-// process the request, so the request goes to a fresh actor.
+// call delivers req to the conversation's actor and waits for the answer: the local actor, or,
+// when another live process owns the conversation, that process's (forward). A full mailbox
+// blocks the caller until ctx is done. An actor that stops (hibernates) before answering did
+// not process the request, so the request goes to a fresh actor; a request the owner did not
+// take (it was leaving) looks for the owner again, up to maxHops times.
 func (m *Manager) call(ctx context.Context, id string, req *request) (response, error) {
 	req.reply = make(chan response, 1)
-	for try := 0; try < 8; try++ {
-		a, err := m.ensureStarted(id)
+	for try := 0; try < maxHops; try++ {
+		a, owner, err := m.acquire(ctx, id)
 		if err != nil {
 			return response{}, err
 		}
-		select {
-		case a.mailbox <- req:
-		case <-a.done:
-			if a.loadErr != nil {
-				return response{}, a.loadErr
+		if a == nil {
+			resp, moved, err := m.forward(ctx, owner, id, req)
+			if !moved {
+				return resp, err
+			}
+			if err := m.pause(ctx, try+1); err != nil {
+				return response{}, err
 			}
 			continue
-		case <-ctx.Done():
-			return response{}, ctx.Err()
 		}
-		select {
-		case r := <-req.reply:
-			return r, r.err
-		case <-a.done:
-			select {
-			case r := <-req.reply:
-				return r, r.err
-			default:
-			}
-			if a.loadErr != nil {
-				return response{}, a.loadErr
-			}
-		case <-ctx.Done():
-			return response{}, ctx.Err()
+		resp, retry, err := m.deliver(ctx, a, req)
+		if !retry {
+			return resp, err
 		}
 	}
+	if m.cluster != nil {
+		return response{}, fault.New(fault.KindServiceUnavailable, "the conversation is moving between processes; try again", nil)
+	}
 	return response{}, m.internalError("deliver request", errors.New("the conversation's actor kept stopping"))
+}
+
+// deliver hands req to a and waits for its answer. retry reports that a stopped before it took
+// the request (it hibernated or is shutting down): the request goes to the next actor.
+func (m *Manager) deliver(ctx context.Context, a *actor, req *request) (resp response, retry bool, err error) {
+	select {
+	case a.mailbox <- req:
+	case <-a.done:
+		if a.loadErr != nil {
+			return response{}, false, a.loadErr
+		}
+		return response{}, true, nil
+	case <-ctx.Done():
+		return response{}, false, ctx.Err()
+	}
+	select {
+	case r := <-req.reply:
+		return r, false, r.err
+	case <-a.done:
+		select {
+		case r := <-req.reply:
+			return r, false, r.err
+		default:
+		}
+		if a.loadErr != nil {
+			return response{}, false, a.loadErr
+		}
+		return response{}, true, nil
+	case <-ctx.Done():
+		return response{}, false, ctx.Err()
+	}
 }
 
 // Stats are counters for metrics.
@@ -256,23 +312,35 @@ func (m *Manager) setPending(id string, byKind map[string]int) {
 // AttachClient records a live socket of the conversation's owner: client calls can run. The
 // returned function detaches it (call it once, when the socket closes). Pending client calls are
 // not re-announced here: a connecting page reads them from View's Pending (kind client_exec).
+// With a cluster the count is also written where every process sees it, and the conversation's
+// actor is rung wherever it runs.
 func (m *Manager) AttachClient(convID string) (detach func()) {
+	m.changeClients(convID, +1)
+	var once sync.Once
+	return func() { once.Do(func() { m.changeClients(convID, -1) }) }
+}
+
+func (m *Manager) changeClients(convID string, delta int) {
+	if m.cluster != nil {
+		m.presenceMu.Lock()
+		defer m.presenceMu.Unlock()
+	}
 	m.mu.Lock()
-	m.clients[convID]++
+	m.clients[convID] += delta
+	n := m.clients[convID]
+	if n <= 0 {
+		delete(m.clients, convID)
+	}
 	a := m.actors[convID]
 	m.mu.Unlock()
 	ring(a)
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			m.mu.Lock()
-			if m.clients[convID]--; m.clients[convID] <= 0 {
-				delete(m.clients, convID)
-			}
-			a := m.actors[convID]
-			m.mu.Unlock()
-			ring(a)
-		})
+	if m.cluster == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(m.base), 5*time.Second)
+	defer cancel()
+	if err := m.cluster.SetClients(ctx, convID, max(n, 0)); err != nil {
+		m.cfg.Logger.Warn("agent: record page sockets for the cluster", "conversation_id", convID, "err", err)
 	}
 }
 
@@ -287,10 +355,23 @@ func ring(a *actor) {
 	}
 }
 
+// clientCount is how many pages of the conversation are open: here, or else on any live
+// process of the cluster.
 func (m *Manager) clientCount(id string) int {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.clients[id]
+	n := m.clients[id]
+	m.mu.Unlock()
+	if n > 0 || m.cluster == nil {
+		return n
+	}
+	n, err := m.cluster.RemoteClients(m.base, id)
+	if err != nil {
+		if m.base.Err() == nil {
+			m.cfg.Logger.Warn("agent: count page sockets in the cluster", "conversation_id", id, "err", err)
+		}
+		return 0
+	}
+	return n
 }
 
 // pollExpiries claims due durable expiries every ExpiryPoll and resolves each through the same
@@ -378,7 +459,7 @@ func (m *Manager) reviveLater(id string) {
 		select {
 		case <-m.quit:
 		case <-timer.C():
-			_, _ = m.ensureStarted(id)
+			_, _, _ = m.acquire(m.base, id)
 		}
 	}()
 }

@@ -36,7 +36,7 @@ func TestBackoff(t *testing.T) {
 }
 
 func TestSubscriptionClose(t *testing.T) {
-	h := newHub(4)
+	h := NewHub(4)
 	s := h.Subscribe("c")
 	g := h.Subscribe("")
 	h.Publish(Event{ConversationID: "c", Type: EventStatus})

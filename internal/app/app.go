@@ -21,6 +21,7 @@ import (
 	"parley/internal/agent"
 	"parley/internal/auth"
 	"parley/internal/clock"
+	"parley/internal/cluster"
 	"parley/internal/llm"
 	"parley/internal/llm/anthropic"
 	"parley/internal/llm/demo"
@@ -42,6 +43,7 @@ type App struct {
 	clock    clock.Clock
 	store    store.Store
 	manager  *agent.Manager
+	node     *cluster.Node // nil on the embedded store
 	web      *web.Server
 	http     *http.Server
 	listener net.Listener
@@ -96,10 +98,19 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 	if err != nil {
 		return nil, err
 	}
-	a.manager = agent.New(agent.Config{Store: a.store, Provider: provider, Tools: reg, Clock: a.clock, Logger: a.log,
+	acfg := agent.Config{Store: a.store, Provider: provider, Tools: reg, Clock: a.clock, Logger: a.log,
 		MaxTokens: cfg.MaxTokens, System: cfg.SystemPrompt, MaxCallsPerAnswer: cfg.MaxCallsPerAnswer, MaxToolRuns: cfg.MaxToolRuns,
 		ContextBudget: cfg.ContextBudget, MaxModelCalls: cfg.MaxModelCalls, MaxIterations: cfg.MaxIterations,
-		DailyTokens: int64(cfg.DailyTokens)})
+		DailyTokens: int64(cfg.DailyTokens), OrphanScan: cfg.OrphanScan}
+	if pg, ok := a.store.(*pgstore.Store); ok {
+		// Every process on PostgreSQL is a node of a cluster, alone or not (internal/cluster).
+		a.node = cluster.New(cluster.Config{Pool: pg.Pool(), Logger: a.log, TTL: cfg.NodeTTL})
+		if err = a.node.Start(ctx); err != nil {
+			return nil, err
+		}
+		acfg.Cluster, acfg.Events = a.node, a.node
+	}
+	a.manager = agent.New(acfg)
 	a.web = web.New(web.Config{
 		Production: cfg.Production, DemoModel: isDemo, PasswordCost: opts.PasswordCost,
 		MessagesPerMinute: cfg.MessagesPerMinute, MessageBurst: cfg.MessageBurst,
@@ -289,6 +300,11 @@ func (a *App) shutdown() error {
 	if err := a.manager.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("stop agent: %w", err))
 	}
+	if a.node != nil {
+		if err := a.node.Leave(context.WithoutCancel(ctx)); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if err := a.Close(); err != nil {
 		errs = append(errs, err)
 	}
@@ -307,6 +323,11 @@ func (a *App) Close() error {
 	a.closeOnce.Do(func() {
 		if a.listener != nil {
 			_ = a.listener.Close() // already closed after Serve; the error says nothing new
+		}
+		if a.node != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = a.node.Leave(ctx) // after a shutdown it has left already; else it must not outlive the store
+			cancel()
 		}
 		if a.store != nil {
 			if err := a.store.Close(); err != nil {

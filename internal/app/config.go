@@ -57,6 +57,13 @@ type Config struct {
 	TestTools *bool
 	// ShutdownTimeout bounds graceful shutdown (PARLEY_SHUTDOWN_TIMEOUT, a Go duration; 15s).
 	ShutdownTimeout time.Duration
+	// NodeTTL is how long a process of a cluster counts as alive after its last heartbeat
+	// (PARLEY_NODE_TTL, a Go duration; cluster.DefaultTTL): a killed process's conversations are
+	// taken over by the others within NodeTTL plus PARLEY_ORPHAN_SCAN. PostgreSQL only.
+	NodeTTL time.Duration
+	// OrphanScan is how often a process looks for conversations whose process died
+	// (PARLEY_ORPHAN_SCAN, a Go duration; agent.DefaultOrphanScan).
+	OrphanScan time.Duration
 	// Getenv reads other variables (webhook secrets named by the tools file).
 	Getenv func(string) string
 }
@@ -127,6 +134,17 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	integer("PARLEY_MAX_ITERATIONS", &c.MaxIterations)
 	integer("PARLEY_DAILY_TOKENS", &c.DailyTokens)
 	c.SystemPrompt = getenv("PARLEY_SYSTEM_PROMPT")
+	duration := func(name string, dst *time.Duration) {
+		if v := getenv(name); v != "" && err == nil {
+			d, perr := time.ParseDuration(v)
+			if perr != nil || d <= 0 {
+				err = fmt.Errorf("%s must be a duration such as 5s, not %q", name, v)
+			}
+			*dst = d
+		}
+	}
+	duration("PARLEY_NODE_TTL", &c.NodeTTL)
+	duration("PARLEY_ORPHAN_SCAN", &c.OrphanScan)
 	if v := getenv("PARLEY_SHUTDOWN_TIMEOUT"); v != "" && err == nil {
 		d, perr := time.ParseDuration(v)
 		if perr != nil || d <= 0 {

@@ -178,7 +178,8 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Pool is the connection pool, for benchmarks and tools that need raw SQL.
+// Pool is the connection pool, for what coordinates several processes through the same
+// database (package cluster), benchmarks and tools that need raw SQL.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 func connect(ctx context.Context, databaseURL string) (*pgxpool.Pool, error) {

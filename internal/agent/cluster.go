@@ -1,0 +1,288 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"parley/internal/fault"
+	"parley/internal/store"
+)
+
+// This file is how Managers of several processes on one database share the conversations: at
+// most one live actor per conversation in the whole cluster, on the process that owns it (its
+// row in the database says which). A request that lands on any other process is forwarded to
+// the owner and answered there, once its answer is durable, exactly as if it were local; a
+// conversation nobody live owns is claimed by the process the request landed on. Events cross
+// processes through the Events implementation (package cluster), not through this file.
+
+// Cluster coordinates this process's Manager with the others on the same database. Package
+// cluster implements it on PostgreSQL; a nil Cluster (the embedded store) is one process.
+type Cluster interface {
+	// Self is this process's node id.
+	Self() string
+	// Serve installs what this process answers to the others. The Manager calls it once, in
+	// Start, before it claims anything.
+	Serve(in Inbound)
+	// Claim makes this process the conversation's owner unless a live process owns it, and
+	// returns the owner's node id (Self when it is this process). A conversation that does not
+	// exist is store.ErrNotFound.
+	Claim(ctx context.Context, convID string) (owner string, err error)
+	// Release gives up this process's ownership of the conversation (it is shutting down and
+	// the conversation's actor stopped), so another process takes it over at once.
+	Release(ctx context.Context, convID string) error
+	// Owner returns the conversation's live owner, "" when it has none.
+	Owner(ctx context.Context, convID string) (string, error)
+	// Forward sends body to node and returns its reply (Inbound.Forward there). It gives up
+	// with an error when ctx ends or the node does not answer within its own bound.
+	Forward(ctx context.Context, node string, body []byte) ([]byte, error)
+	// SetClients records this process's live page sockets of the conversation (0: none) and
+	// rings the conversation's actor wherever it runs.
+	SetClients(ctx context.Context, convID string, n int) error
+	// RemoteClients counts the live page sockets of the conversation on the other live
+	// processes.
+	RemoteClients(ctx context.Context, convID string) (int, error)
+	// Orphans lists active conversations (status not idle) without a live owner, up to limit.
+	Orphans(ctx context.Context, limit int) ([]string, error)
+}
+
+// Inbound is what a process answers to the others.
+type Inbound struct {
+	// Forward answers a request another process forwarded (Cluster.Forward there).
+	Forward func(ctx context.Context, body []byte) []byte
+	// Ring tells a conversation's actor, if it runs here, that its page sockets changed.
+	Ring func(convID string)
+	// Rescan looks for conversations without a live owner now (a process left).
+	Rescan func()
+	// Fence stops every actor of this process at once: it may no longer own them (its
+	// heartbeat could not be written in time, so others may have taken them over).
+	Fence func()
+}
+
+// Cluster settings (Config): how often a process looks for conversations left without a live
+// owner, how long a forwarded request may wait for its answer, and how many times a request
+// may find its owner moved before it gives up.
+const (
+	DefaultOrphanScan     = 2 * time.Second
+	DefaultForwardTimeout = 10 * time.Second
+	maxHops               = 8
+)
+
+// wireRequest is a request forwarded to the conversation's owner.
+type wireRequest struct {
+	Conv   string     `json:"conv"`
+	Kind   reqKind    `json:"kind"`
+	By     Principal  `json:"by"`
+	Text   string     `json:"text,omitempty"`
+	CallID string     `json:"call_id,omitempty"`
+	Res    Resolution `json:"res"`
+}
+
+// wireResponse is the owner's answer. Moved means the owner did not take the request (it no
+// longer owns the conversation, or it is shutting down): the sender finds the owner again.
+type wireResponse struct {
+	Moved    bool       `json:"moved,omitempty"`
+	Err      *wireError `json:"err,omitempty"`
+	View     *View      `json:"view,omitempty"`
+	Resolved *Resolved  `json:"resolved,omitempty"`
+}
+
+// wireError carries a coded error across processes with its problems. Any other error was
+// already turned into an internal error with a reference by the owner, which logged it.
+type wireError struct {
+	Kind     fault.Kind      `json:"kind"`
+	Message  string          `json:"message"`
+	Details  map[string]any  `json:"details,omitempty"`
+	Problems []fault.Problem `json:"problems,omitempty"`
+}
+
+func toWire(err error) *wireError {
+	if err == nil {
+		return nil
+	}
+	var fe *fault.Error
+	if !errors.As(err, &fe) {
+		fe = fault.New(fault.KindInternal, "internal error", nil)
+	}
+	return &wireError{Kind: fe.Kind, Message: fe.Message, Details: fe.Details, Problems: fe.Problems}
+}
+
+func (w *wireError) err() error {
+	if w == nil {
+		return nil
+	}
+	return &fault.Error{Kind: w.Kind, Message: w.Message, Details: w.Details, Problems: w.Problems}
+}
+
+// acquire returns the conversation's local actor, starting one when this process owns the
+// conversation or may claim it; otherwise it returns the live owner's node id.
+func (m *Manager) acquire(ctx context.Context, id string) (*actor, string, error) {
+	if a := m.live(id); a != nil || m.cluster == nil {
+		if a != nil {
+			return a, "", nil
+		}
+		a, err := m.ensureStarted(id)
+		return a, "", err
+	}
+	if m.isClosed() {
+		return nil, "", errClosed()
+	}
+	owner, err := m.cluster.Claim(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, "", errNotFound()
+	case err != nil:
+		if ctx.Err() != nil {
+			return nil, "", ctx.Err()
+		}
+		return nil, "", m.internalError("claim conversation", err)
+	case owner != m.cluster.Self():
+		return nil, owner, nil
+	}
+	a, err := m.ensureStarted(id)
+	return a, "", err
+}
+
+// forward sends req to the owner and returns its answer. moved reports that the owner did not
+// take it (or did not answer in time): the caller finds the owner again.
+func (m *Manager) forward(ctx context.Context, owner, convID string, req *request) (resp response, moved bool, err error) {
+	body, err := json.Marshal(wireRequest{Conv: convID, Kind: req.kind, By: req.by, Text: req.text, CallID: req.callID, Res: req.res})
+	if err != nil {
+		return response{}, false, m.internalError("encode forwarded request", err)
+	}
+	fctx, cancel := context.WithTimeout(ctx, m.cfg.ForwardTimeout)
+	defer cancel()
+	out, err := m.cluster.Forward(fctx, owner, body)
+	if err != nil {
+		if ctx.Err() != nil {
+			return response{}, false, ctx.Err()
+		}
+		// The owner did not answer in time: it may have died (its conversations are taken over
+		// once its heartbeat is stale) or be overloaded. Look for the owner again.
+		m.cfg.Logger.Warn("forwarded request unanswered", "conversation_id", convID, "node", owner, "err", err)
+		return response{}, true, nil
+	}
+	var w wireResponse
+	if err := json.Unmarshal(out, &w); err != nil {
+		return response{}, false, m.internalError("decode forwarded answer", err)
+	}
+	if w.Moved {
+		return response{}, true, nil
+	}
+	resp = response{err: w.Err.err(), resolved: w.Resolved}
+	if w.View != nil {
+		resp.view = *w.View
+	}
+	return resp, false, resp.err
+}
+
+// serveForward answers a request another process forwarded here, as the conversation's owner.
+// It never forwards again: when this process does not own the conversation it answers moved.
+func (m *Manager) serveForward(ctx context.Context, body []byte) []byte {
+	var w wireRequest
+	if err := json.Unmarshal(body, &w); err != nil {
+		return mustJSON(wireResponse{Err: toWire(m.internalError("decode forwarded request", err))})
+	}
+	req := &request{kind: w.Kind, by: w.By, text: w.Text, callID: w.CallID, res: w.Res, reply: make(chan response, 1)}
+	for range maxHops {
+		a, owner, err := m.acquire(ctx, w.Conv)
+		if owner != "" || fault.KindOf(err) == fault.KindServiceUnavailable {
+			return mustJSON(wireResponse{Moved: true})
+		}
+		if err != nil {
+			return mustJSON(wireResponse{Err: toWire(err)})
+		}
+		resp, retry, err := m.deliver(ctx, a, req)
+		if retry {
+			continue
+		}
+		out := wireResponse{Err: toWire(err), Resolved: resp.resolved}
+		if w.Kind == reqView && err == nil {
+			out.View = &resp.view
+		}
+		return mustJSON(out)
+	}
+	return mustJSON(wireResponse{Moved: true})
+}
+
+// pause waits a moment before a request looks for its owner again (the owner was shutting
+// down or moving the conversation): 10 ms, growing with each try.
+func (m *Manager) pause(ctx context.Context, try int) error {
+	t := m.cfg.Clock.NewTimer(time.Duration(try) * 10 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// scanOrphans takes over the active conversations that have no live owner (their process died
+// or left): each is claimed and its actor continues the turn from the log. It runs every
+// OrphanScan and at once when a process leaves.
+func (m *Manager) scanOrphans(rescan <-chan struct{}) {
+	defer m.wg.Done()
+	timer := m.cfg.Clock.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-m.quit:
+			return
+		case <-timer.C():
+		case <-rescan:
+		}
+		m.adoptOrphans()
+		timer.Reset(m.cfg.OrphanScan)
+	}
+}
+
+func (m *Manager) adoptOrphans() {
+	const batch = 100
+	ids, err := m.cluster.Orphans(m.base, batch)
+	if err != nil {
+		if m.base.Err() == nil {
+			m.cfg.Logger.Error("agent: list conversations without an owner", "err", err)
+		}
+		return
+	}
+	for _, id := range ids {
+		if _, _, err := m.acquire(m.base, id); err != nil && m.base.Err() == nil && fault.KindOf(err) != fault.KindNotFound {
+			m.cfg.Logger.Warn("agent: take over conversation", "conversation_id", id, "err", err)
+		}
+	}
+}
+
+// released hands the conversation over once its actor stopped during a shutdown: the next
+// request, or the others' scan, finds it without an owner instead of waiting for this
+// process's heartbeat to go stale. Outside a shutdown the process keeps its conversations.
+func (m *Manager) released(a *actor) {
+	if m.cluster == nil || !m.isClosed() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(m.base), 2*time.Second)
+	defer cancel()
+	if err := m.cluster.Release(ctx, a.id); err != nil {
+		a.log.Warn("agent: hand the conversation over", "err", err)
+	}
+}
+
+// fence stops every local actor at once (hard): this process may no longer own them.
+func (m *Manager) fence() {
+	m.mu.Lock()
+	actors := make([]*actor, 0, len(m.actors))
+	for _, a := range m.actors {
+		actors = append(actors, a)
+	}
+	m.mu.Unlock()
+	if len(actors) > 0 {
+		m.cfg.Logger.Error("agent: lost the cluster heartbeat; stopping every conversation of this process", "actors", len(actors))
+	}
+	for _, a := range actors {
+		a.evictOnce.Do(func() { close(a.evict) })
+	}
+}
+
+// ringLocal rings the conversation's actor when it runs here.
+func (m *Manager) ringLocal(convID string) { ring(m.live(convID)) }

@@ -1,0 +1,590 @@
+// Package cluster lets several Parley processes share one PostgreSQL database. PostgreSQL is
+// the coordinator and nothing else is: each process keeps a heartbeat row (cluster_nodes); a
+// conversation is owned by the process whose row in conversation_owners names it while that
+// process's heartbeat is fresh; requests for a conversation owned elsewhere are forwarded to
+// the owner with NOTIFY on the owner's channel and answered on the sender's (rows too large for
+// a notification go through cluster_mail); events cross processes on one broadcast channel.
+//
+// A Node implements agent.Cluster (ownership, forwarding, page sockets) and agent.Events (the
+// process's hub, plus the other processes' events). The agent decides what to do with them
+// (internal/agent/cluster.go); this package only moves bytes and keeps rows.
+//
+// Goroutines: Start begins three, all owned by the Node and ended by Leave: the listener (one
+// dedicated connection that LISTENs), the heartbeat, and the event sender. Forwarded requests
+// are served on goroutines bounded by maxServing.
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"parley/internal/agent"
+	"parley/internal/store"
+)
+
+// Defaults and bounds.
+const (
+	// DefaultTTL is how long a process counts as alive after its last heartbeat; it beats every
+	// TTL/3. A killed process's conversations are taken over within TTL plus the agent's
+	// orphan scan.
+	DefaultTTL = 6 * time.Second
+	// eventsChannel carries every process's events, rings and departures.
+	eventsChannel = "parley_events"
+	// maxPayload keeps a notification under PostgreSQL's 8000-byte limit; larger messages go
+	// through cluster_mail.
+	maxPayload = 7600
+	// outQueue bounds the events waiting to be sent. When it is full an event is dropped and
+	// the other processes' subscribers of its conversation get resync instead (they reload).
+	outQueue = 4096
+	// maxDropped bounds the conversations remembered as having lost events; beyond it every
+	// remote subscriber is told to resync.
+	maxDropped = 1024
+	// sendBatch bounds the notifications sent in one round trip.
+	sendBatch = 256
+	// maxServing bounds forwarded requests served at once; the listener waits for room.
+	maxServing = 256
+	// mailTTL is how long an unread cluster_mail row is kept.
+	mailTTL = time.Minute
+	// deltaMerge bounds the text of consecutive text deltas merged into one notification.
+	deltaMerge = 2048
+)
+
+// Config configures a Node.
+type Config struct {
+	Pool   *pgxpool.Pool
+	Logger *slog.Logger
+	// TTL is how long a heartbeat keeps a process alive (default DefaultTTL).
+	TTL time.Duration
+	// SubscriberBuffer is each local subscription's buffer (agent.NewHub).
+	SubscriberBuffer int
+}
+
+// Node is this process in the cluster.
+type Node struct {
+	pool *pgxpool.Pool
+	log  *slog.Logger
+	ttl  time.Duration
+	id   string
+	hub  *agent.Hub
+
+	in atomic.Pointer[agent.Inbound]
+	// peers is how many other live processes the last heartbeat saw (or 1 once any of them
+	// spoke): events are sent only when someone can receive them.
+	peers atomic.Int64
+
+	out     chan agent.Event
+	dropMu  sync.Mutex
+	dropped map[string]bool // conversations whose events were dropped; guarded by dropMu
+	dropAll bool            // guarded by dropMu
+	seq     atomic.Uint64   // makes every payload unique (PostgreSQL folds identical ones)
+
+	waitMu  sync.Mutex
+	waiting map[uint64]chan []byte // forwarded requests awaiting their reply; guarded by waitMu
+	nextReq atomic.Uint64
+
+	serving chan struct{} // semaphore of forwarded requests being served
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+var (
+	_ agent.Cluster = (*Node)(nil)
+	_ agent.Events  = (*Node)(nil)
+)
+
+// New builds a Node with a fresh id; Start registers it.
+func New(cfg Config) *Node {
+	if cfg.TTL <= 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.SubscriberBuffer <= 0 {
+		cfg.SubscriberBuffer = 256
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Node{
+		pool: cfg.Pool, log: cfg.Logger.With("node", id), ttl: cfg.TTL, id: id,
+		hub: agent.NewHub(cfg.SubscriberBuffer), out: make(chan agent.Event, outQueue),
+		dropped: map[string]bool{}, waiting: map[uint64]chan []byte{}, serving: make(chan struct{}, maxServing),
+		ctx: ctx, cancel: cancel,
+	}
+}
+
+// Self implements agent.Cluster.
+func (n *Node) Self() string { return n.id }
+
+// Serve implements agent.Cluster.
+func (n *Node) Serve(in agent.Inbound) { n.in.Store(&in) }
+
+func (n *Node) channel() string { return nodeChannel(n.id) }
+
+func nodeChannel(id string) string { return "parley_n_" + id }
+
+func (n *Node) interval() string { return fmt.Sprintf("%d milliseconds", n.ttl.Milliseconds()) }
+
+// Start registers the node, begins listening and beating, and tells the others it arrived.
+func (n *Node) Start(ctx context.Context) error {
+	host, _ := os.Hostname()
+	if _, err := n.pool.Exec(ctx, `INSERT INTO cluster_nodes (id, host) VALUES ($1, $2)`, n.id, fmt.Sprintf("%s:%d", host, os.Getpid())); err != nil {
+		return fmt.Errorf("cluster: register node: %w", err)
+	}
+	conn, err := n.listenConn(ctx)
+	if err != nil {
+		return err
+	}
+	if err := n.countPeers(ctx); err != nil {
+		_ = conn.Close(ctx)
+		return err
+	}
+	n.wg.Add(3)
+	go n.listen(conn)
+	go n.heartbeat()
+	go n.send()
+	n.broadcast(ctx, message{T: "hello"})
+	n.log.Info("cluster node started", "ttl", n.ttl, "peers", n.peers.Load())
+	return nil
+}
+
+// Leave stops the node's goroutines and leaves the cluster: its row (and so its conversations
+// and page sockets) is deleted and the others look for its conversations at once. Call it after
+// the agent's Manager closed; leaving twice is harmless.
+func (n *Node) Leave(ctx context.Context) error {
+	var err error
+	n.once.Do(func() {
+		n.cancel()
+		n.wg.Wait()
+		if _, derr := n.pool.Exec(ctx, `DELETE FROM cluster_nodes WHERE id = $1`, n.id); derr != nil {
+			err = fmt.Errorf("cluster: leave: %w", derr)
+		}
+		n.broadcast(ctx, message{T: "left"})
+	})
+	return err
+}
+
+// --- ownership ------------------------------------------------------------------------------
+
+// Claim implements agent.Cluster.
+func (n *Node) Claim(ctx context.Context, convID string) (string, error) {
+	var owner string
+	err := n.pool.QueryRow(ctx, `SELECT parley_claim($1, $2, $3::interval)`, convID, n.id, n.interval()).Scan(&owner)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == "23503" || pe.Code == "22021") {
+		// No such conversation (the foreign key), or an id PostgreSQL cannot even hold.
+		return "", fmt.Errorf("claim %s: %w", convID, store.ErrNotFound)
+	}
+	if err != nil {
+		return "", fmt.Errorf("claim conversation: %w", err)
+	}
+	return owner, nil
+}
+
+// Release implements agent.Cluster: the row goes, and the others look for orphans now.
+func (n *Node) Release(ctx context.Context, convID string) error {
+	if _, err := n.pool.Exec(ctx, `DELETE FROM conversation_owners WHERE conversation_id = $1 AND node_id = $2`, convID, n.id); err != nil {
+		return fmt.Errorf("release conversation: %w", err)
+	}
+	n.broadcast(ctx, message{T: "left"})
+	return nil
+}
+
+// Owner implements agent.Cluster.
+func (n *Node) Owner(ctx context.Context, convID string) (string, error) {
+	var owner string
+	err := n.pool.QueryRow(ctx, `SELECT o.node_id FROM conversation_owners o JOIN cluster_nodes c ON c.id = o.node_id
+		WHERE o.conversation_id = $1 AND c.heartbeat_at > now() - $2::interval`, convID, n.interval()).Scan(&owner)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "22021" {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read conversation owner: %w", err)
+	}
+	return owner, nil
+}
+
+// Orphans implements agent.Cluster.
+func (n *Node) Orphans(ctx context.Context, limit int) ([]string, error) {
+	rows, err := n.pool.Query(ctx, `SELECT c.id FROM conversations c WHERE c.status <> 'idle' AND NOT EXISTS (
+		SELECT 1 FROM conversation_owners o JOIN cluster_nodes n ON n.id = o.node_id
+		WHERE o.conversation_id = c.id AND n.heartbeat_at > now() - $1::interval) LIMIT $2`, n.interval(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("list orphans: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list orphans: %w", err)
+	}
+	return ids, nil
+}
+
+// SetClients implements agent.Cluster.
+func (n *Node) SetClients(ctx context.Context, convID string, count int) error {
+	var err error
+	if count <= 0 {
+		_, err = n.pool.Exec(ctx, `DELETE FROM client_presence WHERE conversation_id = $1 AND node_id = $2`, convID, n.id)
+	} else {
+		_, err = n.pool.Exec(ctx, `INSERT INTO client_presence (node_id, conversation_id, sockets) VALUES ($1, $2, $3)
+			ON CONFLICT (conversation_id, node_id) DO UPDATE SET sockets = EXCLUDED.sockets`, n.id, convID, count)
+	}
+	if err != nil {
+		return fmt.Errorf("record page sockets: %w", err)
+	}
+	n.broadcast(ctx, message{T: "ring", Conv: convID})
+	return nil
+}
+
+// RemoteClients implements agent.Cluster.
+func (n *Node) RemoteClients(ctx context.Context, convID string) (int, error) {
+	var count int
+	err := n.pool.QueryRow(ctx, `SELECT coalesce(sum(p.sockets), 0) FROM client_presence p JOIN cluster_nodes c ON c.id = p.node_id
+		WHERE p.conversation_id = $1 AND p.node_id <> $2 AND c.heartbeat_at > now() - $3::interval`, convID, n.id, n.interval()).Scan(&count)
+	if err != nil {
+		return 0, fmt.Errorf("count page sockets: %w", err)
+	}
+	return count, nil
+}
+
+// --- forwarding -----------------------------------------------------------------------------
+
+// message is one notification's payload.
+type message struct {
+	T    string          `json:"t"`              // req, rep, ev, ring, left, hello, resync
+	From string          `json:"from,omitempty"` // the sending node
+	N    uint64          `json:"n,omitempty"`    // unique per sender: identical payloads are not folded
+	ID   uint64          `json:"id,omitempty"`   // a request and its reply
+	Conv string          `json:"conv,omitempty"`
+	Body json.RawMessage `json:"body,omitempty"`
+	Mail int64           `json:"mail,omitempty"` // the body is in cluster_mail
+}
+
+// Forward implements agent.Cluster.
+func (n *Node) Forward(ctx context.Context, node string, body []byte) ([]byte, error) {
+	id := n.nextReq.Add(1)
+	reply := make(chan []byte, 1)
+	n.waitMu.Lock()
+	n.waiting[id] = reply
+	n.waitMu.Unlock()
+	defer func() {
+		n.waitMu.Lock()
+		delete(n.waiting, id)
+		n.waitMu.Unlock()
+	}()
+	if err := n.notify(ctx, nodeChannel(node), message{T: "req", ID: id, Body: body}); err != nil {
+		return nil, err
+	}
+	select {
+	case b := <-reply:
+		return b, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("forward to %s: %w", node, ctx.Err())
+	case <-n.ctx.Done():
+		return nil, errors.New("forward: the node is closing")
+	}
+}
+
+// serve answers one forwarded request on its own goroutine and replies on the sender's channel.
+func (n *Node) serve(msg message) {
+	defer func() { <-n.serving }()
+	defer n.wg.Done()
+	out := []byte(`{"moved":true}`)
+	if in := n.in.Load(); in != nil && in.Forward != nil {
+		ctx, cancel := context.WithTimeout(n.ctx, agent.DefaultForwardTimeout)
+		out = in.Forward(ctx, msg.Body)
+		cancel()
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(n.ctx), 5*time.Second)
+	defer cancel()
+	if err := n.notify(ctx, nodeChannel(msg.From), message{T: "rep", ID: msg.ID, Body: out}); err != nil {
+		n.log.Warn("cluster: reply to a forwarded request", "to", msg.From, "err", err)
+	}
+}
+
+// notify sends msg on channel, through cluster_mail when it is too large: the one reader of a
+// request or reply deletes the row; the rows of broadcasts (many readers) are swept.
+func (n *Node) notify(ctx context.Context, channel string, msg message) error {
+	msg.From, msg.N = n.id, n.seq.Add(1)
+	payload, err := json.Marshal(msg)
+	if err != nil {
+		return fmt.Errorf("encode notification: %w", err)
+	}
+	if len(payload) > maxPayload {
+		var id int64
+		if err := n.pool.QueryRow(ctx, `INSERT INTO cluster_mail (body) VALUES ($1) RETURNING id`, []byte(msg.Body)).Scan(&id); err != nil {
+			return fmt.Errorf("write cluster mail: %w", err)
+		}
+		msg.Body, msg.Mail = nil, id
+		if payload, err = json.Marshal(msg); err != nil {
+			return fmt.Errorf("encode notification: %w", err)
+		}
+	}
+	if _, err := n.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, channel, string(payload)); err != nil {
+		return fmt.Errorf("notify %s: %w", channel, err)
+	}
+	return nil
+}
+
+// broadcast sends a small control message to every process, logging a failure: the periodic
+// scans and re-checks make up for a lost one.
+func (n *Node) broadcast(ctx context.Context, msg message) {
+	if err := n.notify(ctx, eventsChannel, msg); err != nil && n.ctx.Err() == nil {
+		n.log.Warn("cluster: broadcast", "t", msg.T, "err", err)
+	}
+}
+
+// body returns a message's body, reading it from cluster_mail when it was too large.
+func (n *Node) body(ctx context.Context, msg message, del bool) ([]byte, error) {
+	if msg.Mail == 0 {
+		return msg.Body, nil
+	}
+	q := `SELECT body FROM cluster_mail WHERE id = $1`
+	if del {
+		q = `DELETE FROM cluster_mail WHERE id = $1 RETURNING body`
+	}
+	var b []byte
+	if err := n.pool.QueryRow(ctx, q, msg.Mail).Scan(&b); err != nil {
+		return nil, fmt.Errorf("read cluster mail %d: %w", msg.Mail, err)
+	}
+	return b, nil
+}
+
+// --- listening ------------------------------------------------------------------------------
+
+// listenConn takes a connection out of the pool for LISTEN: it stays with the node.
+func (n *Node) listenConn(ctx context.Context) (*pgx.Conn, error) {
+	pc, err := n.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: listen connection: %w", err)
+	}
+	conn := pc.Hijack()
+	for _, ch := range []string{eventsChannel, n.channel()} {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			_ = conn.Close(ctx)
+			return nil, fmt.Errorf("cluster: listen on %s: %w", ch, err)
+		}
+	}
+	return conn, nil
+}
+
+// listen receives notifications until the node closes, reconnecting when its connection
+// breaks. Notifications sent while it was away are lost: local subscribers resync, and
+// forwarded requests waiting for a reply time out and look for their owner again.
+func (n *Node) listen(conn *pgx.Conn) {
+	defer n.wg.Done()
+	defer func() {
+		if conn != nil {
+			_ = conn.Close(context.Background())
+		}
+	}()
+	backoff := 100 * time.Millisecond
+	for n.ctx.Err() == nil {
+		if conn == nil {
+			c, err := n.listenConn(n.ctx)
+			if err != nil {
+				if n.ctx.Err() == nil {
+					n.log.Warn("cluster: reconnect listener", "err", err)
+				}
+				select {
+				case <-n.ctx.Done():
+				case <-time.After(backoff):
+				}
+				backoff = min(backoff*2, 5*time.Second)
+				continue
+			}
+			conn, backoff = c, 100*time.Millisecond
+			n.hub.Resync("")
+		}
+		note, err := conn.WaitForNotification(n.ctx)
+		if err != nil {
+			if n.ctx.Err() == nil {
+				n.log.Warn("cluster: listener lost its connection", "err", err)
+				_ = conn.Close(context.Background())
+				conn = nil
+				n.hub.Resync("")
+			}
+			continue
+		}
+		n.receive(note)
+	}
+}
+
+// receive handles one notification. Events are published here, in the order they came, so a
+// subscriber sees a conversation's events in the order its owner published them.
+func (n *Node) receive(note *pgconn.Notification) {
+	var msg message
+	if err := json.Unmarshal([]byte(note.Payload), &msg); err != nil {
+		n.log.Warn("cluster: undecodable notification", "channel", note.Channel, "err", err)
+		return
+	}
+	if msg.From == n.id {
+		return
+	}
+	if n.peers.Load() == 0 {
+		n.peers.Store(1)
+	}
+	in := n.in.Load()
+	switch msg.T {
+	case "req":
+		body, err := n.body(n.ctx, msg, true)
+		if err != nil {
+			n.log.Warn("cluster: forwarded request", "err", err)
+			return
+		}
+		msg.Body, msg.Mail = body, 0
+		select {
+		case n.serving <- struct{}{}:
+		case <-n.ctx.Done():
+			return
+		}
+		n.wg.Add(1)
+		go n.serve(msg)
+	case "rep":
+		body, err := n.body(n.ctx, msg, true)
+		if err != nil {
+			n.log.Warn("cluster: forwarded reply", "err", err)
+			return
+		}
+		n.waitMu.Lock()
+		reply := n.waiting[msg.ID]
+		n.waitMu.Unlock()
+		if reply != nil {
+			select {
+			case reply <- body:
+			default:
+			}
+		}
+	case "ev":
+		body, err := n.body(n.ctx, msg, false)
+		if err != nil {
+			n.log.Warn("cluster: event", "err", err)
+			n.hub.Resync(msg.Conv)
+			return
+		}
+		var w wireEvent
+		if err := json.Unmarshal(body, &w); err != nil {
+			n.log.Warn("cluster: undecodable event", "err", err)
+			n.hub.Resync(msg.Conv)
+			return
+		}
+		e := w.Event
+		e.Entries = w.Entries
+		n.hub.Publish(e)
+	case "resync":
+		n.hub.Resync(msg.Conv)
+	case "ring":
+		if in != nil && in.Ring != nil {
+			in.Ring(msg.Conv)
+		}
+	case "left":
+		if in != nil && in.Rescan != nil {
+			in.Rescan()
+		}
+	case "hello":
+	}
+}
+
+// --- heartbeat ------------------------------------------------------------------------------
+
+// heartbeat keeps the node's row fresh every TTL/3. When it cannot for longer than the others
+// would wait before taking its conversations over, or finds its row gone (the others deemed it
+// dead), it fences: every local actor stops, and the node registers again.
+func (n *Node) heartbeat() {
+	defer n.wg.Done()
+	beat := n.ttl / 3
+	t := time.NewTicker(beat)
+	defer t.Stop()
+	lastOK := time.Now()
+	fenced := false
+	for i := 0; ; i++ {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		began := time.Now()
+		ctx, cancel := context.WithTimeout(n.ctx, beat)
+		tag, err := n.pool.Exec(ctx, `UPDATE cluster_nodes SET heartbeat_at = now() WHERE id = $1`, n.id)
+		cancel()
+		switch {
+		case err != nil:
+			if n.ctx.Err() != nil {
+				return
+			}
+			n.log.Warn("cluster: heartbeat", "err", err)
+			if !fenced && time.Since(lastOK) > n.ttl-beat {
+				fenced = true
+				n.fence()
+			}
+			continue
+		case tag.RowsAffected() == 0:
+			n.log.Error("cluster: this node's row was removed (deemed dead); registering again")
+			n.fence()
+			if _, err := n.pool.Exec(n.ctx, `INSERT INTO cluster_nodes (id) VALUES ($1) ON CONFLICT (id) DO NOTHING`, n.id); err != nil {
+				n.log.Warn("cluster: register again", "err", err)
+				continue
+			}
+		}
+		lastOK, fenced = began, false
+		if err := n.countPeers(n.ctx); err != nil && n.ctx.Err() == nil {
+			n.log.Warn("cluster: count peers", "err", err)
+		}
+		if i%10 == 9 {
+			n.sweep()
+		}
+	}
+}
+
+func (n *Node) fence() {
+	if in := n.in.Load(); in != nil && in.Fence != nil {
+		in.Fence()
+	}
+}
+
+// countPeers reads how many other processes are alive.
+func (n *Node) countPeers(ctx context.Context) error {
+	var peers int64
+	if err := n.pool.QueryRow(ctx, `SELECT count(*) FROM cluster_nodes WHERE id <> $1 AND heartbeat_at > now() - $2::interval`,
+		n.id, n.interval()).Scan(&peers); err != nil {
+		return fmt.Errorf("count peers: %w", err)
+	}
+	n.peers.Store(peers)
+	return nil
+}
+
+// sweep deletes the rows of processes dead for ten TTLs (their conversations and page sockets
+// go with them) and unread mail.
+func (n *Node) sweep() {
+	ctx, cancel := context.WithTimeout(n.ctx, n.ttl)
+	defer cancel()
+	if _, err := n.pool.Exec(ctx, `DELETE FROM cluster_nodes WHERE heartbeat_at < now() - $1::interval`,
+		fmt.Sprintf("%d milliseconds", 10*n.ttl.Milliseconds())); err != nil && n.ctx.Err() == nil {
+		n.log.Warn("cluster: sweep dead nodes", "err", err)
+	}
+	if _, err := n.pool.Exec(ctx, `DELETE FROM cluster_mail WHERE created_at < now() - $1::interval`,
+		fmt.Sprintf("%d milliseconds", mailTTL.Milliseconds())); err != nil && n.ctx.Err() == nil {
+		n.log.Warn("cluster: sweep mail", "err", err)
+	}
+}

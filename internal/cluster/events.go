@@ -1,0 +1,155 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"parley/internal/agent"
+	"parley/internal/store"
+)
+
+// wireEvent is an event as it crosses processes: with the log entries it carries, which the
+// agent's Event leaves out of its JSON.
+type wireEvent struct {
+	agent.Event
+	Entries []store.Entry `json:"entries,omitempty"`
+}
+
+// Publish implements agent.Events: the local subscribers get e at once; the other processes'
+// get it from the sender, which never makes Publish wait. When the send queue is full the event
+// is dropped and the other processes' subscribers of its conversation get resync instead.
+func (n *Node) Publish(e agent.Event) {
+	n.hub.Publish(e)
+	if n.peers.Load() == 0 {
+		return
+	}
+	select {
+	case n.out <- e:
+	default:
+		n.dropMu.Lock()
+		if len(n.dropped) < maxDropped {
+			n.dropped[e.ConversationID] = true
+		} else {
+			n.dropAll = true
+		}
+		n.dropMu.Unlock()
+	}
+}
+
+// Subscribe implements agent.Events.
+func (n *Node) Subscribe(convID string) *agent.Subscription { return n.hub.Subscribe(convID) }
+
+// Dropped implements agent.Events: local subscribers closed for lagging.
+func (n *Node) Dropped() int64 { return n.hub.Dropped() }
+
+// Close implements agent.Events: it ends the local subscriptions (the manager is closing). The
+// node itself stops with Leave.
+func (n *Node) Close() { n.hub.Close() }
+
+// send delivers queued events to the other processes, as many as are waiting (up to
+// sendBatch) in one round trip, consecutive text deltas of a conversation merged: the busier
+// the process, the fewer notifications per delta.
+func (n *Node) send() {
+	defer n.wg.Done()
+	batch := make([]agent.Event, 0, sendBatch)
+	for {
+		batch = batch[:0]
+		select {
+		case <-n.ctx.Done():
+			return
+		case e := <-n.out:
+			batch = append(batch, e)
+		}
+	drain:
+		for len(batch) < sendBatch {
+			select {
+			case e := <-n.out:
+				batch = append(batch, e)
+			default:
+				break drain
+			}
+		}
+		msgs := n.encode(merge(batch))
+		if err := n.sendAll(msgs); err != nil && n.ctx.Err() == nil {
+			n.log.Warn("cluster: send events", "events", len(batch), "err", err)
+			// What was in the batch is lost to the others: their subscribers reload.
+			n.dropMu.Lock()
+			n.dropAll = true
+			n.dropMu.Unlock()
+		}
+	}
+}
+
+// merge joins consecutive text deltas of one conversation and sequence, up to deltaMerge bytes.
+func merge(batch []agent.Event) []agent.Event {
+	out := batch[:0]
+	for _, e := range batch {
+		if k := len(out) - 1; k >= 0 && e.Type == agent.EventTextDelta && out[k].Type == agent.EventTextDelta &&
+			out[k].ConversationID == e.ConversationID && out[k].Seq == e.Seq && len(out[k].Text)+len(e.Text) <= deltaMerge {
+			out[k].Text += e.Text
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// encode turns events into notifications, after the resyncs owed for dropped ones. An event
+// too large for a notification leaves its entries out (the receivers read them from the log);
+// one still too large goes through cluster_mail.
+func (n *Node) encode(events []agent.Event) []message {
+	var msgs []message
+	n.dropMu.Lock()
+	if n.dropAll {
+		msgs = append(msgs, message{T: "resync"})
+	} else {
+		for conv := range n.dropped {
+			msgs = append(msgs, message{T: "resync", Conv: conv})
+		}
+	}
+	clear(n.dropped)
+	n.dropAll = false
+	n.dropMu.Unlock()
+	for _, e := range events {
+		b, err := json.Marshal(wireEvent{Event: e, Entries: e.Entries})
+		if err == nil && len(b) > maxPayload {
+			b, err = json.Marshal(wireEvent{Event: e})
+		}
+		if err != nil {
+			n.log.Warn("cluster: encode event", "err", err)
+			msgs = append(msgs, message{T: "resync", Conv: e.ConversationID})
+			continue
+		}
+		msgs = append(msgs, message{T: "ev", Conv: e.ConversationID, Body: b})
+	}
+	return msgs
+}
+
+// sendAll notifies msgs in order in one round trip (large ones through cluster_mail first).
+func (n *Node) sendAll(msgs []message) error {
+	ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
+	defer cancel()
+	var b pgx.Batch
+	for _, msg := range msgs {
+		msg.From, msg.N = n.id, n.seq.Add(1)
+		payload, err := json.Marshal(msg)
+		if err != nil {
+			return err
+		}
+		if len(payload) > maxPayload {
+			var id int64
+			if err := n.pool.QueryRow(ctx, `INSERT INTO cluster_mail (body) VALUES ($1) RETURNING id`, []byte(msg.Body)).Scan(&id); err != nil {
+				return err
+			}
+			msg.Body, msg.Mail = nil, id
+			if payload, err = json.Marshal(msg); err != nil {
+				return err
+			}
+		}
+		b.Queue(`SELECT pg_notify($1, $2)`, eventsChannel, string(payload))
+	}
+	return n.pool.SendBatch(ctx, &b).Close()
+}
