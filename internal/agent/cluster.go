@@ -177,6 +177,25 @@ func (m *Manager) forward(ctx context.Context, owner, convID string, req *reques
 	return resp, false, resp.err
 }
 
+// viewAtOwner asks the live owner elsewhere for the view; ok is false when there is none (or
+// it is this process, or it did not take the request): the caller reads the store.
+func (m *Manager) viewAtOwner(ctx context.Context, convID string, by Principal) (View, bool, error) {
+	for try := 0; try < maxHops; try++ {
+		owner, err := m.cluster.Owner(ctx, convID)
+		if err != nil || owner == "" || owner == m.cluster.Self() {
+			return View{}, false, nil
+		}
+		resp, moved, err := m.forward(ctx, owner, convID, &request{kind: reqView, by: by})
+		if !moved {
+			return resp.view, true, err
+		}
+		if err := m.pause(ctx, try+1); err != nil {
+			return View{}, true, err
+		}
+	}
+	return View{}, false, nil
+}
+
 // serveForward answers a request another process forwarded here, as the conversation's owner.
 // It never forwards again: when this process does not own the conversation it answers moved.
 func (m *Manager) serveForward(ctx context.Context, body []byte) []byte {

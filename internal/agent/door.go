@@ -65,10 +65,18 @@ func summaryOf(c store.Conversation) Summary {
 
 // View returns the conversation as by may see it (not_found when by may not): from the live
 // actor, or from the store when the conversation is hibernated (without reviving it).
+//
+// With a cluster, a conversation another live process owns is viewed there (its actor holds
+// what the log does not yet: the text streaming now); one nobody owns is read from the store.
 func (m *Manager) View(ctx context.Context, convID string, by Principal) (View, error) {
 	if m.live(convID) != nil {
 		r, err := m.call(ctx, convID, &request{kind: reqView, by: by})
 		return r.view, err
+	}
+	if m.cluster != nil {
+		if v, ok, err := m.viewAtOwner(ctx, convID, by); ok {
+			return v, err
+		}
 	}
 	st, err := loadState(ctx, m.cfg.Store, m.cfg.Tools, convID)
 	if err != nil {

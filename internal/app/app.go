@@ -44,6 +44,7 @@ type App struct {
 	store    store.Store
 	manager  *agent.Manager
 	node     *cluster.Node // nil on the embedded store
+	unlock   func()        // releases the embedded store's directory; nil on PostgreSQL
 	web      *web.Server
 	http     *http.Server
 	listener net.Listener
@@ -81,6 +82,11 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 			_ = a.Close()
 		}
 	}()
+	if cfg.DatabaseURL == "" {
+		if a.unlock, err = lockDataDir(cfg.DataDir); err != nil {
+			return nil, err
+		}
+	}
 	if a.store, err = OpenStore(ctx, cfg, a.log); err != nil {
 		return nil, err
 	}
@@ -333,6 +339,9 @@ func (a *App) Close() error {
 			if err := a.store.Close(); err != nil {
 				a.closeErr = fmt.Errorf("close store: %w", err)
 			}
+		}
+		if a.unlock != nil {
+			a.unlock()
 		}
 	})
 	return a.closeErr

@@ -32,6 +32,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"parley/internal/agent"
+	"parley/internal/clock"
 	"parley/internal/store"
 )
 
@@ -68,17 +69,21 @@ type Config struct {
 	Logger *slog.Logger
 	// TTL is how long a heartbeat keeps a process alive (default DefaultTTL).
 	TTL time.Duration
+	// Clock paces the heartbeat and the owner checks of forwarded requests (default the wall
+	// clock). Liveness itself is judged on the database's clock, the one all processes share.
+	Clock clock.Clock
 	// SubscriberBuffer is each local subscription's buffer (agent.NewHub).
 	SubscriberBuffer int
 }
 
 // Node is this process in the cluster.
 type Node struct {
-	pool *pgxpool.Pool
-	log  *slog.Logger
-	ttl  time.Duration
-	id   string
-	hub  *agent.Hub
+	pool  *pgxpool.Pool
+	log   *slog.Logger
+	clock clock.Clock
+	ttl   time.Duration
+	id    string
+	hub   *agent.Hub
 
 	in atomic.Pointer[agent.Inbound]
 	// peers is how many other live processes the last heartbeat saw (or 1 once any of them
@@ -116,6 +121,9 @@ func New(cfg Config) *Node {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
 	if cfg.SubscriberBuffer <= 0 {
 		cfg.SubscriberBuffer = 256
 	}
@@ -124,7 +132,7 @@ func New(cfg Config) *Node {
 	id := hex.EncodeToString(b[:])
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Node{
-		pool: cfg.Pool, log: cfg.Logger.With("node", id), ttl: cfg.TTL, id: id,
+		pool: cfg.Pool, log: cfg.Logger.With("node", id), clock: cfg.Clock, ttl: cfg.TTL, id: id,
 		hub: agent.NewHub(cfg.SubscriberBuffer), out: make(chan agent.Event, outQueue),
 		dropped: map[string]bool{}, waiting: map[uint64]chan []byte{}, serving: make(chan struct{}, maxServing),
 		ctx: ctx, cancel: cancel,
@@ -199,8 +207,12 @@ func (n *Node) Claim(ctx context.Context, convID string) (string, error) {
 	return owner, nil
 }
 
-// Release implements agent.Cluster: the row goes, and the others look for orphans now.
+// Release implements agent.Cluster: the row goes, and the others look for orphans now. A node
+// that has left (or halted) releases nothing: its rows went, or go stale, with it.
 func (n *Node) Release(ctx context.Context, convID string) error {
+	if n.ctx.Err() != nil {
+		return nil
+	}
 	if _, err := n.pool.Exec(ctx, `DELETE FROM conversation_owners WHERE conversation_id = $1 AND node_id = $2`, convID, n.id); err != nil {
 		return fmt.Errorf("release conversation: %w", err)
 	}
@@ -296,15 +308,32 @@ func (n *Node) Forward(ctx context.Context, node string, body []byte) ([]byte, e
 	if err := n.notify(ctx, nodeChannel(node), message{T: "req", ID: id, Body: body}); err != nil {
 		return nil, err
 	}
-	select {
-	case b := <-reply:
-		return b, nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("forward to %s: %w", node, ctx.Err())
-	case <-n.ctx.Done():
-		return nil, errors.New("forward: the node is closing")
+	// While waiting, look every TTL/3 whether the owner is still alive: a killed owner never
+	// answers, and once its heartbeat is stale the conversation can be claimed here.
+	check := n.clock.NewTimer(n.ttl / 3)
+	defer check.Stop()
+	for {
+		select {
+		case b := <-reply:
+			return b, nil
+		case <-ctx.Done():
+			return nil, fmt.Errorf("forward to %s: %w", node, ctx.Err())
+		case <-n.ctx.Done():
+			return nil, errors.New("forward: the node is closing")
+		case <-check.C():
+			var alive bool
+			err := n.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM cluster_nodes WHERE id = $1 AND heartbeat_at > now() - $2::interval)`,
+				node, n.interval()).Scan(&alive)
+			if err == nil && !alive {
+				return nil, fmt.Errorf("forward to %s: %w", node, errOwnerGone)
+			}
+			check.Reset(n.ttl / 3)
+		}
 	}
 }
+
+// errOwnerGone: the process a request was forwarded to stopped beating before it answered.
+var errOwnerGone = errors.New("the owning process stopped before it answered")
 
 // serve answers one forwarded request on its own goroutine and replies on the sender's channel.
 func (n *Node) serve(msg message) {
@@ -407,10 +436,12 @@ func (n *Node) listen(conn *pgx.Conn) {
 				if n.ctx.Err() == nil {
 					n.log.Warn("cluster: reconnect listener", "err", err)
 				}
+				wait := n.clock.NewTimer(backoff)
 				select {
 				case <-n.ctx.Done():
-				case <-time.After(backoff):
+				case <-wait.C():
 				}
+				wait.Stop()
 				backoff = min(backoff*2, 5*time.Second)
 				continue
 			}
@@ -514,17 +545,18 @@ func (n *Node) receive(note *pgconn.Notification) {
 func (n *Node) heartbeat() {
 	defer n.wg.Done()
 	beat := n.ttl / 3
-	t := time.NewTicker(beat)
+	t := n.clock.NewTimer(beat)
 	defer t.Stop()
-	lastOK := time.Now()
+	lastOK := n.clock.Now()
 	fenced := false
 	for i := 0; ; i++ {
 		select {
 		case <-n.ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		}
-		began := time.Now()
+		t.Reset(beat)
+		began := n.clock.Now()
 		ctx, cancel := context.WithTimeout(n.ctx, beat)
 		tag, err := n.pool.Exec(ctx, `UPDATE cluster_nodes SET heartbeat_at = now() WHERE id = $1`, n.id)
 		cancel()
@@ -534,7 +566,7 @@ func (n *Node) heartbeat() {
 				return
 			}
 			n.log.Warn("cluster: heartbeat", "err", err)
-			if !fenced && time.Since(lastOK) > n.ttl-beat {
+			if !fenced && n.clock.Now().Sub(lastOK) > n.ttl-beat {
 				fenced = true
 				n.fence()
 			}

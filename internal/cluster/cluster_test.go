@@ -1,0 +1,481 @@
+package cluster_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"parley/internal/agent"
+	"parley/internal/clock"
+	"parley/internal/cluster"
+	"parley/internal/fault"
+	"parley/internal/llm/llmtest"
+	"parley/internal/store"
+	"parley/internal/store/pgstore"
+	"parley/internal/store/pgtest"
+	"parley/internal/tools"
+)
+
+// These tests run several processes' worth of Parley in one test binary: each "process" has
+// its own pgstore (its own pool), cluster node and agent Manager, all on one real PostgreSQL
+// database, and they talk only through it. The binary-level tests (kill -9 of an owner) are in
+// internal/app.
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"))
+}
+
+const testTTL = 1500 * time.Millisecond
+
+// proc is one process of the cluster.
+type proc struct {
+	t    *testing.T
+	st   *pgstore.Store
+	node *cluster.Node
+	m    *agent.Manager
+	log  *syncBuffer
+
+	stopOnce sync.Once
+}
+
+// world is the shared database, model and the people.
+type world struct {
+	t     *testing.T
+	url   string
+	model *llmtest.Provider
+	ann   agent.Principal
+	rita  agent.Principal
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	w := &world{t: t, url: pgtest.NewURL(t), model: llmtest.New()}
+	st, err := pgstore.Open(context.Background(), w.url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, u := range []struct {
+		name string
+		role store.Role
+		p    *agent.Principal
+	}{{"ann", store.RoleMember, &w.ann}, {"rita", store.RoleReviewer, &w.rita}} {
+		made, err := st.CreateUser(context.Background(), store.User{Name: u.name, Role: u.role, PasswordHash: []byte("x")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		*u.p = agent.Principal{UserID: made.ID, Role: u.role, Via: "token"}
+	}
+	return w
+}
+
+// gated is an owner-approved server tool whose approval expires after expiry (0: the default).
+func gated(t *testing.T, expiry time.Duration, ran *countingRuns) *tools.Tool {
+	t.Helper()
+	tool, err := tools.New(tools.Spec{
+		Name: "note", Description: "Write a note (the owner approves).", Executor: tools.Server,
+		Parameters: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"],"additionalProperties":false}`),
+		Approval:   tools.RequiresApproval, Timeout: expiry,
+		Func: func(ctx context.Context, call tools.Call, args map[string]any) (any, error) {
+			ran.add(call.ConversationID + "/" + call.ToolCallID)
+			return map[string]any{"noted": args["text"]}, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tool
+}
+
+// countingRuns records every run of a server tool, in all processes.
+type countingRuns struct {
+	mu   sync.Mutex
+	runs []string
+}
+
+func (c *countingRuns) add(s string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.runs = append(c.runs, s)
+}
+
+func (c *countingRuns) list() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.runs...)
+}
+
+type procOptions struct {
+	expiry time.Duration
+	runs   *countingRuns
+}
+
+func (w *world) start(o procOptions) *proc {
+	t := w.t
+	t.Helper()
+	if o.runs == nil {
+		o.runs = &countingRuns{}
+	}
+	st, err := pgstore.Open(context.Background(), w.url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{t: t, st: st, log: &syncBuffer{}}
+	logger := slog.New(slog.NewTextHandler(p.log, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	p.node = cluster.New(cluster.Config{Pool: st.Pool(), Logger: logger, TTL: testTTL})
+	if err := p.node.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	reg, err := tools.NewRegistry(append(tools.Builtins(tools.BuiltinDeps{Clock: clock.Real{}}), gated(t, o.expiry, o.runs))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.m = agent.New(agent.Config{Store: st, Provider: w.model, Tools: reg, Logger: logger,
+		Cluster: p.node, Events: p.node, OrphanScan: 200 * time.Millisecond, ClientGrace: 300 * time.Millisecond,
+		ExpiryPoll: 50 * time.Millisecond})
+	if err := p.m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.stop()
+		if t.Failed() {
+			t.Logf("log of node %s:\n%s", p.node.Self(), p.log.String())
+		}
+	})
+	return p
+}
+
+// stop shuts the process down gracefully: its agent, then the node (leaving hands its
+// conversations over), then the store.
+func (p *proc) stop() {
+	p.stopOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := p.m.Close(ctx); err != nil {
+			p.t.Errorf("close agent: %v", err)
+		}
+		if err := p.node.Leave(ctx); err != nil {
+			p.t.Errorf("leave: %v", err)
+		}
+		_ = p.st.Close()
+	})
+}
+
+func (p *proc) conversation(by agent.Principal) string {
+	p.t.Helper()
+	s, err := p.m.Create(context.Background(), by, "cluster")
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return s.ID
+}
+
+func (p *proc) view(conv string, by agent.Principal) agent.View {
+	p.t.Helper()
+	v, err := p.m.View(context.Background(), conv, by)
+	if err != nil {
+		p.t.Fatalf("view on %s: %v", p.node.Self(), err)
+	}
+	return v
+}
+
+// await polls p's view of conv until ok holds (5 s at most).
+func (p *proc) await(conv string, by agent.Principal, what string, ok func(agent.View) bool) agent.View {
+	p.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		v := p.view(conv, by)
+		if ok(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("not %s within 5 s on %s: status %s, %d messages, calls %+v", what, p.node.Self(), v.Status, len(v.Messages), v.Calls)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func awaiting(id string) func(agent.View) bool {
+	return func(v agent.View) bool { _, ok := v.Pending[id]; return ok && v.Status == store.StatusAwaiting }
+}
+
+func saying(text string) func(agent.View) bool {
+	return func(v agent.View) bool {
+		n := len(v.Messages)
+		return v.Status == store.StatusIdle && n > 0 && v.Messages[n-1].Content == text
+	}
+}
+
+// next waits for an event on sub that ok accepts, skipping others (5 s at most).
+func next(t *testing.T, sub *agent.Subscription, what string, ok func(agent.Event) bool) agent.Event {
+	t.Helper()
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case e, open := <-sub.C:
+			if !open {
+				t.Fatalf("subscription closed before %s", what)
+			}
+			if ok(e) {
+				return e
+			}
+		case <-timeout:
+			t.Fatalf("no %s event within 5 s", what)
+		}
+	}
+}
+
+func ownerOf(t *testing.T, p *proc, conv string) string {
+	t.Helper()
+	var owner string
+	if err := p.st.Pool().QueryRow(context.Background(), `SELECT node_id FROM conversation_owners WHERE conversation_id = $1`, conv).Scan(&owner); err != nil {
+		t.Fatalf("owner of %s: %v", conv, err)
+	}
+	return owner
+}
+
+// TestRequestsOnAnyProcess: a turn runs on the process the message landed on; a view, a
+// resolve and the next message sent to the others are answered by that owner as if local
+// (ok, then stale; no 409 after the turn ended); events reach subscribers on every process;
+// only one actor lives in the cluster and every model call is made once.
+func TestRequestsOnAnyProcess(t *testing.T) {
+	w := newWorld(t)
+	runs := &countingRuns{}
+	a, b, c := w.start(procOptions{runs: runs}), w.start(procOptions{runs: runs}), w.start(procOptions{runs: runs})
+	conv := a.conversation(w.ann)
+	subB, err := b.m.Subscribe(context.Background(), conv, w.ann)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer subB.Close()
+	subC, err := c.m.Subscribe(context.Background(), conv, w.ann)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer subC.Close()
+
+	w.model.Push(llmtest.Calls(llmtest.Call("n1", "note", map[string]any{"text": "milk"})), llmtest.Reply("Noted milk."))
+	if err := a.m.Send(context.Background(), conv, w.ann, "note milk"); err != nil {
+		t.Fatal(err)
+	}
+	b.await(conv, w.ann, "awaiting n1 (seen through b)", awaiting("n1"))
+	if got := ownerOf(t, a, conv); got != a.node.Self() {
+		t.Fatalf("owner = %s, want a (%s)", got, a.node.Self())
+	}
+	next(t, subC, "the pending call on c", func(e agent.Event) bool {
+		return e.Type == agent.EventStatus && e.Status == store.StatusAwaiting
+	})
+
+	// The approval lands on b: answered once it is durable, by the owner.
+	res, err := b.m.Resolve(context.Background(), conv, "n1", agent.Resolution{Decision: "approve"}, w.ann)
+	if err != nil {
+		t.Fatalf("approve on b: %v", err)
+	}
+	if res.ConversationID != conv || res.Call.ID != "n1" || res.OwnerID != w.ann.UserID {
+		t.Fatalf("resolved = %+v", res)
+	}
+	_, err = c.m.Resolve(context.Background(), conv, "n1", agent.Resolution{Decision: "approve"}, w.ann)
+	if fault.KindOf(err) != fault.KindStale {
+		t.Fatalf("second approve on c: %v, want stale", err)
+	}
+	_, err = c.m.Resolve(context.Background(), conv, "n1", agent.Resolution{Decision: "approve"}, w.rita)
+	if k := fault.KindOf(err); k != fault.KindNotFound {
+		t.Fatalf("a reviewer approving an owner-gated call on c: %v, want not_found", err)
+	}
+	next(t, subB, "the final answer on b", func(e agent.Event) bool {
+		return e.Type == agent.EventMessage && strings.Contains(string(e.Data), "assistant") || e.Type == agent.EventStatus && e.Status == store.StatusIdle
+	})
+	c.await(conv, w.ann, "finished (seen through c)", saying("Noted milk."))
+
+	// The next message lands on c right after: no stale "a turn is in progress".
+	w.model.Push(llmtest.Reply("Anything else?"))
+	if err := c.m.Send(context.Background(), conv, w.ann, "thanks"); err != nil {
+		t.Fatalf("next message on c: %v", err)
+	}
+	b.await(conv, w.ann, "the second turn finished", saying("Anything else?"))
+
+	if got := runs.list(); len(got) != 1 || got[0] != conv+"/n1" {
+		t.Fatalf("runs of the approved tool = %v, want one", got)
+	}
+	if n := w.model.Calls(); n != 3 {
+		t.Fatalf("model calls = %d, want 3 (two for the first turn, one for the second)", n)
+	}
+	live := a.m.Stats().LiveActors + b.m.Stats().LiveActors + c.m.Stats().LiveActors
+	if live != 1 || a.m.Stats().LiveActors != 1 {
+		t.Fatalf("live actors a/b/c = %d/%d/%d, want only a's", a.m.Stats().LiveActors, b.m.Stats().LiveActors, c.m.Stats().LiveActors)
+	}
+	audit, err := a.st.ListAudit(context.Background(), store.AuditFilter{ConversationID: conv})
+	if err != nil || len(audit) != 1 || audit[0].Action != "approve" {
+		t.Fatalf("audit = %+v %v, want one approve", audit, err)
+	}
+}
+
+// TestClientToolFromAnotherProcess: the page's socket is on b, the turn on a; the client call
+// reaches b's subscriber and b's answer reaches a's actor. With no page open anywhere the call
+// fails fast with no_client.
+func TestClientToolFromAnotherProcess(t *testing.T) {
+	w := newWorld(t)
+	a, b := w.start(procOptions{}), w.start(procOptions{})
+	conv := a.conversation(w.ann)
+	sub, err := b.m.Subscribe(context.Background(), conv, w.ann)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	detach := b.m.AttachClient(conv)
+	defer detach()
+
+	w.model.Push(llmtest.Calls(llmtest.Call("g1", "geolocation", nil)), llmtest.Reply("You are in Paris."))
+	if err := a.m.Send(context.Background(), conv, w.ann, "where am I?"); err != nil {
+		t.Fatal(err)
+	}
+	e := next(t, sub, "client_exec on b", func(e agent.Event) bool { return e.Type == agent.EventClientExec })
+	if e.ToolCallID != "g1" {
+		t.Fatalf("client_exec = %+v", e)
+	}
+	// Well past the grace: the call waits for b's page, it does not fail.
+	time.Sleep(600 * time.Millisecond)
+	if _, err := b.m.Resolve(context.Background(), conv, "g1", agent.Resolution{Result: json.RawMessage(`{"latitude":48.85,"longitude":2.29,"accuracy":10}`)}, w.ann); err != nil {
+		t.Fatalf("client result on b: %v", err)
+	}
+	v := a.await(conv, w.ann, "finished", saying("You are in Paris."))
+	if v.Calls[0].Status != store.CallResolved {
+		t.Fatalf("g1 = %+v", v.Calls[0])
+	}
+
+	// No page anywhere: no_client after the grace.
+	detach()
+	conv2 := a.conversation(w.ann)
+	w.model.Push(llmtest.Calls(llmtest.Call("g2", "geolocation", nil)), llmtest.Reply("I could not tell."))
+	if err := a.m.Send(context.Background(), conv2, w.ann, "where am I?"); err != nil {
+		t.Fatal(err)
+	}
+	v = b.await(conv2, w.ann, "finished without a page", saying("I could not tell."))
+	if v.Calls[0].Status != store.CallErrored || !strings.Contains(string(v.Calls[0].Result), "no_client") {
+		t.Fatalf("g2 = %+v %s", v.Calls[0], v.Calls[0].Result)
+	}
+}
+
+// TestGracefulHandover: a process that shuts down hands its conversations over at once: the
+// approval sent to another process right after is answered there without waiting for the
+// heartbeat to go stale, and the turn finishes there.
+func TestGracefulHandover(t *testing.T) {
+	w := newWorld(t)
+	runs := &countingRuns{}
+	a, b := w.start(procOptions{runs: runs}), w.start(procOptions{runs: runs})
+	conv := a.conversation(w.ann)
+	w.model.Push(llmtest.Calls(llmtest.Call("n1", "note", map[string]any{"text": "eggs"})), llmtest.Reply("Noted eggs."))
+	if err := a.m.Send(context.Background(), conv, w.ann, "note eggs"); err != nil {
+		t.Fatal(err)
+	}
+	a.await(conv, w.ann, "awaiting", awaiting("n1"))
+	a.stop()
+	began := time.Now()
+	if _, err := b.m.Resolve(context.Background(), conv, "n1", agent.Resolution{Decision: "approve"}, w.ann); err != nil {
+		t.Fatalf("approve on b after a left: %v", err)
+	}
+	if d := time.Since(began); d > testTTL/2 {
+		t.Fatalf("the approval waited %v: the handover was not immediate", d)
+	}
+	b.await(conv, w.ann, "finished on b", saying("Noted eggs."))
+	if got := ownerOf(t, b, conv); got != b.node.Self() {
+		t.Fatalf("owner after the handover = %s, want b", got)
+	}
+	if got := runs.list(); len(got) != 1 {
+		t.Fatalf("runs = %v, want one", got)
+	}
+}
+
+// TestOrphansAreAdopted: a process that stops beating (its agent stopped hard, as if killed,
+// without leaving) leaves an active conversation; a survivor takes it over within the TTL plus
+// a scan and finishes the turn.
+func TestOrphansAreAdopted(t *testing.T) {
+	w := newWorld(t)
+	a, b := w.start(procOptions{}), w.start(procOptions{})
+	conv := a.conversation(w.ann)
+	release := make(chan struct{})
+	started := make(chan struct{})
+	w.model.Push(llmtest.Step{Deltas: []string{"Thinking"}, Text: "", Started: started, Release: release}, llmtest.Reply("Done thinking."))
+	if err := a.m.Send(context.Background(), conv, w.ann, "think"); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	// "Kill" a: its node stops beating and its agent stops hard, releasing nothing.
+	a.node.Halt()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = a.m.Close(ctx)
+	close(release)
+	began := time.Now()
+	v := b.await(conv, w.ann, "finished on b", saying("Done thinking."))
+	took := time.Since(began)
+	t.Logf("taken over and finished %v after the owner stopped (TTL %v, scan 200ms)", took, testTTL)
+	if took > testTTL+2*time.Second {
+		t.Fatalf("takeover took %v", took)
+	}
+	if len(v.Messages) != 2 {
+		t.Fatalf("messages = %+v", v.Messages)
+	}
+	if got := ownerOf(t, b, conv); got != b.node.Self() {
+		t.Fatalf("owner = %s, want b", got)
+	}
+}
+
+// TestTimersFireOnce: an approval that expires while three processes poll the durable timers
+// is expired exactly once.
+func TestTimersFireOnce(t *testing.T) {
+	w := newWorld(t)
+	o := procOptions{expiry: 300 * time.Millisecond}
+	a, b, c := w.start(o), w.start(o), w.start(o)
+	var convs []string
+	for i := range 5 {
+		conv := a.conversation(w.ann)
+		convs = append(convs, conv)
+		id := fmt.Sprintf("n%d", i)
+		w.model.Push(llmtest.Calls(llmtest.Call(id, "note", map[string]any{"text": id})), llmtest.Reply("Expired "+id))
+		if err := []*proc{a, b, c}[i%3].m.Send(context.Background(), conv, w.ann, "note"); err != nil {
+			t.Fatal(err)
+		}
+		c.await(conv, w.ann, "finished after the expiry", saying("Expired "+id))
+	}
+	for _, conv := range convs {
+		log, err := a.st.Log(context.Background(), conv, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		expiries := 0
+		for _, e := range log {
+			if e.Type == store.EntryExpiry {
+				expiries++
+			}
+		}
+		audit, _ := a.st.ListAudit(context.Background(), store.AuditFilter{ConversationID: conv})
+		if expiries != 1 || len(audit) != 1 || audit[0].Action != "expire" {
+			t.Fatalf("%s: %d expiry entries, audit %+v; want one of each", conv, expiries, audit)
+		}
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
