@@ -102,6 +102,8 @@ type Node struct {
 
 	serving chan struct{} // semaphore of forwarded requests being served
 
+	stats struct{ notifications, forwarded, served, heartbeats atomic.Int64 }
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -137,6 +139,20 @@ func New(cfg Config) *Node {
 		dropped: map[string]bool{}, waiting: map[uint64]chan []byte{}, serving: make(chan struct{}, maxServing),
 		ctx: ctx, cancel: cancel,
 	}
+}
+
+// Stats counts what the node sent and did since it started, for benchmarks and /metrics.
+type Stats struct {
+	Notifications int64 // NOTIFY payloads sent (events, control messages, requests, replies)
+	Forwarded     int64 // requests forwarded to another process
+	Served        int64 // requests served for another process
+	Heartbeats    int64 // heartbeat writes
+}
+
+// Stats returns the node's counters.
+func (n *Node) Stats() Stats {
+	return Stats{Notifications: n.stats.notifications.Load(), Forwarded: n.stats.forwarded.Load(),
+		Served: n.stats.served.Load(), Heartbeats: n.stats.heartbeats.Load()}
 }
 
 // Self implements agent.Cluster.
@@ -295,6 +311,7 @@ type message struct {
 
 // Forward implements agent.Cluster.
 func (n *Node) Forward(ctx context.Context, node string, body []byte) ([]byte, error) {
+	n.stats.forwarded.Add(1)
 	id := n.nextReq.Add(1)
 	reply := make(chan []byte, 1)
 	n.waitMu.Lock()
@@ -339,6 +356,7 @@ var errOwnerGone = errors.New("the owning process stopped before it answered")
 func (n *Node) serve(msg message) {
 	defer func() { <-n.serving }()
 	defer n.wg.Done()
+	n.stats.served.Add(1)
 	out := []byte(`{"moved":true}`)
 	if in := n.in.Load(); in != nil && in.Forward != nil {
 		ctx, cancel := context.WithTimeout(n.ctx, agent.DefaultForwardTimeout)
@@ -370,6 +388,7 @@ func (n *Node) notify(ctx context.Context, channel string, msg message) error {
 			return fmt.Errorf("encode notification: %w", err)
 		}
 	}
+	n.stats.notifications.Add(1)
 	if _, err := n.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, channel, string(payload)); err != nil {
 		return fmt.Errorf("notify %s: %w", channel, err)
 	}
@@ -558,6 +577,7 @@ func (n *Node) heartbeat() {
 		t.Reset(beat)
 		began := n.clock.Now()
 		ctx, cancel := context.WithTimeout(n.ctx, beat)
+		n.stats.heartbeats.Add(1)
 		tag, err := n.pool.Exec(ctx, `UPDATE cluster_nodes SET heartbeat_at = now() WHERE id = $1`, n.id)
 		cancel()
 		switch {

@@ -36,7 +36,7 @@ const testTTL = 1500 * time.Millisecond
 
 // proc is one process of the cluster.
 type proc struct {
-	t    *testing.T
+	t    testing.TB
 	st   *pgstore.Store
 	node *cluster.Node
 	m    *agent.Manager
@@ -47,14 +47,14 @@ type proc struct {
 
 // world is the shared database, model and the people.
 type world struct {
-	t     *testing.T
+	t     testing.TB
 	url   string
 	model *llmtest.Provider
 	ann   agent.Principal
 	rita  agent.Principal
 }
 
-func newWorld(t *testing.T) *world {
+func newWorld(t testing.TB) *world {
 	t.Helper()
 	w := &world{t: t, url: pgtest.NewURL(t), model: llmtest.New()}
 	st, err := pgstore.Open(context.Background(), w.url, nil)
@@ -77,7 +77,7 @@ func newWorld(t *testing.T) *world {
 }
 
 // gated is an owner-approved server tool whose approval expires after expiry (0: the default).
-func gated(t *testing.T, expiry time.Duration, ran *countingRuns) *tools.Tool {
+func gated(t testing.TB, expiry time.Duration, ran *countingRuns) *tools.Tool {
 	t.Helper()
 	tool, err := tools.New(tools.Spec{
 		Name: "note", Description: "Write a note (the owner approves).", Executor: tools.Server,
@@ -214,7 +214,7 @@ func saying(text string) func(agent.View) bool {
 }
 
 // next waits for an event on sub that ok accepts, skipping others (5 s at most).
-func next(t *testing.T, sub *agent.Subscription, what string, ok func(agent.Event) bool) agent.Event {
+func next(t testing.TB, sub *agent.Subscription, what string, ok func(agent.Event) bool) agent.Event {
 	t.Helper()
 	timeout := time.After(5 * time.Second)
 	for {
@@ -232,7 +232,7 @@ func next(t *testing.T, sub *agent.Subscription, what string, ok func(agent.Even
 	}
 }
 
-func ownerOf(t *testing.T, p *proc, conv string) string {
+func ownerOf(t testing.TB, p *proc, conv string) string {
 	t.Helper()
 	var owner string
 	if err := p.st.Pool().QueryRow(context.Background(), `SELECT node_id FROM conversation_owners WHERE conversation_id = $1`, conv).Scan(&owner); err != nil {

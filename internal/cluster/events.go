@@ -151,5 +151,6 @@ func (n *Node) sendAll(msgs []message) error {
 		}
 		b.Queue(`SELECT pg_notify($1, $2)`, eventsChannel, string(payload))
 	}
+	n.stats.notifications.Add(int64(len(msgs)))
 	return n.pool.SendBatch(ctx, &b).Close()
 }
