@@ -479,3 +479,41 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestStreamedTextReachesOtherProcesses: a subscriber on another process gets the whole
+// streamed text, in order, in far fewer notifications than the model sent deltas.
+func TestStreamedTextReachesOtherProcesses(t *testing.T) {
+	w := newWorld(t)
+	a, b := w.start(procOptions{}), w.start(procOptions{})
+	conv := a.conversation(w.ann)
+	sub, err := b.m.Subscribe(context.Background(), conv, w.ann)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	var deltas []string
+	for i := range 200 {
+		deltas = append(deltas, fmt.Sprintf("w%d ", i))
+	}
+	full := strings.Join(deltas, "")
+	w.model.Push(llmtest.Step{Deltas: deltas, Text: full})
+	if err := a.m.Send(context.Background(), conv, w.ann, "talk"); err != nil {
+		t.Fatal(err)
+	}
+	var got strings.Builder
+	n := 0
+	next(t, sub, "idle", func(e agent.Event) bool {
+		if e.Type == agent.EventTextDelta {
+			got.WriteString(e.Text)
+			n++
+		}
+		return e.Type == agent.EventStatus && e.Status == store.StatusIdle
+	})
+	if got.String() != full {
+		t.Fatalf("text seen on b = %q, want %q", got.String(), full)
+	}
+	if n >= len(deltas)/4 {
+		t.Fatalf("%d delta events on b for %d deltas: not coalesced", n, len(deltas))
+	}
+	t.Logf("%d model deltas arrived on the other process as %d events", len(deltas), n)
+}

@@ -49,32 +49,52 @@ func (n *Node) Dropped() int64 { return n.hub.Dropped() }
 // node itself stops with Leave.
 func (n *Node) Close() { n.hub.Close() }
 
-// send delivers queued events to the other processes, as many as are waiting (up to
-// sendBatch) in one round trip, consecutive text deltas of a conversation merged: the busier
-// the process, the fewer notifications per delta.
+// send delivers queued events to the other processes: everything waiting (up to sendBatch) in
+// one round trip. Text deltas are held per conversation and sent at most every deltaEvery,
+// merged (up to deltaMerge bytes each), so streamed text costs a bounded rate of notifications
+// whatever the model's pace; any other event of the conversation sends its held text first, so
+// the order is kept.
 func (n *Node) send() {
 	defer n.wg.Done()
 	batch := make([]agent.Event, 0, sendBatch)
+	held := map[string]agent.Event{} // conversation → its merged text delta not sent yet
+	flush := n.clock.NewTimer(deltaEvery)
+	flush.Stop()
+	defer flush.Stop()
+	armed := false
 	for {
-		batch = batch[:0]
+		var out []agent.Event
 		select {
 		case <-n.ctx.Done():
 			return
+		case <-flush.C():
+			armed = false
+			for conv, e := range held {
+				out = append(out, e)
+				delete(held, conv)
+			}
 		case e := <-n.out:
-			batch = append(batch, e)
-		}
-	drain:
-		for len(batch) < sendBatch {
-			select {
-			case e := <-n.out:
-				batch = append(batch, e)
-			default:
-				break drain
+			batch = append(batch[:0], e)
+		drain:
+			for len(batch) < sendBatch {
+				select {
+				case e := <-n.out:
+					batch = append(batch, e)
+				default:
+					break drain
+				}
+			}
+			out = holdDeltas(batch, held)
+			if len(held) > 0 && !armed {
+				flush.Reset(deltaEvery)
+				armed = true
 			}
 		}
-		msgs := n.encode(merge(batch))
-		if err := n.sendAll(msgs); err != nil && n.ctx.Err() == nil {
-			n.log.Warn("cluster: send events", "events", len(batch), "err", err)
+		if len(out) == 0 {
+			continue
+		}
+		if err := n.sendAll(n.encode(out)); err != nil && n.ctx.Err() == nil {
+			n.log.Warn("cluster: send events", "events", len(out), "err", err)
 			// What was in the batch is lost to the others: their subscribers reload.
 			n.dropMu.Lock()
 			n.dropAll = true
@@ -83,14 +103,28 @@ func (n *Node) send() {
 	}
 }
 
-// merge joins consecutive text deltas of one conversation and sequence, up to deltaMerge bytes.
-func merge(batch []agent.Event) []agent.Event {
-	out := batch[:0]
+// holdDeltas returns the events of batch to send now, in order, and keeps its text deltas in
+// held (merged per conversation while they continue one another, up to deltaMerge bytes). A
+// conversation's held text goes out before any other event of it.
+func holdDeltas(batch []agent.Event, held map[string]agent.Event) []agent.Event {
+	var out []agent.Event
 	for _, e := range batch {
-		if k := len(out) - 1; k >= 0 && e.Type == agent.EventTextDelta && out[k].Type == agent.EventTextDelta &&
-			out[k].ConversationID == e.ConversationID && out[k].Seq == e.Seq && len(out[k].Text)+len(e.Text) <= deltaMerge {
-			out[k].Text += e.Text
+		h, ok := held[e.ConversationID]
+		if e.Type == agent.EventTextDelta {
+			if ok && h.Seq == e.Seq && len(h.Text)+len(e.Text) <= deltaMerge {
+				h.Text += e.Text
+				held[e.ConversationID] = h
+				continue
+			}
+			if ok {
+				out = append(out, h)
+			}
+			held[e.ConversationID] = e
 			continue
+		}
+		if ok {
+			out = append(out, h)
+			delete(held, e.ConversationID)
 		}
 		out = append(out, e)
 	}
