@@ -38,6 +38,8 @@ import (
 
 // Defaults and bounds.
 const (
+	// DefaultConns is the node's pool size: claims, forwards, replies and event batches.
+	DefaultConns = 8
 	// DefaultTTL is how long a process counts as alive after its last heartbeat; it beats every
 	// TTL/3. A killed process's conversations are taken over within TTL plus the agent's
 	// orphan scan.
@@ -68,7 +70,11 @@ const (
 
 // Config configures a Node.
 type Config struct {
-	Pool   *pgxpool.Pool
+	// Pool is the store's pool. The node copies its settings and opens connections of its own
+	// (Conns, plus one that listens), so coordinating never waits behind the store's queries.
+	Pool *pgxpool.Pool
+	// Conns bounds the node's own connections besides the listener (default DefaultConns).
+	Conns  int32
 	Logger *slog.Logger
 	// TTL is how long a heartbeat keeps a process alive (default DefaultTTL).
 	TTL time.Duration
@@ -81,7 +87,9 @@ type Config struct {
 
 // Node is this process in the cluster.
 type Node struct {
-	pool  *pgxpool.Pool
+	src   *pgxpool.Pool // the store's pool, whose settings Start copies
+	conns int32
+	pool  *pgxpool.Pool // the node's own, opened by Start
 	log   *slog.Logger
 	clock clock.Clock
 	ttl   time.Duration
@@ -129,6 +137,9 @@ func New(cfg Config) *Node {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
+	if cfg.Conns <= 0 {
+		cfg.Conns = DefaultConns
+	}
 	if cfg.SubscriberBuffer <= 0 {
 		cfg.SubscriberBuffer = 256
 	}
@@ -137,7 +148,7 @@ func New(cfg Config) *Node {
 	id := hex.EncodeToString(b[:])
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Node{
-		pool: cfg.Pool, log: cfg.Logger.With("node", id), clock: cfg.Clock, ttl: cfg.TTL, id: id,
+		src: cfg.Pool, conns: cfg.Conns, log: cfg.Logger.With("node", id), clock: cfg.Clock, ttl: cfg.TTL, id: id,
 		hub: agent.NewHub(cfg.SubscriberBuffer), out: make(chan agent.Event, outQueue),
 		dropped: map[string]bool{}, waiting: map[uint64]chan []byte{}, serving: make(chan struct{}, maxServing),
 		ctx: ctx, cancel: cancel,
@@ -172,6 +183,21 @@ func (n *Node) interval() string { return fmt.Sprintf("%d milliseconds", n.ttl.M
 
 // Start registers the node, begins listening and beating, and tells the others it arrived.
 func (n *Node) Start(ctx context.Context) error {
+	pcfg := n.src.Config()
+	pcfg.MaxConns, pcfg.MinConns = n.conns, 0
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return fmt.Errorf("cluster: open the node's connections: %w", err)
+	}
+	n.pool = pool
+	if err := n.start(ctx); err != nil {
+		pool.Close()
+		return err
+	}
+	return nil
+}
+
+func (n *Node) start(ctx context.Context) error {
 	host, _ := os.Hostname()
 	if _, err := n.pool.Exec(ctx, `INSERT INTO cluster_nodes (id, host) VALUES ($1, $2)`, n.id, fmt.Sprintf("%s:%d", host, os.Getpid())); err != nil {
 		return fmt.Errorf("cluster: register node: %w", err)
@@ -201,10 +227,16 @@ func (n *Node) Leave(ctx context.Context) error {
 	n.once.Do(func() {
 		n.cancel()
 		n.wg.Wait()
+		if n.pool == nil {
+			return // never started
+		}
 		if _, derr := n.pool.Exec(ctx, `DELETE FROM cluster_nodes WHERE id = $1`, n.id); derr != nil {
 			err = fmt.Errorf("cluster: leave: %w", derr)
 		}
 		n.broadcast(ctx, message{T: "left"})
+		if n.pool != nil {
+			n.pool.Close()
+		}
 	})
 	return err
 }
@@ -424,13 +456,12 @@ func (n *Node) body(ctx context.Context, msg message, del bool) ([]byte, error) 
 
 // --- listening ------------------------------------------------------------------------------
 
-// listenConn takes a connection out of the pool for LISTEN: it stays with the node.
+// listenConn opens the connection that LISTENs: it stays with the node, outside any pool.
 func (n *Node) listenConn(ctx context.Context) (*pgx.Conn, error) {
-	pc, err := n.pool.Acquire(ctx)
+	conn, err := pgx.ConnectConfig(ctx, n.pool.Config().ConnConfig)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: listen connection: %w", err)
 	}
-	conn := pc.Hijack()
 	for _, ch := range []string{eventsChannel, n.channel()} {
 		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
 			_ = conn.Close(ctx)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -265,7 +266,12 @@ func TestRequestsOnAnyProcess(t *testing.T) {
 	if err := a.m.Send(context.Background(), conv, w.ann, "note milk"); err != nil {
 		t.Fatal(err)
 	}
-	b.await(conv, w.ann, "awaiting n1 (seen through b)", awaiting("n1"))
+	remote := b.await(conv, w.ann, "awaiting n1 (seen through b)", awaiting("n1"))
+	// The view answered by the owner for b is the owner's own, nothing lost on the way (as
+	// the API shows it: JSON, whose object keys have no order).
+	if got, want := asJSON(t, remote), asJSON(t, a.view(conv, w.ann)); !reflect.DeepEqual(got, want) {
+		t.Fatalf("view through b:\n%v\nview on a:\n%v", got, want)
+	}
 	if got := ownerOf(t, a, conv); got != a.node.Self() {
 		t.Fatalf("owner = %s, want a (%s)", got, a.node.Self())
 	}
@@ -516,4 +522,17 @@ func TestStreamedTextReachesOtherProcesses(t *testing.T) {
 		t.Fatalf("%d delta events on b for %d deltas: not coalesced", n, len(deltas))
 	}
 	t.Logf("%d model deltas arrived on the other process as %d events", len(deltas), n)
+}
+
+func asJSON(t testing.TB, v any) any {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out any
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
