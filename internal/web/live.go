@@ -140,6 +140,9 @@ func (lg *liveGuard) check(ctx context.Context) (agent.Principal, error) {
 	if err != nil {
 		return agent.Principal{}, err
 	}
+	if lg.convID == "" && !agent.MayFollowAll(by) {
+		return agent.Principal{}, errNoInbox // demoted to member: the inbox is no longer theirs
+	}
 	if lg.convID != "" && by != lg.by {
 		// The role changed: ask the policy again (an owner stays the owner; a reviewer may have
 		// lost the right to read).
@@ -153,12 +156,15 @@ func (lg *liveGuard) check(ctx context.Context) (agent.Principal, error) {
 	return by, nil
 }
 
+// errNoInbox ends an inbox socket whose viewer no longer has an inbox.
+var errNoInbox = fault.New(fault.KindPermissionDenied, "the inbox is for reviewers and admins", nil)
+
 // ended reports whether err from check ends the connection (the credential or the right is
 // gone) rather than being a passing failure to read (the connection then stays, and the next
 // check tries again).
 func ended(err error) bool {
 	k := fault.KindOf(err)
-	return k == fault.KindNotAuthenticated || k == fault.KindNotFound
+	return k == fault.KindNotAuthenticated || k == fault.KindNotFound || k == fault.KindPermissionDenied
 }
 
 // timer is the guard's re-check timer, on the server's clock.
