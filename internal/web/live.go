@@ -43,7 +43,7 @@ var errSignedOut = fault.New(fault.KindNotAuthenticated, "the session ended or t
 
 // reauthorize reads the grant's credential and user again and returns the principal it now
 // stands for: errSignedOut when the session ended (signed out, expired) or the token was
-// revoked, or the user is gone.
+// revoked or expired, or the user is gone.
 func (s *Server) reauthorize(ctx context.Context, g grant, via string) (agent.Principal, error) {
 	var userID string
 	switch {
@@ -58,7 +58,7 @@ func (s *Server) reauthorize(ctx context.Context, g grant, via string) (agent.Pr
 		userID = sess.UserID
 	case g.token != nil:
 		t, err := s.store.APITokenByHash(ctx, g.token)
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, store.ErrNotFound) || (err == nil && tokenExpired(t, s.now())) {
 			s.tokens.forget(string(g.token))
 			return agent.Principal{}, errSignedOut
 		}

@@ -24,7 +24,7 @@ func (s *Server) routes() *echo.Echo {
 	// sign-in limits cannot be dodged by inventing a header.
 	e.IPExtractor = s.ipExtractor()
 	e.HTTPErrorHandler = s.errorHandler
-	e.Use(s.requestLog, recoverPanics, s.securityHeaders, s.limitBody, s.authenticate, s.checkCSRF, validParams)
+	e.Use(s.requestLog, recoverPanics, s.securityHeaders, s.limitBody, s.authenticate, s.checkScope, s.checkCSRF, validParams)
 
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
