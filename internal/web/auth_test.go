@@ -50,7 +50,7 @@ func TestSignup(t *testing.T) {
 	}{
 		{"bad name", "a b", "correct horse", 422, "A name has"},
 		{"short password", "bob", "short", 422, "8 to 72"},
-		{"taken", "ada", "correct horse", 409, "taken"},
+		{"taken: the same answer as a fresh name", "ada", "correct horse", 303, ""},
 		{"ok", "bob", "correct horse", 303, ""},
 	} {
 		res := second.postForm("/signup", url.Values{"username": {tc.user}, "password": {tc.pass}}, second.pageCSRF("/signup"))
