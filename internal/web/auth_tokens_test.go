@@ -116,20 +116,7 @@ func TestTokenExpiry(t *testing.T) {
 
 		e.clk.Advance(24*time.Hour + time.Second)
 		// The stream's re-check timer may be armed after the jump: move on until it fires.
-		for deadline, ended := time.Now().Add(5*time.Second), false; !ended; {
-			select {
-			case ev, ok := <-events:
-				if !ok {
-					t.Fatal("the stream ended without signed_out")
-				}
-				ended = ev.name == "signed_out"
-			case <-time.After(5 * time.Millisecond):
-				e.clk.Advance(e.srv.cfg.LiveRecheck)
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the stream opened with an expired token is still open after 5 s")
-			}
-		}
+		streamEndsWhileAdvancing(t, e, events)
 		res := s.api("GET", "/api/v1/conversations", "")
 		if eb := decodeEnvelope(t, res); res.StatusCode != 401 || eb.Error.Kind != fault.KindNotAuthenticated || !strings.Contains(eb.Error.Message, "expired") {
 			t.Fatalf("an expired token = %d %+v", res.StatusCode, eb.Error)
@@ -153,4 +140,24 @@ func TestTokenExpiry(t *testing.T) {
 			}
 		}
 	})
+}
+
+// streamEndsWhileAdvancing moves the web clock by LiveRecheck until the event stream says
+// signed_out (failing after 5 s).
+func streamEndsWhileAdvancing(t *testing.T, e *testEnv, events <-chan sseEvent) {
+	t.Helper()
+	for deadline, ended := time.Now().Add(5*time.Second), false; !ended; {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				t.Fatal("the stream ended without signed_out")
+			}
+			ended = ev.name == "signed_out"
+		case <-time.After(5 * time.Millisecond):
+			e.clk.Advance(e.srv.cfg.LiveRecheck)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stream is still open after 5 s of re-checks")
+		}
+	}
 }
