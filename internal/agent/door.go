@@ -129,29 +129,37 @@ func (m *Manager) Resolve(ctx context.Context, convID, toolCallID string, r Reso
 	return out, err
 }
 
-// PendingApprovals lists the approvals that wait for by's decision, newest first: those of
-// their own conversations that the owner decides and, for reviewers and admins, those of
-// reviewer-gated tools in other people's conversations (AwaitsDecisionBy).
+// PendingApprovals lists the approvals in by's inbox, newest first: those that wait for by's
+// decision as the owner or as a reviewer (InInbox). A principal without an inbox (a member:
+// MayFollowAll) is refused with permission_denied. The system gets every pending approval: the
+// web layer's inbox feed reads them once per change and filters them per viewer (InboxOf).
 func (m *Manager) PendingApprovals(ctx context.Context, by Principal) ([]PendingApproval, error) {
-	if by.UserID == "" {
-		return nil, nil
+	if !MayFollowAll(by) {
+		return nil, errNoInbox()
 	}
-	list, err := m.cfg.Store.ListPending(ctx, store.PendingFilter{Kind: string(tools.PendingApproval), OwnerID: by.UserID})
-	if err != nil {
-		return nil, m.internalError("list own pending approvals", err)
-	}
-	if by.Reviews() {
+	var list []store.PendingCall
+	if by.system() {
+		all, err := m.cfg.Store.ListPending(ctx, store.PendingFilter{Kind: string(tools.PendingApproval)})
+		if err != nil {
+			return nil, m.internalError("list pending approvals", err)
+		}
+		list = all
+	} else {
+		own, err := m.cfg.Store.ListPending(ctx, store.PendingFilter{Kind: string(tools.PendingApproval), OwnerID: by.UserID})
+		if err != nil {
+			return nil, m.internalError("list own pending approvals", err)
+		}
 		rev, err := m.cfg.Store.ListPending(ctx, store.PendingFilter{Kind: string(tools.PendingApproval), Approvers: string(tools.ByReviewer)})
 		if err != nil {
 			return nil, m.internalError("list reviewer approvals", err)
 		}
-		list = append(list, rev...)
+		list = append(own, rev...)
 	}
 	seen := map[[2]string]bool{}
-	var out []PendingApproval
+	out := make([]PendingApproval, 0, len(list))
 	for _, p := range list {
 		key := [2]string{p.ConversationID, p.ToolCallID}
-		if seen[key] || !AwaitsDecisionBy(by, p.OwnerID, tools.Approvers(p.Approvers)) {
+		if seen[key] {
 			continue
 		}
 		seen[key] = true
@@ -159,7 +167,27 @@ func (m *Manager) PendingApprovals(ctx context.Context, by Principal) ([]Pending
 			Call: pendingCallView(p), Prompt: p.Prompt, CreatedAt: p.CreatedAt})
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].CreatedAt.After(out[j].CreatedAt) })
-	return out, nil
+	if by.system() {
+		return out, nil
+	}
+	return InboxOf(by, out), nil
+}
+
+// InboxOf is what by's inbox lists of all (pending approvals, newest first, as the system's
+// PendingApprovals returns them): the approvals InInbox says wait for by, in the same order.
+func InboxOf(by Principal, all []PendingApproval) []PendingApproval {
+	out := make([]PendingApproval, 0, len(all))
+	for _, p := range all {
+		if InInbox(by, p.OwnerID, p.Call.Approvers) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// errNoInbox refuses the inbox to someone who has none.
+func errNoInbox() *fault.Error {
+	return fault.New(fault.KindPermissionDenied, "the inbox is for reviewers and admins: your own calls wait for you on their conversation's page", nil)
 }
 
 // pendingCallView shapes an awaiting approval's index row as a CallView. The row's prompt is
@@ -186,7 +214,7 @@ func pendingCallView(p store.PendingCall) CallView {
 func (m *Manager) Subscribe(ctx context.Context, convID string, by Principal) (*Subscription, error) {
 	if convID == "" {
 		if !MayFollowAll(by) {
-			return nil, errNotFound()
+			return nil, errNoInbox()
 		}
 		return m.events.Subscribe(""), nil
 	}

@@ -100,7 +100,7 @@ func TestSlowDryRunDoesNotBlockTheConversation(t *testing.T) {
 		if row, err := e.st.GetToolCall(e.ctx, e.conv, "d1"); err != nil || !strings.Contains(string(row.Prompt), want) {
 			t.Fatalf("the tool_calls row's prompt %s, %v: want the plan", row.Prompt, err)
 		}
-		if pa, err := e.m.PendingApprovals(e.ctx, e.owner); err != nil || len(pa) != 1 || pa[0].Call.Plan == nil || pa[0].Call.Plan.Summary != want {
+		if pa, err := e.m.PendingApprovals(e.ctx, System); err != nil || len(pa) != 1 || pa[0].Call.Plan == nil || pa[0].Call.Plan.Summary != want {
 			t.Fatalf("the inbox %+v, %v: want the call with its plan", pa, err)
 		}
 		if m := e.view().Messages; len(m) != 2 || m[1].Content != "Deploying to prod." {

@@ -131,6 +131,17 @@ func MaySee(by Principal, ownerID string, gates []Gate) bool {
 	return false
 }
 
-// MayFollowAll reports whether by may follow every conversation's events (the inbox socket,
-// which shows only what the inbox lists): any signed-in principal.
-func MayFollowAll(by Principal) bool { return by.UserID != "" }
+// MayFollowAll reports whether by has the inbox: its page, its socket (which follows every
+// conversation's events and shows only what the inbox lists) and GET /api/v1/approvals.
+// Reviewers and admins, and the system (whose inbox feed computes the pending approvals once
+// for every socket). A member has nothing to review: they decide their own calls on their
+// conversation's page.
+func MayFollowAll(by Principal) bool {
+	return by.system() || (by.UserID != "" && by.Reviews())
+}
+
+// InInbox reports whether a pending approval of a conversation owned by ownerID, gated by
+// approvers, is listed in by's inbox: by has an inbox and the approval waits for by's decision.
+func InInbox(by Principal, ownerID string, approvers tools.Approvers) bool {
+	return !by.system() && MayFollowAll(by) && AwaitsDecisionBy(by, ownerID, approvers)
+}

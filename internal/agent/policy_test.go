@@ -55,6 +55,11 @@ func TestPolicy(t *testing.T) {
 			if got := AwaitsDecisionBy(c.by, owner, c.approvers); got != c.awaits {
 				t.Errorf("%s: AwaitsDecisionBy = %v, want %v", c.name, got, c.awaits)
 			}
+			// The inbox lists what awaits its viewer, when the viewer has an inbox: a member
+			// owner decides on the conversation's page instead.
+			if got, want := InInbox(c.by, owner, c.approvers), c.awaits && c.by.Reviews(); got != want {
+				t.Errorf("%s: InInbox = %v, want %v", c.name, got, want)
+			}
 		}
 	})
 
@@ -103,8 +108,22 @@ func TestPolicy(t *testing.T) {
 				t.Errorf("%s: MaySee = %v, want %v", c.name, got, c.want)
 			}
 		}
-		if !MayFollowAll(stranger) || MayFollowAll(anonymous) {
-			t.Error("every signed-in principal may follow the inbox's events, nobody else")
+		for _, c := range []struct {
+			name string
+			by   Principal
+			want bool
+		}{
+			{"a reviewer has the inbox", reviewer, true},
+			{"an admin has the inbox", admin, true},
+			{"a reviewer owner has the inbox", ownerReviewer, true},
+			{"the system follows every conversation (the inbox feed)", System, true},
+			{"a member has no inbox, not even as an owner", ownerMember, false},
+			{"a stranger has no inbox", stranger, false},
+			{"nobody signed in has no inbox", anonymous, false},
+		} {
+			if got := MayFollowAll(c.by); got != c.want {
+				t.Errorf("%s: MayFollowAll = %v, want %v", c.name, got, c.want)
+			}
 		}
 	})
 }

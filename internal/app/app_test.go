@@ -45,7 +45,9 @@ func startIn(t *testing.T, databaseURL, dataDir string, newUser bool) *running {
 	var out, errOut bytes.Buffer
 	std := IO{Stdin: strings.NewReader("a long password\n"), Stdout: &out, Stderr: &errOut}
 	if newUser {
-		if code := Main(ctx, []string{"user", "add", "--name", "ada", "--role", "member", "--password-stdin"}, getenv, std); code != 0 {
+		// A reviewer: the tests read her pending approvals from GET /api/v1/approvals, which
+		// members do not have (their calls wait on their conversations' pages).
+		if code := Main(ctx, []string{"user", "add", "--name", "ada", "--role", "reviewer", "--password-stdin"}, getenv, std); code != 0 {
 			t.Fatalf("user add: %d %s", code, errOut.String())
 		}
 		out.Reset()

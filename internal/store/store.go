@@ -59,15 +59,39 @@ type Session struct {
 	CreatedAt time.Time
 }
 
+// Token scopes: what an API token may do. A full token acts as its user on the JSON API and
+// the sockets; a resolve token may only resolve calls and read what it needs to find them (the
+// web layer's scope rule says which routes).
+const (
+	ScopeFull    = "full"
+	ScopeResolve = "resolve"
+)
+
 // APIToken is a bearer token. Only its hash is stored; the token is shown once.
 type APIToken struct {
 	ID         string
 	UserID     string
 	Name       string
 	Hash       []byte
+	Scope      string // ScopeFull ("" is stored as full) or ScopeResolve
 	CreatedAt  time.Time
+	ExpiresAt  *time.Time // nil: never
 	LastUsedAt *time.Time
 	RevokedAt  *time.Time
+}
+
+// Invitation is a one-time link an admin made for someone to create an account with a role.
+// Only a hash of its token is stored; the link is shown once.
+type Invitation struct {
+	ID        string
+	Hash      []byte
+	Role      Role
+	CreatedBy string // the admin's user id
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	UsedAt    *time.Time
+	UsedBy    string // the account it created; "" until used
+	RevokedAt *time.Time
 }
 
 // Conversation status, visible to the API.
@@ -251,14 +275,29 @@ type Store interface {
 	PurgeSessions(ctx context.Context, now time.Time) (int, error)
 	SetPassword(ctx context.Context, userID string, hash []byte) error
 	CreateAPIToken(ctx context.Context, t APIToken) (APIToken, error)
-	APITokenByHash(ctx context.Context, hash []byte) (APIToken, error) // ErrNotFound when missing or revoked
-	ListAPITokens(ctx context.Context, userID string) ([]APIToken, error)
+	APITokenByHash(ctx context.Context, hash []byte) (APIToken, error)    // ErrNotFound when missing, revoked or expired
+	ListAPITokens(ctx context.Context, userID string) ([]APIToken, error) // newest first, revoked and expired ones included
 	RevokeAPIToken(ctx context.Context, userID, id string) error
 	// TouchAPIToken records that the token id was used now, when its LastUsedAt is unset or at
 	// least TokenTouchEvery old. A missing or revoked token is left alone and is not an error.
 	TouchAPIToken(ctx context.Context, id string) error
 	GetSetting(ctx context.Context, key string) (string, error) // ErrNotFound when unset
 	SetSetting(ctx context.Context, key, value string) error
+
+	// Invitations. CreateInvitation returns ErrConflict on a taken hash. InvitationByHash
+	// returns the invitation whatever its state (used, revoked, expired: the caller says which);
+	// ErrNotFound when there is none. ListInvitations is newest first. RevokeInvitation is
+	// ErrNotFound when the invitation is missing or already used; revoking twice keeps the first
+	// time.
+	CreateInvitation(ctx context.Context, inv Invitation) (Invitation, error)
+	InvitationByHash(ctx context.Context, hash []byte) (Invitation, error)
+	ListInvitations(ctx context.Context) ([]Invitation, error)
+	RevokeInvitation(ctx context.Context, id string) error
+	// RedeemInvitation creates u with the role of the invitation whose hash is hash and marks
+	// the invitation used by it, in one transaction: an invitation makes at most one account,
+	// whatever the races. ErrNotFound when there is no invitation usable at now (missing, used,
+	// revoked or expired); ErrConflict when u's name is taken (the invitation stays usable).
+	RedeemInvitation(ctx context.Context, hash []byte, u User, now time.Time) (User, error)
 
 	// Conversations and their logs.
 	CreateConversation(ctx context.Context, c Conversation) (Conversation, error)

@@ -237,11 +237,11 @@ func TestConversationJSON(t *testing.T) {
 	})
 }
 
-// TestApprovalsListing: GET /api/v1/approvals lists what waits for the caller's decision: a
-// member's own owner-approved calls; a reviewer's (or an admin's) also the reviewer-gated calls
-// of other people — never their own reviewer-gated call (someone else decides it), never a
-// question, never another owner's owner-approved call (an admin may override one, but is not
-// asked to).
+// TestApprovalsListing: GET /api/v1/approvals lists what waits for the caller's decision, for
+// reviewers and admins (a member has no inbox: 403, their calls wait on their conversations'
+// pages): their own owner-approved calls and the reviewer-gated calls of other people — never
+// their own reviewer-gated call (someone else decides it), never a question, never another
+// owner's owner-approved call (an admin may override one, but is not asked to).
 func TestApprovalsListing(t *testing.T) {
 	eachStore(t, func(t *testing.T, open opener) {
 		e := newTestEnv(t, open, Config{})
@@ -273,18 +273,23 @@ func TestApprovalsListing(t *testing.T) {
 		for _, tc := range []struct {
 			who  store.User
 			want string
-		}{{alice, "a-own"}, {bob, "b-own"}, {rev, "r-own,a-rev"}, {admin, "r-rev,a-rev"}} {
+		}{{rev, "r-own,a-rev"}, {admin, "r-rev,a-rev"}} {
 			if got := ids(e.script(tc.who)); got != tc.want {
 				t.Errorf("%s sees %q, want %q", tc.who.Name, got, tc.want)
 			}
 		}
+		for _, u := range []store.User{alice, bob} {
+			if res := e.script(u).api("GET", "/api/v1/approvals", ""); res.StatusCode != 403 {
+				t.Errorf("%s (a member) lists approvals: %d, want 403", u.Name, res.StatusCode)
+			}
+		}
 		// The listing carries what a card needs.
 		var out struct{ Approvals []approvalJSON }
-		if err := json.Unmarshal([]byte(readBody(e.script(alice).api("GET", "/api/v1/approvals", ""))), &out); err != nil || len(out.Approvals) != 1 {
-			t.Fatalf("alice's approvals: %v %+v", err, out)
+		if err := json.Unmarshal([]byte(readBody(e.script(rev).api("GET", "/api/v1/approvals", ""))), &out); err != nil || len(out.Approvals) != 2 {
+			t.Fatalf("rev's approvals: %v %+v", err, out)
 		}
 		a := out.Approvals[0]
-		if a.ConversationID != ca.ID || a.Title != "t" || a.OwnerID != alice.ID || a.Tool != "send_email" || a.Approvers != "owner" ||
+		if a.ConversationID != cr.ID || a.Title != "t" || a.OwnerID != rev.ID || a.Tool != "send_email" || a.Approvers != "owner" ||
 			a.ExpiresAt == nil || !strings.Contains(string(a.Prompt), `"plan"`) || !strings.Contains(string(a.Args), "x@example.test") {
 			t.Errorf("approval %+v (prompt %s)", a, a.Prompt)
 		}

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -33,6 +34,7 @@ const (
 	keySession   = "parley.session"
 	keyVia       = "parley.via"
 	keyAnonCSRF  = "parley.anon_csrf"
+	keyScope     = "parley.token_scope" // the Bearer token's scope; unset for a browser
 	viaSession   = "session"
 	viaToken     = "token"
 	signupKey    = "signup"
@@ -89,48 +91,71 @@ func probePath(path string) bool {
 	return path == "/healthz" || path == "/readyz" || path == "/metrics"
 }
 
-// tokenUser is the user of the API token whose hash is hash: from the token cache, else from
+// tokenUser is the API token whose hash is hash and its user: from the token cache, else from
 // the store (and then cached). Concurrent misses of one token share one lookup (a script that
 // opens hundreds of streams at once costs two reads, not hundreds); each caller still stops
-// waiting when its own request ends. An unknown or revoked token is not_authenticated.
-func (s *Server) tokenUser(ctx context.Context, hash []byte) (store.User, error) {
+// waiting when its own request ends. An unknown, revoked or expired token is not_authenticated.
+func (s *Server) tokenUser(ctx context.Context, hash []byte) (store.User, store.APIToken, error) {
 	key := string(hash)
-	if u, _, ok := s.tokens.get(key); ok {
-		return u, nil
+	u, t, ok := s.tokens.get(key)
+	if !ok {
+		ch := s.tokenLookups.DoChan(key, func() (any, error) {
+			// Not the first caller's context alone: the others wait on this lookup too.
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tokenLookupTimeout)
+			defer cancel()
+			t, err := s.store.APITokenByHash(lctx, hash)
+			if errors.Is(err, store.ErrNotFound) {
+				return nil, errBadToken
+			}
+			if err != nil {
+				return nil, fmt.Errorf("look up API token: %w", err)
+			}
+			u, err := s.store.UserByID(lctx, t.UserID)
+			if err != nil {
+				return nil, fmt.Errorf("load user of token %s: %w", t.ID, err)
+			}
+			// Its use is recorded once per cache miss, and the store writes it at most once per
+			// store.TokenTouchEvery: the tokens page shows when each token last worked.
+			if err := s.store.TouchAPIToken(lctx, t.ID); err != nil {
+				s.log.WarnContext(lctx, "record a token's use", "token_id", t.ID, "err", err)
+			}
+			s.tokens.put(key, t, u)
+			return tokenLookup{u, t}, nil
+		})
+		select {
+		case r := <-ch:
+			if r.Err != nil {
+				return store.User{}, store.APIToken{}, r.Err
+			}
+			l := r.Val.(tokenLookup)
+			u, t = l.user, l.token
+		case <-ctx.Done():
+			return store.User{}, store.APIToken{}, ctx.Err()
+		}
 	}
-	ch := s.tokenLookups.DoChan(key, func() (any, error) {
-		// Not the first caller's context alone: the others wait on this lookup too.
-		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tokenLookupTimeout)
-		defer cancel()
-		t, err := s.store.APITokenByHash(lctx, hash)
-		if errors.Is(err, store.ErrNotFound) {
-			return store.User{}, fault.New(fault.KindNotAuthenticated, "the API token is invalid or revoked", nil)
-		}
-		if err != nil {
-			return store.User{}, fmt.Errorf("look up API token: %w", err)
-		}
-		u, err := s.store.UserByID(lctx, t.UserID)
-		if err != nil {
-			return store.User{}, fmt.Errorf("load user of token %s: %w", t.ID, err)
-		}
-		// Its use is recorded once per cache miss (the store keeps it to the minute): the
-		// tokens page shows when each token last worked.
-		if err := s.store.TouchAPIToken(lctx, t.ID); err != nil {
-			s.log.WarnContext(lctx, "record a token's use", "token_id", t.ID, "err", err)
-		}
-		s.tokens.put(key, t.ID, u)
-		return u, nil
-	})
-	select {
-	case r := <-ch:
-		if r.Err != nil {
-			return store.User{}, r.Err
-		}
-		return r.Val.(store.User), nil
-	case <-ctx.Done():
-		return store.User{}, ctx.Err()
+	// The store refuses an expired token too, on its clock; a cached one expires here.
+	if tokenExpired(t, s.now()) {
+		s.tokens.forget(key)
+		return store.User{}, store.APIToken{}, errTokenExpired
 	}
+	return u, t, nil
 }
+
+// tokenLookup is what a shared token lookup hands its waiters.
+type tokenLookup struct {
+	user  store.User
+	token store.APIToken
+}
+
+// tokenExpired reports whether t has an expiry and it has come at now.
+func tokenExpired(t store.APIToken, now time.Time) bool {
+	return t.ExpiresAt != nil && !now.Before(*t.ExpiresAt)
+}
+
+var (
+	errBadToken     = fault.New(fault.KindNotAuthenticated, "the API token is invalid or revoked", nil)
+	errTokenExpired = fault.New(fault.KindNotAuthenticated, "the API token has expired: create a new one on the tokens page", nil)
+)
 
 // authenticate identifies the caller from a Bearer token or the session cookie. A request with
 // an invalid token is refused outright (a script must learn its token is wrong); a stale
@@ -148,12 +173,13 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 				// tokens or change roles without CSRF) take a signed-in browser only.
 				return fault.New(fault.KindNotAuthenticated, "API tokens work on /api/ and the WebSocket only", nil)
 			}
-			u, err := s.tokenUser(ctx, auth.Hash(tok))
+			u, t, err := s.tokenUser(ctx, auth.Hash(tok))
 			if err != nil {
 				return err
 			}
 			c.Set(keyUser, &u)
 			c.Set(keyVia, viaToken)
+			c.Set(keyScope, t.Scope)
 			return next(c)
 		}
 		ck, err := r.Cookie(s.sessionCookie())

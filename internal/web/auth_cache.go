@@ -26,7 +26,7 @@ const (
 	tokenLookupTimeout = 10 * time.Second
 )
 
-// tokenCache maps a token's hash to its user. Entries live tokenCacheTTL on the injected clock.
+// tokenCache maps a token's hash to the token (its scope and expiry) and its user. Entries live tokenCacheTTL on the injected clock.
 type tokenCache struct {
 	clock clock.Clock
 	ttl   time.Duration
@@ -38,7 +38,7 @@ type tokenCache struct {
 
 type tokenEntry struct {
 	user    store.User
-	tokenID string
+	token   store.APIToken
 	expires time.Time
 }
 
@@ -46,24 +46,24 @@ func newTokenCache(clk clock.Clock, ttl time.Duration, max int) *tokenCache {
 	return &tokenCache{clock: clk, ttl: ttl, max: max, entries: map[string]tokenEntry{}}
 }
 
-// get returns the user of the token whose hash is hash, when cached and fresh.
-func (tc *tokenCache) get(hash string) (store.User, string, bool) {
+// get returns the user and the token whose hash is hash, when cached and fresh.
+func (tc *tokenCache) get(hash string) (store.User, store.APIToken, bool) {
 	now := tc.clock.Now()
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
 	e, ok := tc.entries[hash]
 	if !ok {
-		return store.User{}, "", false
+		return store.User{}, store.APIToken{}, false
 	}
 	if !now.Before(e.expires) {
 		delete(tc.entries, hash)
-		return store.User{}, "", false
+		return store.User{}, store.APIToken{}, false
 	}
-	return e.user, e.tokenID, true
+	return e.user, e.token, true
 }
 
-// put remembers the user of a token for the TTL.
-func (tc *tokenCache) put(hash, tokenID string, u store.User) {
+// put remembers a token and its user for the TTL.
+func (tc *tokenCache) put(hash string, t store.APIToken, u store.User) {
 	now := tc.clock.Now()
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
@@ -77,7 +77,7 @@ func (tc *tokenCache) put(hash, tokenID string, u store.User) {
 			clear(tc.entries)
 		}
 	}
-	tc.entries[hash] = tokenEntry{user: u, tokenID: tokenID, expires: now.Add(tc.ttl)}
+	tc.entries[hash] = tokenEntry{user: u, token: t, expires: now.Add(tc.ttl)}
 }
 
 // forgetUser drops every cached token of userID (a token revoked, a role changed).

@@ -141,12 +141,12 @@ func TestTokenCacheBounded(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 	tc := newTokenCache(clk, time.Second, 3)
 	for i, h := range []string{"a", "b", "c"} {
-		tc.put(h, h, store.User{ID: "u" + h})
+		tc.put(h, store.APIToken{ID: h}, store.User{ID: "u" + h})
 		if i == 0 {
 			clk.Advance(2 * time.Second) // "a" expires
 		}
 	}
-	tc.put("d", "d", store.User{ID: "ud"})
+	tc.put("d", store.APIToken{ID: "d"}, store.User{ID: "ud"})
 	if _, _, ok := tc.get("a"); ok || tc.len() != 3 {
 		t.Fatalf("after sweeping the expired entry: len %d, a cached %v", tc.len(), ok)
 	}
@@ -155,7 +155,7 @@ func TestTokenCacheBounded(t *testing.T) {
 			t.Fatalf("%s was dropped though fresh entries had room", h)
 		}
 	}
-	tc.put("e", "e", store.User{ID: "ue"}) // full of fresh entries: dropped wholesale
+	tc.put("e", store.APIToken{ID: "e"}, store.User{ID: "ue"}) // full of fresh entries: dropped wholesale
 	if tc.len() > 3 {
 		t.Fatalf("len %d over the bound", tc.len())
 	}

@@ -41,7 +41,11 @@ func (s *Server) loginForm(c echo.Context) error {
 	if currentUser(c) != nil {
 		return c.Redirect(http.StatusSeeOther, safeNext(c.QueryParam("next")))
 	}
-	return s.renderLogin(c, http.StatusOK, views.AuthForm{Next: c.QueryParam("next")})
+	f := views.AuthForm{Next: c.QueryParam("next")}
+	if c.QueryParam("notice") == "signup" {
+		f.Notice = signupNotice
+	}
+	return s.renderLogin(c, http.StatusOK, f)
 }
 
 func (s *Server) renderLogin(c echo.Context, status int, f views.AuthForm) error {
@@ -273,7 +277,16 @@ func (s *Server) renderSignup(c echo.Context, status int, f views.AuthForm) erro
 	return s.render(c, status, views.SignupPage(s.layoutData(c, "Sign up"), f))
 }
 
-// signup creates a member's account and signs it in, while an admin keeps sign-up open.
+// signupNotice is what the sign-in page says after every sign-up, whether or not the name was
+// free: the answer must not tell a stranger which names exist.
+const signupNotice = "If that name was free, your account is ready: sign in with it. If it was taken, nothing was created: choose another name on the sign-up page."
+
+// signup creates a member's account, while an admin keeps sign-up open. Its answer does not
+// reveal whether the name was taken: a free name and a taken one both get 303 to the sign-in
+// page with the same notice and no session (the new member signs in with their password),
+// and both cost the same work — the password is hashed (bcrypt) and the insert tried before
+// the answer, so timing tells as little as the body. Bad input (a malformed name, a weak
+// password) is answered as such: it does not depend on who exists.
 func (s *Server) signup(c echo.Context) error {
 	ctx := c.Request().Context()
 	open, err := s.signupOpen(c)
@@ -298,18 +311,15 @@ func (s *Server) signup(c echo.Context) error {
 		return s.renderSignup(c, http.StatusUnprocessableEntity, f)
 	}
 	u, err := s.store.CreateUser(ctx, store.User{Name: name, Role: store.RoleMember, PasswordHash: hash, CreatedAt: s.now()})
-	if errors.Is(err, store.ErrConflict) {
-		f.Error = "That name is taken."
-		return s.renderSignup(c, http.StatusConflict, f)
-	}
-	if err != nil {
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		s.log.InfoContext(ctx, "sign-up for a taken name", "ip", c.RealIP())
+	case err != nil:
 		return fmt.Errorf("create user: %w", err)
+	default:
+		s.log.InfoContext(ctx, "user signed up", "user_id", u.ID, "role", string(u.Role))
 	}
-	s.log.InfoContext(ctx, "user signed up", "user_id", u.ID, "role", string(u.Role))
-	if err := s.startSession(c, u); err != nil {
-		return err
-	}
-	return c.Redirect(http.StatusSeeOther, "/")
+	return c.Redirect(http.StatusSeeOther, "/login?notice=signup")
 }
 
 // SetupPath is the one-time setup link of an empty store for its token (the app prints it at

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -49,7 +51,13 @@ func (s *Server) renderTokens(c echo.Context, status int, created, createdName s
 		if t.RevokedAt != nil {
 			continue
 		}
-		row := views.TokenRow{ID: t.ID, Name: t.Name, CreatedAt: t.CreatedAt.UTC().Format(dateFormat), LastUsed: "never"}
+		row := views.TokenRow{ID: t.ID, Name: t.Name, Scope: t.Scope, CreatedAt: t.CreatedAt.UTC().Format(dateFormat), Expires: "never", LastUsed: "never"}
+		if t.ExpiresAt != nil {
+			row.Expires = t.ExpiresAt.UTC().Format(dateFormat)
+			if tokenExpired(t, s.now()) {
+				row.Expired, row.Expires = true, "expired "+row.Expires
+			}
+		}
 		if t.LastUsedAt != nil {
 			row.LastUsed = t.LastUsedAt.UTC().Format(dateFormat)
 		}
@@ -58,13 +66,35 @@ func (s *Server) renderTokens(c echo.Context, status int, created, createdName s
 	return s.render(c, status, views.TokensPage(s.layoutData(c, "API tokens"), rows, created, createdName))
 }
 
-// createToken makes a token and shows it once; only its hash is stored.
+// maxTokenDays bounds a token's expiry (ten years; none at all is "never").
+const maxTokenDays = 3650
+
+// createToken makes a token and shows it once; only its hash is stored. The form gives a name,
+// a scope (full, the default, or resolve) and optionally an expiry in days.
 func (s *Server) createToken(c echo.Context) error {
 	name := strings.TrimSpace(c.FormValue("name"))
 	if name == "" || len(name) > 100 || !agent.Storable(name) {
 		return fault.New(fault.KindInvalidArgs, "a token needs a name of at most 100 characters", nil)
 	}
-	secret, err := s.newToken(c, currentUser(c).ID, name)
+	scope := c.FormValue("scope")
+	switch scope {
+	case "":
+		scope = store.ScopeFull
+	case store.ScopeFull, store.ScopeResolve:
+	default:
+		return fault.New(fault.KindInvalidArgs, "scope must be full or resolve", map[string]any{"field": "scope"})
+	}
+	var expires *time.Time
+	if v := strings.TrimSpace(c.FormValue("expires_days")); v != "" {
+		days, err := strconv.Atoi(v)
+		if err != nil || days < 1 || days > maxTokenDays {
+			return fault.New(fault.KindInvalidArgs, fmt.Sprintf("expires_days must be a whole number of days from 1 to %d, or empty for never", maxTokenDays),
+				map[string]any{"field": "expires_days"})
+		}
+		at := s.now().Add(time.Duration(days) * 24 * time.Hour)
+		expires = &at
+	}
+	secret, err := s.newToken(c, store.APIToken{UserID: currentUser(c).ID, Name: name, Scope: scope, ExpiresAt: expires})
 	if err != nil {
 		return err
 	}
@@ -74,13 +104,16 @@ func (s *Server) createToken(c echo.Context) error {
 	return c.Redirect(http.StatusSeeOther, "/tokens")
 }
 
-// newToken creates an API token for userID and returns the secret.
-func (s *Server) newToken(c echo.Context, userID, name string) (string, error) {
-	secret, t, err := auth.CreateToken(c.Request().Context(), s.store, s.now(), userID, name)
+// newToken stores t (its hash from a fresh secret) and returns the secret, which exists nowhere
+// else.
+func (s *Server) newToken(c echo.Context, t store.APIToken) (string, error) {
+	secret := auth.NewSecret(auth.TokenPrefix)
+	t.Hash, t.CreatedAt = auth.Hash(secret), s.now()
+	t, err := s.store.CreateAPIToken(c.Request().Context(), t)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("create API token: %w", err)
 	}
-	s.log.InfoContext(c.Request().Context(), "API token created", "user_id", userID, "token_id", t.ID)
+	s.log.InfoContext(c.Request().Context(), "API token created", "user_id", t.UserID, "token_id", t.ID, "scope", t.Scope, "expires_at", t.ExpiresAt)
 	return secret, nil
 }
 

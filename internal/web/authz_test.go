@@ -83,7 +83,7 @@ func TestAuthorization(t *testing.T) {
 			{"events", "GET", base + conv.ID + "/events", "", map[string]int{
 				"owner-cookie": 200, "owner-token": 200, "other": 404, "reviewer": 404, "admin-cookie": 200, "anonymous": 401}},
 			{"approvals", "GET", "/api/v1/approvals", "", map[string]int{
-				"owner-cookie": 200, "owner-token": 200, "other": 200, "reviewer": 200, "anonymous": 401}},
+				"owner-cookie": 403, "owner-token": 403, "other": 403, "reviewer": 200, "anonymous": 401}},
 			{"tokens page", "GET", "/tokens", "", map[string]int{
 				"owner-cookie": 200, "owner-token": 401, "anonymous": 303}},
 			{"admin page", "GET", "/admin/users", "", map[string]int{

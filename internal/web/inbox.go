@@ -1,9 +1,12 @@
 package web
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"net/http"
 
+	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
 
 	"parley/internal/agent"
@@ -11,7 +14,8 @@ import (
 )
 
 // inboxPage: GET /inbox → the pending approvals this user may decide, newest first, across
-// conversations (agent.PendingApprovals). Decisions post to the conversation's resolve route with
+// conversations (agent.PendingApprovals); reviewers and admins only (a member gets a 403 page
+// saying their calls wait on their conversations' pages). Decisions post to the conversation's resolve route with
 // return=/inbox, so they go through the same Resolve; /inbox/ws keeps the list live.
 func (s *Server) inboxPage(c echo.Context) error {
 	d, err := s.inboxData(c)
@@ -55,4 +59,127 @@ func (s *Server) inboxDataFor(c echo.Context, by agent.Principal) (views.InboxPa
 		})
 	}
 	return views.InboxPage{CSRF: s.csrfToken(c), Viewer: views.Viewer{Principal: by, Name: u.Name}, Entries: entries}, nil
+}
+
+// inboxView is by's inbox as snap lists it: the approvals that wait for by (agent.InboxOf),
+// with their requesters' names. base carries the page's CSRF token and the viewer's name.
+func inboxView(base views.InboxPage, by agent.Principal, snap *inboxSnapshot) views.InboxPage {
+	mine := agent.InboxOf(by, snap.list)
+	entries := make([]views.InboxEntry, 0, len(mine))
+	for _, p := range mine {
+		entries = append(entries, views.InboxEntry{
+			ConversationID: p.ConversationID, ConversationTitle: p.Title, Requester: snap.names[p.OwnerID], OwnerID: p.OwnerID,
+			Call: p.Call, At: p.CreatedAt,
+		})
+	}
+	base.Viewer.Principal = by
+	base.Entries = entries
+	base.Form = nil
+	return base
+}
+
+// inboxSocket: GET /inbox/ws. The inbox feed (inbox_feed.go) computes the pending approvals
+// once per change for every socket; this one filters each snapshot for its viewer, as last
+// re-checked, and sends the list when it differs from what the page has. Members have no inbox:
+// refused before the upgrade, and closed when a re-check finds the viewer demoted.
+func (s *Server) inboxSocket(c echo.Context) error {
+	d, err := s.inboxData(c) // before the upgrade: it may set the CSRF cookie; refuses members
+	if err != nil {
+		return err
+	}
+	u, by := currentUser(c), principal(c)
+	release, err := s.openConn(by.UserID)
+	if err != nil {
+		return err
+	}
+	defer release()
+	guard := s.newLiveGuard(c, "")
+	defer guard.leave()
+	conn, err := accept(c)
+	if err != nil {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(c.Request().Context())
+	defer cancel()
+	k := newSocket(s, conn, s.log.With("socket", "inbox", "user", u.ID), cancel)
+	last := ""
+	render := func(ctx context.Context) bool {
+		var buf bytes.Buffer
+		if err := views.InboxList(d).Render(ctx, &buf); err != nil {
+			k.log.Error("socket: render inbox", "err", err)
+			return false
+		}
+		if buf.String() == last {
+			return true
+		}
+		last = buf.String()
+		h := last
+		return k.enqueue(frame{Type: "html", Op: "replace", Target: "inbox", HTML: &h})
+	}
+	pump := func(ctx context.Context) {
+		feed, leave := s.inbox.join()
+		defer leave()
+		if !render(ctx) {
+			return
+		}
+		var snap *inboxSnapshot // the latest the feed gave this socket
+		recheck := guard.timer()
+		defer recheck.Stop()
+		// reauthorize re-checks the credential and the right to an inbox; a changed role
+		// changes what the inbox lists (filtered again from the snapshot: no query).
+		reauthorize := func() bool {
+			now, err := guard.check(ctx)
+			switch {
+			case ended(err):
+				k.finish(websocket.StatusPolicyViolation, "signed out or no longer allowed")
+				return false
+			case err != nil:
+				if ctx.Err() == nil {
+					k.log.Warn("socket: re-check the credential", "err", err)
+				}
+				return true
+			case now == by:
+				return true
+			}
+			by = now
+			if snap == nil {
+				return true // the feed's first snapshot is filtered for the new role
+			}
+			d = inboxView(d, by, snap)
+			return render(ctx)
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.stopping:
+				k.finish(websocket.StatusGoingAway, "server shutting down")
+				return
+			case <-recheck.C():
+				if !reauthorize() {
+					return
+				}
+				recheck.Reset(s.cfg.LiveRecheck)
+			case <-guard.bell:
+				if !reauthorize() {
+					return
+				}
+			case snap = <-feed.c:
+				d = inboxView(d, by, snap)
+				if !render(ctx) {
+					return
+				}
+			}
+		}
+	}
+	readLoop := func(ctx context.Context) error {
+		// The inbox page sends nothing; reading keeps pings, pongs and the close handshake working.
+		for {
+			if _, _, err := conn.Read(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	k.serve(ctx, readLoop, pump)
+	return nil
 }

@@ -43,7 +43,7 @@ var errSignedOut = fault.New(fault.KindNotAuthenticated, "the session ended or t
 
 // reauthorize reads the grant's credential and user again and returns the principal it now
 // stands for: errSignedOut when the session ended (signed out, expired) or the token was
-// revoked, or the user is gone.
+// revoked or expired, or the user is gone.
 func (s *Server) reauthorize(ctx context.Context, g grant, via string) (agent.Principal, error) {
 	var userID string
 	switch {
@@ -58,7 +58,7 @@ func (s *Server) reauthorize(ctx context.Context, g grant, via string) (agent.Pr
 		userID = sess.UserID
 	case g.token != nil:
 		t, err := s.store.APITokenByHash(ctx, g.token)
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, store.ErrNotFound) || (err == nil && tokenExpired(t, s.now())) {
 			s.tokens.forget(string(g.token))
 			return agent.Principal{}, errSignedOut
 		}
@@ -140,6 +140,9 @@ func (lg *liveGuard) check(ctx context.Context) (agent.Principal, error) {
 	if err != nil {
 		return agent.Principal{}, err
 	}
+	if lg.convID == "" && !agent.MayFollowAll(by) {
+		return agent.Principal{}, errNoInbox // demoted to member: the inbox is no longer theirs
+	}
 	if lg.convID != "" && by != lg.by {
 		// The role changed: ask the policy again (an owner stays the owner; a reviewer may have
 		// lost the right to read).
@@ -153,12 +156,15 @@ func (lg *liveGuard) check(ctx context.Context) (agent.Principal, error) {
 	return by, nil
 }
 
+// errNoInbox ends an inbox socket whose viewer no longer has an inbox.
+var errNoInbox = fault.New(fault.KindPermissionDenied, "the inbox is for reviewers and admins", nil)
+
 // ended reports whether err from check ends the connection (the credential or the right is
 // gone) rather than being a passing failure to read (the connection then stays, and the next
 // check tries again).
 func ended(err error) bool {
 	k := fault.KindOf(err)
-	return k == fault.KindNotAuthenticated || k == fault.KindNotFound
+	return k == fault.KindNotAuthenticated || k == fault.KindNotFound || k == fault.KindPermissionDenied
 }
 
 // timer is the guard's re-check timer, on the server's clock.

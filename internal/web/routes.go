@@ -24,7 +24,7 @@ func (s *Server) routes() *echo.Echo {
 	// sign-in limits cannot be dodged by inventing a header.
 	e.IPExtractor = s.ipExtractor()
 	e.HTTPErrorHandler = s.errorHandler
-	e.Use(s.requestLog, recoverPanics, s.securityHeaders, s.limitBody, s.authenticate, s.checkCSRF, validParams)
+	e.Use(s.requestLog, recoverPanics, s.securityHeaders, s.limitBody, s.authenticate, s.checkScope, s.checkCSRF, validParams)
 
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
@@ -41,6 +41,8 @@ func (s *Server) routes() *echo.Echo {
 	e.POST("/setup", s.setup)
 	e.GET("/signup", s.signupForm)
 	e.POST("/signup", s.signup)
+	e.GET("/invite", s.inviteForm)
+	e.POST("/invite", s.invite)
 	e.POST("/logout", s.logout)
 	e.GET("/", s.home)
 
@@ -56,6 +58,9 @@ func (s *Server) routes() *echo.Echo {
 	admin.GET("/users", s.adminUsers)
 	admin.POST("/users/:user/role", s.setRole)
 	admin.POST("/signup", s.setSignup)
+	admin.GET("/invitations", s.adminInvitations)
+	admin.POST("/invitations", s.createInvitation)
+	admin.POST("/invitations/:invitation/revoke", s.revokeInvitation)
 
 	// The JSON API.
 	api := e.Group("/api/v1", s.requireUser, s.limitAPI, noStore)

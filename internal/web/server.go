@@ -68,6 +68,8 @@ type Server struct {
 	live liveSet
 	// conns counts them against the caps (ratelimit.go).
 	conns conns
+	// inbox computes the pending approvals once per change for every inbox socket.
+	inbox *inboxFeed
 	// tokenLookups collapses concurrent store lookups of one uncached token.
 	tokenLookups singleflight.Group
 	echo         *echo.Echo
@@ -109,6 +111,7 @@ func New(cfg Config, d Deps) *Server {
 		tokens:   newTokenCache(d.Clock, tokenCacheTTL, tokenCacheMax),
 		stopping: make(chan struct{}),
 	}
+	s.inbox = newInboxFeed(s, inboxFeedGap)
 	s.echo = s.routes()
 	return s
 }
@@ -116,9 +119,13 @@ func New(cfg Config, d Deps) *Server {
 // Handler is the app's http.Handler.
 func (s *Server) Handler() http.Handler { return s.echo }
 
-// Shutdown tells long-lived handlers to finish (event streams end, sockets close going-away).
-// Call it before http.Server.Shutdown; calling it twice is harmless.
-func (s *Server) Shutdown() { s.stoppingOnce.Do(func() { close(s.stopping) }) }
+// Shutdown tells long-lived handlers to finish (event streams end, sockets close going-away)
+// and stops the inbox feed, waiting for it. Call it before http.Server.Shutdown (and before
+// closing the agent); calling it twice is harmless.
+func (s *Server) Shutdown() {
+	s.stoppingOnce.Do(func() { close(s.stopping) })
+	s.inbox.close()
+}
 
 // render writes a templ component with status. It renders into a buffer first so a failing
 // component becomes a clean 500 instead of half a page.

@@ -299,7 +299,7 @@ func TestInboxSocketIsLive(t *testing.T) {
 			t.Fatalf("first inbox frame = %+v", f)
 		}
 		e.pending(conv, ann, llmtest.Call("gate_1", "publish", map[string]any{"text": "one"}))
-		f = readFrame(t, conn)
+		f = readInboxFrame(t, e, conn)
 		if f.Target != "inbox" || f.Op != "replace" || !strings.Contains(*f.HTML, `data-tool-call-id="gate_1"`) {
 			t.Errorf("inbox update = %+v", f)
 		}
@@ -311,7 +311,7 @@ func TestInboxSocketIsLive(t *testing.T) {
 		close(release)
 		e.awaitStatus(chat.ID, store.StatusIdle)
 		e.pending(chat, ann, llmtest.Call("gate_2", "publish", map[string]any{"text": "two"}))
-		f = readFrame(t, conn)
+		f = readInboxFrame(t, e, conn)
 		if !strings.Contains(*f.HTML, `data-tool-call-id="gate_2"`) || !strings.Contains(*f.HTML, `data-tool-call-id="gate_1"`) {
 			t.Errorf("an unchanged inbox was sent again: %+v", f)
 		}
@@ -320,7 +320,7 @@ func TestInboxSocketIsLive(t *testing.T) {
 		if _, err := e.m.Resolve(context.Background(), conv.ID, "gate_1", agent.Resolution{Decision: "approve"}, as(e.user("rex", store.RoleReviewer))); err != nil {
 			t.Fatal(err)
 		}
-		f = readFrame(t, conn)
+		f = readInboxFrame(t, e, conn)
 		if strings.Contains(*f.HTML, `data-tool-call-id="gate_1"`) || !strings.Contains(*f.HTML, `data-tool-call-id="gate_2"`) {
 			t.Errorf("inbox after the decision = %+v", f)
 		}

@@ -24,9 +24,24 @@ CREATE TABLE api_tokens (
 	hash         BLOB NOT NULL UNIQUE,
 	created_at   INTEGER NOT NULL,
 	last_used_at INTEGER,
-	revoked_at   INTEGER
+	revoked_at   INTEGER,
+	scope        TEXT NOT NULL DEFAULT 'full',
+	expires_at   INTEGER
 );
 CREATE INDEX api_tokens_user ON api_tokens (user_id, created_at);
+
+CREATE TABLE invitations (
+	id         TEXT PRIMARY KEY,
+	hash       BLOB NOT NULL UNIQUE,
+	role       TEXT NOT NULL,
+	created_by TEXT NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+	created_at INTEGER NOT NULL,
+	expires_at INTEGER NOT NULL,
+	used_at    INTEGER,
+	used_by    TEXT,
+	revoked_at INTEGER
+);
+CREATE INDEX invitations_created ON invitations (created_at);
 
 CREATE TABLE settings (
 	key   TEXT PRIMARY KEY,

@@ -36,7 +36,7 @@ import (
 //go:embed schema.sql
 var schema string
 
-const schemaVersion = 3
+const schemaVersion = 4
 
 // upgrades bring a file from the version before each (the key) to that version; each runs in the
 // migration's transaction.
@@ -65,6 +65,21 @@ CREATE INDEX outbox_conversation ON outbox (conversation_id, id);`,
 	tokens  INTEGER NOT NULL,
 	PRIMARY KEY (user_id, day)
 );`,
+	// 3 → 4: API tokens get a scope and an optional expiry; admins' invitations.
+	4: `ALTER TABLE api_tokens ADD COLUMN scope TEXT NOT NULL DEFAULT 'full';
+ALTER TABLE api_tokens ADD COLUMN expires_at INTEGER;
+CREATE TABLE invitations (
+	id         TEXT PRIMARY KEY,
+	hash       BLOB NOT NULL UNIQUE,
+	role       TEXT NOT NULL,
+	created_by TEXT NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+	created_at INTEGER NOT NULL,
+	expires_at INTEGER NOT NULL,
+	used_at    INTEGER,
+	used_by    TEXT,
+	revoked_at INTEGER
+);
+CREATE INDEX invitations_created ON invitations (created_at);`,
 }
 
 // busyTimeout is how long a statement waits for another handle's write lock.

@@ -122,8 +122,19 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Put the file back at version 1: the old outbox table, holding one message.
+	owner, err := s.CreateUser(ctx, store.User{Name: "ana"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateAPIToken(ctx, store.APIToken{UserID: owner.ID, Name: "old", Hash: []byte("old-token")}); err != nil {
+		t.Fatal(err)
+	}
+	// Put the file back at version 1: the old outbox table, holding one message; tokens without
+	// scope or expiry, no invitations.
 	for _, q := range []string{
+		`DROP TABLE invitations`,
+		`ALTER TABLE api_tokens DROP COLUMN scope`,
+		`ALTER TABLE api_tokens DROP COLUMN expires_at`,
 		`DROP TABLE usage`,
 		`DROP TABLE outbox`,
 		`CREATE TABLE outbox (id INTEGER PRIMARY KEY AUTOINCREMENT, conversation_id TEXT NOT NULL, tool_call_id TEXT NOT NULL UNIQUE,
@@ -155,5 +166,11 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	}
 	if err := s.AddUsage(ctx, "ana", time.Now(), 5); err != nil {
 		t.Fatalf("usage after the upgrade: %v", err)
+	}
+	if tok, err := s.APITokenByHash(ctx, []byte("old-token")); err != nil || tok.Scope != store.ScopeFull || tok.ExpiresAt != nil {
+		t.Fatalf("a token from before the upgrade: %v %+v, want full scope and no expiry", err, tok)
+	}
+	if list, err := s.ListInvitations(ctx); err != nil || len(list) != 0 {
+		t.Fatalf("invitations after the upgrade: %v %v", err, list)
 	}
 }

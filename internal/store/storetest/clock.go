@@ -70,4 +70,17 @@ func CheckClock(t *testing.T, s store.Store, clk *clock.Fake, t0 time.Time) {
 	if _, err := s.SessionByHash(ctx, []byte("h")); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("session at its expiry on the store's clock: err = %v, want ErrNotFound", err)
 	}
+
+	// A token with an expiry is found until then, on the store's clock, and not at it.
+	exp := clk.Now().Add(time.Minute)
+	if _, err := s.CreateAPIToken(ctx, store.APIToken{UserID: u.ID, Name: "short", Hash: []byte("short-hash"), ExpiresAt: &exp}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.APITokenByHash(ctx, []byte("short-hash")); err != nil {
+		t.Fatalf("a token before its expiry: %v", err)
+	}
+	clk.Advance(time.Minute)
+	if _, err := s.APITokenByHash(ctx, []byte("short-hash")); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a token at its expiry on the store's clock: err = %v, want ErrNotFound", err)
+	}
 }

@@ -80,6 +80,9 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 		{"Users", testUsers},
 		{"Sessions", testSessions},
 		{"APITokens", testAPITokens},
+		{"TokenScopeAndExpiry", testTokenScopeAndExpiry},
+		{"Invitations", testInvitations},
+		{"InvitationRace", testInvitationRace},
 		{"Settings", testSettings},
 		{"Conversations", testConversations},
 		{"AppendAndLog", testAppendAndLog},
@@ -282,6 +285,138 @@ func testAPITokens(t *testing.T, open Opener) {
 	}
 	if got := must(s.APITokenByHash(ctx, []byte("h2")))(t); got.LastUsedAt == nil || !got.LastUsedAt.Equal(*ts[0].LastUsedAt) {
 		t.Fatalf("APITokenByHash LastUsedAt = %v, want %v", got.LastUsedAt, ts[0].LastUsedAt)
+	}
+}
+
+// testTokenScopeAndExpiry: a token keeps its scope (none given: full) and its expiry; an expired
+// token is not found by its hash but is still listed.
+func testTokenScopeAndExpiry(t *testing.T, open Opener) {
+	s, ctx := open(t), ctxT(t)
+	ana := must(s.CreateUser(ctx, store.User{Name: "ana"}))(t)
+	past, future := time.Now().Add(-time.Minute).UTC().Truncate(time.Microsecond), time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
+	full := must(s.CreateAPIToken(ctx, store.APIToken{UserID: ana.ID, Name: "full", Hash: []byte("f")}))(t)
+	if full.Scope != store.ScopeFull || full.ExpiresAt != nil {
+		t.Fatalf("a token made without scope or expiry = %+v, want full, never expiring", full)
+	}
+	res := must(s.CreateAPIToken(ctx, store.APIToken{UserID: ana.ID, Name: "res", Hash: []byte("r"), Scope: store.ScopeResolve, ExpiresAt: &future}))(t)
+	if got := must(s.APITokenByHash(ctx, []byte("r")))(t); got.ID != res.ID || got.Scope != store.ScopeResolve || got.ExpiresAt == nil || !got.ExpiresAt.Equal(future) {
+		t.Fatalf("APITokenByHash of a resolve token = %+v, want scope resolve, expiry %v", got, future)
+	}
+	old := must(s.CreateAPIToken(ctx, store.APIToken{UserID: ana.ID, Name: "old", Hash: []byte("o"), ExpiresAt: &past}))(t)
+	_, err := s.APITokenByHash(ctx, []byte("o"))
+	wantErr(t, err, store.ErrNotFound, "APITokenByHash of an expired token")
+	list := must(s.ListAPITokens(ctx, ana.ID))(t)
+	if len(list) != 3 || list[0].ID != old.ID || list[0].ExpiresAt == nil || !list[0].ExpiresAt.Equal(past) {
+		t.Fatalf("ListAPITokens = %+v, want the expired token listed first with its expiry", list)
+	}
+}
+
+// testInvitations: an invitation is found by its hash whatever its state, listed newest first,
+// redeemed once into an account with its role, and refused when used, revoked or expired.
+func testInvitations(t *testing.T, open Opener) {
+	s, ctx := open(t), ctxT(t)
+	root := must(s.CreateUser(ctx, store.User{Name: "root", Role: store.RoleAdmin}))(t)
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	week := now.Add(7 * 24 * time.Hour)
+	inv := func(hash string, role store.Role, expires time.Time) store.Invitation {
+		t.Helper()
+		return must(s.CreateInvitation(ctx, store.Invitation{Hash: []byte(hash), Role: role, CreatedBy: root.ID, ExpiresAt: expires}))(t)
+	}
+	a := inv("a", store.RoleReviewer, week)
+	if a.ID == "" || a.CreatedAt.IsZero() || a.Role != store.RoleReviewer || a.UsedAt != nil || a.RevokedAt != nil || a.CreatedBy != root.ID || !a.ExpiresAt.Equal(week) {
+		t.Fatalf("CreateInvitation = %+v", a)
+	}
+	_, err := s.CreateInvitation(ctx, store.Invitation{Hash: []byte("a"), CreatedBy: root.ID, ExpiresAt: week})
+	wantErr(t, err, store.ErrConflict, "CreateInvitation with a taken hash")
+	b := inv("b", "", week)
+	if b.Role != store.RoleMember {
+		t.Fatalf("an invitation without a role is for %q, want member", b.Role)
+	}
+	expired := inv("x", store.RoleMember, now.Add(-time.Second))
+	if list := must(s.ListInvitations(ctx))(t); len(list) != 3 || list[0].ID != expired.ID || list[2].ID != a.ID {
+		t.Fatalf("ListInvitations = %+v, want newest first", list)
+	}
+
+	// Redeemed once: the account has the invitation's role; a second use is refused.
+	ben := must(s.RedeemInvitation(ctx, []byte("a"), store.User{Name: "ben", PasswordHash: []byte("p")}, now))(t)
+	if ben.Role != store.RoleReviewer || ben.ID == "" {
+		t.Fatalf("RedeemInvitation = %+v, want a reviewer", ben)
+	}
+	if got := must(s.UserByName(ctx, "ben"))(t); got.ID != ben.ID || got.Role != store.RoleReviewer {
+		t.Fatalf("the redeemed account = %+v", got)
+	}
+	used := must(s.InvitationByHash(ctx, []byte("a")))(t)
+	if used.UsedAt == nil || used.UsedBy != ben.ID {
+		t.Fatalf("a used invitation = %+v, want used by %s", used, ben.ID)
+	}
+	_, err = s.RedeemInvitation(ctx, []byte("a"), store.User{Name: "ben2"}, now)
+	wantErr(t, err, store.ErrNotFound, "a second use of an invitation")
+	wantErr(t, s.RevokeInvitation(ctx, a.ID), store.ErrNotFound, "revoking a used invitation")
+
+	// A taken name leaves the invitation usable.
+	_, err = s.RedeemInvitation(ctx, []byte("b"), store.User{Name: "ben"}, now)
+	wantErr(t, err, store.ErrConflict, "redeeming with a taken name")
+	if got := must(s.InvitationByHash(ctx, []byte("b")))(t); got.UsedAt != nil {
+		t.Fatalf("a failed redemption used the invitation: %+v", got)
+	}
+
+	// Expired, revoked, missing: refused.
+	_, err = s.RedeemInvitation(ctx, []byte("x"), store.User{Name: "xena"}, now)
+	wantErr(t, err, store.ErrNotFound, "redeeming an expired invitation")
+	if err := s.RevokeInvitation(ctx, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	first := must(s.InvitationByHash(ctx, []byte("b")))(t).RevokedAt
+	if err := s.RevokeInvitation(ctx, b.ID); err != nil {
+		t.Fatalf("revoking twice: %v", err)
+	}
+	if got := must(s.InvitationByHash(ctx, []byte("b")))(t).RevokedAt; first == nil || !got.Equal(*first) {
+		t.Fatalf("a second revocation moved the time from %v to %v", first, got)
+	}
+	_, err = s.RedeemInvitation(ctx, []byte("b"), store.User{Name: "bea"}, now)
+	wantErr(t, err, store.ErrNotFound, "redeeming a revoked invitation")
+	_, err = s.RedeemInvitation(ctx, []byte("nope"), store.User{Name: "nobody"}, now)
+	wantErr(t, err, store.ErrNotFound, "redeeming a missing invitation")
+	_, err = s.InvitationByHash(ctx, []byte("nope"))
+	wantErr(t, err, store.ErrNotFound, "InvitationByHash of a missing invitation")
+	wantErr(t, s.RevokeInvitation(ctx, "nope"), store.ErrNotFound, "revoking a missing invitation")
+	for _, name := range []string{"ben2", "xena", "bea", "nobody"} {
+		_, err := s.UserByName(ctx, name)
+		wantErr(t, err, store.ErrNotFound, "an account from a refused invitation "+name)
+	}
+}
+
+// testInvitationRace: two handles redeeming one invitation at once make one account.
+func testInvitationRace(t *testing.T, open Opener) {
+	s1, ctx := open(t), ctxT(t)
+	s2 := open(t)
+	root := must(s1.CreateUser(ctx, store.User{Name: "root", Role: store.RoleAdmin}))(t)
+	now := time.Now().UTC()
+	must(s1.CreateInvitation(ctx, store.Invitation{Hash: []byte("once"), CreatedBy: root.ID, ExpiresAt: now.Add(time.Hour)}))(t)
+	const n = 8
+	errs := make(chan error, n)
+	for i := range n {
+		h := []store.Store{s1, s2}[i%2]
+		go func() {
+			_, err := h.RedeemInvitation(ctx, []byte("once"), store.User{Name: fmt.Sprintf("racer%d", i)}, now)
+			errs <- err
+		}()
+	}
+	wins := 0
+	for range n {
+		err := <-errs
+		switch {
+		case err == nil:
+			wins++
+		case !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrConflict):
+			t.Errorf("a losing redemption: %v", err)
+		}
+	}
+	if wins != 1 {
+		t.Fatalf("%d redemptions of one invitation succeeded, want 1", wins)
+	}
+	if users := must(s1.ListUsers(ctx))(t); len(users) != 2 {
+		t.Fatalf("%d users after the race, want root and one racer", len(users))
 	}
 }
 

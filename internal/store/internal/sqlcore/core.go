@@ -368,32 +368,35 @@ func (c *Core) SetPassword(ctx context.Context, userID string, hash []byte) erro
 	return nil
 }
 
-const tokenCols = `id, user_id, name, hash, created_at, last_used_at, revoked_at`
+const tokenCols = `id, user_id, name, hash, scope, created_at, expires_at, last_used_at, revoked_at`
 
 func scanToken(r Rows) (store.APIToken, error) {
 	var t store.APIToken
-	err := r.Scan(&t.ID, &t.UserID, &t.Name, &t.Hash, &t.CreatedAt, &t.LastUsedAt, &t.RevokedAt)
+	err := r.Scan(&t.ID, &t.UserID, &t.Name, &t.Hash, &t.Scope, &t.CreatedAt, &t.ExpiresAt, &t.LastUsedAt, &t.RevokedAt)
 	return t, err
 }
 
-// CreateAPIToken implements store.Store.
+// CreateAPIToken implements store.Store. A token without a scope is a full one.
 func (c *Core) CreateAPIToken(ctx context.Context, t store.APIToken) (store.APIToken, error) {
 	if t.ID == "" {
 		t.ID = NewID()
+	}
+	if t.Scope == "" {
+		t.Scope = store.ScopeFull
 	}
 	if t.CreatedAt.IsZero() {
 		t.CreatedAt = c.now()
 	}
 	t.CreatedAt = ts(t.CreatedAt)
-	if _, err := c.DB.Exec(ctx, `INSERT INTO api_tokens (`+tokenCols+`) VALUES ($1,$2,$3,$4,$5,$6,$7)`,
-		t.ID, t.UserID, t.Name, t.Hash, t.CreatedAt, tsPtr(t.LastUsedAt), tsPtr(t.RevokedAt)); err != nil {
+	if _, err := c.DB.Exec(ctx, `INSERT INTO api_tokens (`+tokenCols+`) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)`,
+		t.ID, t.UserID, t.Name, t.Hash, t.Scope, t.CreatedAt, tsPtr(t.ExpiresAt), tsPtr(t.LastUsedAt), tsPtr(t.RevokedAt)); err != nil {
 		return store.APIToken{}, fmt.Errorf("create API token %q: %w", t.Name, err)
 	}
 	return c.tokenBy(ctx, `id = $1`, t.ID)
 }
 
-func (c *Core) tokenBy(ctx context.Context, where string, arg any) (store.APIToken, error) {
-	ts, err := queryAll(ctx, c.DB, `SELECT `+tokenCols+` FROM api_tokens WHERE `+where, []any{arg}, scanToken)
+func (c *Core) tokenBy(ctx context.Context, where string, args ...any) (store.APIToken, error) {
+	ts, err := queryAll(ctx, c.DB, `SELECT `+tokenCols+` FROM api_tokens WHERE `+where, args, scanToken)
 	if err != nil {
 		return store.APIToken{}, fmt.Errorf("API token: %w", err)
 	}
@@ -403,9 +406,9 @@ func (c *Core) tokenBy(ctx context.Context, where string, arg any) (store.APITok
 	return ts[0], nil
 }
 
-// APITokenByHash implements store.Store: a revoked token is not found.
+// APITokenByHash implements store.Store: a revoked or expired token is not found.
 func (c *Core) APITokenByHash(ctx context.Context, hash []byte) (store.APIToken, error) {
-	return c.tokenBy(ctx, `hash = $1 AND revoked_at IS NULL`, hash)
+	return c.tokenBy(ctx, `hash = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $2)`, hash, ts(c.Clock.Now()))
 }
 
 // ListAPITokens implements store.Store: the user's tokens, revoked ones included, newest first.
@@ -456,6 +459,108 @@ func (c *Core) SetSetting(ctx context.Context, key, value string) error {
 		return fmt.Errorf("set setting %q: %w", key, err)
 	}
 	return nil
+}
+
+// ---- invitations ----
+
+const invitationCols = `id, hash, role, created_by, created_at, expires_at, used_at, COALESCE(used_by, ''), revoked_at`
+
+func scanInvitation(r Rows) (store.Invitation, error) {
+	var inv store.Invitation
+	var role string
+	err := r.Scan(&inv.ID, &inv.Hash, &role, &inv.CreatedBy, &inv.CreatedAt, &inv.ExpiresAt, &inv.UsedAt, &inv.UsedBy, &inv.RevokedAt)
+	inv.Role = store.Role(role)
+	return inv, err
+}
+
+// CreateInvitation implements store.Store.
+func (c *Core) CreateInvitation(ctx context.Context, inv store.Invitation) (store.Invitation, error) {
+	if inv.ID == "" {
+		inv.ID = NewID()
+	}
+	if inv.Role == "" {
+		inv.Role = store.RoleMember
+	}
+	if inv.CreatedAt.IsZero() {
+		inv.CreatedAt = c.now()
+	}
+	if _, err := c.DB.Exec(ctx, `INSERT INTO invitations (id, hash, role, created_by, created_at, expires_at) VALUES ($1,$2,$3,$4,$5,$6)`,
+		inv.ID, inv.Hash, string(inv.Role), inv.CreatedBy, ts(inv.CreatedAt), ts(inv.ExpiresAt)); err != nil {
+		return store.Invitation{}, fmt.Errorf("create invitation: %w", err)
+	}
+	return c.invitationBy(ctx, `id = $1`, inv.ID)
+}
+
+func (c *Core) invitationBy(ctx context.Context, where string, arg any) (store.Invitation, error) {
+	list, err := queryAll(ctx, c.DB, `SELECT `+invitationCols+` FROM invitations WHERE `+where, []any{arg}, scanInvitation)
+	if err != nil {
+		return store.Invitation{}, fmt.Errorf("invitation: %w", err)
+	}
+	if len(list) == 0 {
+		return store.Invitation{}, fmt.Errorf("invitation: %w", store.ErrNotFound)
+	}
+	return list[0], nil
+}
+
+// InvitationByHash implements store.Store.
+func (c *Core) InvitationByHash(ctx context.Context, hash []byte) (store.Invitation, error) {
+	return c.invitationBy(ctx, `hash = $1`, hash)
+}
+
+// ListInvitations implements store.Store.
+func (c *Core) ListInvitations(ctx context.Context) ([]store.Invitation, error) {
+	list, err := queryAll(ctx, c.DB, `SELECT `+invitationCols+` FROM invitations ORDER BY created_at DESC, id`, nil, scanInvitation)
+	if err != nil {
+		return nil, fmt.Errorf("list invitations: %w", err)
+	}
+	return list, nil
+}
+
+// RevokeInvitation implements store.Store.
+func (c *Core) RevokeInvitation(ctx context.Context, id string) error {
+	n, err := c.DB.Exec(ctx, `UPDATE invitations SET revoked_at = COALESCE(revoked_at, $1) WHERE id = $2 AND used_at IS NULL`, c.now(), id)
+	if err != nil {
+		return fmt.Errorf("revoke invitation %q: %w", id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("revoke invitation %q: %w", id, store.ErrNotFound)
+	}
+	return nil
+}
+
+// RedeemInvitation implements store.Store: the invitation is claimed (a conditional UPDATE
+// that only one transaction can win) and the user inserted in the same transaction, so a taken
+// name rolls the claim back.
+func (c *Core) RedeemInvitation(ctx context.Context, hash []byte, u store.User, now time.Time) (store.User, error) {
+	if u.ID == "" {
+		u.ID = NewID()
+	}
+	if u.CreatedAt.IsZero() {
+		u.CreatedAt = c.now()
+	}
+	u.CreatedAt = ts(u.CreatedAt)
+	err := c.inTx(ctx, func(tx Tx) error {
+		n, err := tx.Exec(ctx, `UPDATE invitations SET used_at = $1, used_by = $2
+			WHERE hash = $3 AND used_at IS NULL AND revoked_at IS NULL AND expires_at > $4`, ts(now), u.ID, hash, ts(now))
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return store.ErrNotFound
+		}
+		var role string
+		if err := queryRow(ctx, tx, `SELECT role FROM invitations WHERE hash = $1`, []any{hash}, &role); err != nil {
+			return err
+		}
+		u.Role = store.Role(role)
+		_, err = tx.Exec(ctx, `INSERT INTO users (`+userCols+`) VALUES ($1,$2,$3,$4,$5)`,
+			u.ID, u.Name, string(u.Role), u.PasswordHash, u.CreatedAt)
+		return err
+	})
+	if err != nil {
+		return store.User{}, fmt.Errorf("redeem an invitation as %q: %w", u.Name, err)
+	}
+	return u, nil
 }
 
 // ---- conversations and logs ----
