@@ -310,7 +310,8 @@
   const within = (el, sel) => Element.prototype.querySelectorAll.call(el, sel);
 
   function enhanced(form) {
-    return attr(form, "data-parley-form") === "resolve" || attr(form, "data-parley") === "composer";
+    const kind = attr(form, "data-parley-form");
+    return kind === "resolve" || kind === "stop" || attr(form, "data-parley") === "composer";
   }
 
   function setButtons(form, disabled) {
