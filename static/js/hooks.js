@@ -174,6 +174,21 @@
     el.appendChild(document.createTextNode(f.text));
   }
 
+  // ---- local times ---------------------------------------------------------------------------
+
+  // The server writes times in UTC; the page shows them in the browser's zone.
+  function localTimes(scope) {
+    within(scope, 'time[data-parley="time"][datetime]').forEach(function (el) {
+      const d = new Date(attr(el, "datetime"));
+      if (isNaN(d.getTime())) return;
+      const today = new Date().toDateString() === d.toDateString();
+      el.textContent = today
+        ? d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })
+        : d.toLocaleString([], { dateStyle: "medium", timeStyle: "short" });
+      setAttr(el, "title", d.toString());
+    });
+  }
+
   // ---- following the conversation -----------------------------------------------------------
 
   // The page follows new content while the person is at the bottom; once they scroll up it
@@ -295,6 +310,7 @@
     switch (f.type) {
       case "html":
         applyHTML(f);
+        localTimes(document.body);
         followed();
         break;
       case "text":
@@ -505,6 +521,7 @@
   });
 
   function start() {
+    localTimes(document.body);
     const root = document.querySelector("[data-ws]");
     if (root) {
       toLatest(); // a conversation opens at its newest message

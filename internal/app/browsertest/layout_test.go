@@ -39,6 +39,10 @@ func TestBrowserChatLayout(t *testing.T) {
 		if !eval[bool](ann, `(() => { const r = document.querySelector('form[data-parley="composer"]').getBoundingClientRect(); return r.bottom <= window.innerHeight + 1 && r.top >= 0; })()`) {
 			t.Errorf("the composer is not in view")
 		}
+		// Message times are the browser's local times (the server's UTC text is the fallback).
+		if !eval[bool](ann, `(() => { const t = document.querySelector('[data-parley="message"] time[data-parley="time"]'); return t !== null && !t.textContent.includes("UTC") && t.title !== ""; })()`) {
+			t.Errorf("message times are not shown in local time")
+		}
 		ann.shot("layout-bubbles")
 	})
 
