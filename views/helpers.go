@@ -30,6 +30,8 @@ func roleText(role string) string {
 		return "Assistant"
 	case "error":
 		return "Error"
+	case "stopped":
+		return ""
 	}
 	return role
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"parley/internal/agent"
+	"parley/internal/fault"
 	"parley/internal/tools"
 )
 
@@ -284,46 +285,170 @@ func statusText(s string) string {
 		return "denied"
 	case agent.CallExpired:
 		return "expired"
+	case agent.CallCancelled:
+		return "stopped"
 	}
 	return s
 }
 
-// conversationStatusText is the status line's words.
-func conversationStatusText(s string) string {
-	switch s {
-	case agent.StatusIdle, "":
-		return "Ready."
+// callState is the state a card shows: a question the person declined is "declined", not a
+// failure.
+func callState(c agent.CallView) string {
+	if c.Status == agent.CallErrored && (c.Decision == "decline" || c.Decision == "cancel") {
+		return "declined"
+	}
+	return c.Status
+}
+
+// callStateText is callState in words.
+func callStateText(c agent.CallView) string {
+	if s := callState(c); s == "declined" {
+		return "declined"
+	}
+	return statusText(c.Status)
+}
+
+// executorWords says where a call runs, when that is worth saying on its card: in the browser
+// or with a person ("" for the ordinary server call).
+func executorWords(c agent.CallView) string {
+	switch c.Executor {
+	case tools.Client:
+		return "in your browser"
+	case tools.Human:
+		return "question"
+	}
+	return ""
+}
+
+// quietKind reports whether an error kind is a person's choice rather than a failure: shown as
+// a plain note, not in red.
+func quietKind(kind string) bool {
+	switch fault.Kind(kind) {
+	case fault.KindDeclined, fault.KindCancelled, fault.KindDenied:
+		return true
+	}
+	return false
+}
+
+// kindWords is an error kind in words ("client_error" → "Browser error").
+func kindWords(kind string) string {
+	switch fault.Kind(kind) {
+	case fault.KindClientError:
+		return "Browser error"
+	case fault.KindNoClient:
+		return "No browser"
+	case fault.KindInvalidArgs:
+		return "Invalid arguments"
+	case fault.KindTimeout:
+		return "Timed out"
+	case fault.KindHTTPError:
+		return "HTTP error"
+	case fault.KindBlockedHost:
+		return "Blocked host"
+	case fault.KindUnknownTool:
+		return "Unknown tool"
+	case fault.KindInternal:
+		return "Internal error"
+	}
+	w := strings.ReplaceAll(kind, "_", " ")
+	if w == "" {
+		return "Error"
+	}
+	return strings.ToUpper(w[:1]) + w[1:]
+}
+
+// sentence capitalizes a message and ends it with a full stop.
+func sentence(s string) string {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return s
+	}
+	s = strings.ToUpper(s[:1]) + s[1:]
+	if !strings.HasSuffix(s, ".") {
+		s += "."
+	}
+	return s
+}
+
+// statusWords is the status line's words for this viewer: what the turn waits for, said as
+// it is ("your answer", "a reviewer"), and nothing once the turn has ended.
+func statusWords(p Page, v agent.View) string {
+	switch v.Status {
 	case agent.StatusGenerating:
-		return "The assistant is writing…"
+		if len(v.Queued) > 0 && v.Streaming == "" {
+			return "Working… your next message goes when this answer ends."
+		}
+		return "Working…"
 	case agent.StatusDispatching:
 		return "Running tools…"
 	case agent.StatusAwaiting:
-		return "Waiting for an answer or a decision."
+		yours, reviewer, owner, browser := false, false, false, false
+		for _, c := range v.Calls {
+			if _, ok := v.Pending[c.ID]; !ok {
+				continue
+			}
+			switch {
+			case c.PendingKind == tools.PendingClientExec:
+				browser = true
+			case c.PendingKind == tools.PendingApproval && p.CanDecide(c):
+				yours = true
+			case c.PendingKind == tools.PendingApproval && c.Approvers == tools.ByReviewer:
+				reviewer = true
+			case c.PendingKind == tools.PendingElicitation && p.CanAnswer():
+				yours = true
+			default:
+				owner = true
+			}
+		}
+		switch {
+		case yours:
+			return "Waiting for your answer."
+		case reviewer:
+			return "Waiting for a reviewer."
+		case browser:
+			return "Waiting for your browser."
+		case owner:
+			return "Waiting for the conversation's owner."
+		}
+		return "Waiting."
 	}
-	return s
+	return ""
 }
 
-// decisionText describes a finished call's decision, naming who made it.
+// decisionWords are how a finished call was decided or ended, as a sentence's start.
+var decisionWords = map[string]string{
+	"approve":        "Approved",
+	"approve_edited": "Approved with changes",
+	"deny":           "Declined",
+	"accept":         "Answered",
+	"decline":        "Declined to answer",
+	"cancel":         "Question cancelled",
+	"client_result":  "Ran in the browser",
+	"client_error":   "The browser could not run it",
+	"expire":         "Nobody answered in time",
+	"no_client":      "No browser was open to run it",
+	"stopped":        "Stopped",
+	"moved_on":       "Left unanswered: the conversation moved on",
+}
+
+// decisionText describes a finished call's decision, naming who made it ("Approved by
+// alice"); Parley's own endings (an expiry, no browser) name nobody.
 func decisionText(p Page, c agent.CallView) string {
 	if c.Decision == "" {
 		return ""
 	}
-	var b strings.Builder
-	b.WriteString(strings.ReplaceAll(c.Decision, "_", " "))
-	if c.DecidedBy != "" {
-		who := c.DecidedBy
-		switch {
-		case p.Names[who] != "":
-			who = p.Names[who]
-		case who == "system":
-			who = "Parley"
-		default:
-			who = "another user"
-		}
-		b.WriteString(" by ")
-		b.WriteString(who)
+	words, ok := decisionWords[c.Decision]
+	if !ok {
+		words = strings.ReplaceAll(c.Decision, "_", " ")
 	}
-	return b.String()
+	if c.DecidedBy == "" || c.DecidedBy == "system" {
+		return words
+	}
+	who := "another user"
+	if n := p.Names[c.DecidedBy]; n != "" {
+		who = n
+	}
+	return words + " by " + who
 }
 
 // providerResults pulls titled links out of a provider's search result block, whatever its

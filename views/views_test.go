@@ -561,9 +561,9 @@ func TestDecisionNamesWhoDecidedNeverTheirID(t *testing.T) {
 		by    string
 		want  string
 	}{
-		{map[string]string{"u9": "bob"}, "u9", "approve edited by bob"},
-		{nil, "u9", "approve edited by another user"},
-		{nil, "system", "approve edited by Parley"},
+		{map[string]string{"u9": "bob"}, "u9", "Approved with changes by bob"},
+		{nil, "u9", "Approved with changes by another user"},
+		{nil, "system", "Approved with changes"},
 	}
 	for _, tc := range tests {
 		c.DecidedBy = tc.by
@@ -638,5 +638,51 @@ func TestPrettyJSONShowsHTMLCharactersAsThemselves(t *testing.T) {
 		if got := prettyJSON(json.RawMessage(tc.in)); got != tc.want {
 			t.Errorf("prettyJSON(%s) = %q, want %q", tc.in, got, tc.want)
 		}
+	}
+}
+
+func TestStatusLineSaysWhatTheTurnWaitsForAndOffersStop(t *testing.T) {
+	approval := agent.CallView{ID: "a", Name: "send_email", Executor: tools.Server, Approval: tools.RequiresApproval, Approvers: tools.ByOwner,
+		Status: "awaiting", PendingKind: tools.PendingApproval}
+	wire := agent.CallView{ID: "w", Name: "wire", Executor: tools.Server, Approval: tools.RequiresApproval, Approvers: tools.ByReviewer,
+		Status: "awaiting", PendingKind: tools.PendingApproval}
+	awaiting := func(calls ...agent.CallView) agent.View {
+		v := agent.View{Status: agent.StatusAwaiting, Pending: map[string]agent.PendingView{}, Calls: calls}
+		for _, c := range calls {
+			v.Pending[c.ID] = agent.PendingView{Kind: c.PendingKind}
+		}
+		return v
+	}
+	tests := []struct {
+		name  string
+		who   Viewer
+		v     agent.View
+		words string
+		stop  bool
+	}{
+		{"idle says nothing", owner(), agent.View{Status: agent.StatusIdle}, "", false},
+		{"generating", owner(), agent.View{Status: agent.StatusGenerating}, "Working…", true},
+		{"running tools", owner(), agent.View{Status: agent.StatusDispatching}, "Running tools…", true},
+		{"the owner's approval", owner(), awaiting(approval), "Waiting for your answer.", true},
+		{"a reviewer's approval, seen by the owner", owner(), awaiting(wire), "Waiting for a reviewer.", true},
+		{"a reviewer's approval, seen by the reviewer", reviewer(), awaiting(wire), "Waiting for your answer.", false},
+		{"the owner's approval, seen by a reviewer", reviewer(), awaiting(approval), "Waiting for the conversation's owner.", false},
+	}
+	for _, tc := range tests {
+		p := page(tc.who)
+		p.OwnerID = owner().UserID
+		_, doc := render(t, StatusLine(p, tc.v))
+		words, _ := doc.One(`[data-parley="status-text"]`)
+		if words == nil || viewstest.Text(words) != tc.words {
+			t.Errorf("%s: words %v, want %q", tc.name, words, tc.words)
+		}
+		if got := len(doc.All(`form[data-parley="stop"][method="post"] button`)) == 1; got != tc.stop {
+			t.Errorf("%s: stop button %v, want %v", tc.name, got, tc.stop)
+		}
+	}
+	v := agent.View{Status: agent.StatusGenerating, Queued: []agent.Message{{Seq: 9, Role: "user", Content: "<b>next</b>", Queued: true}}}
+	html, doc := render(t, StatusLine(page(owner()), v))
+	if q, _ := doc.One(`[data-parley="queued"] [data-role="user"][data-queued="true"]`); q == nil || !strings.Contains(html, "&lt;b&gt;next") {
+		t.Errorf("the queued message is not shown, escaped: %s", html)
 	}
 }

@@ -28,6 +28,7 @@ const (
 	reqResolve
 	reqExpire
 	reqView
+	reqCancel
 )
 
 // request is a message to an actor. Every request is answered exactly once on reply
@@ -47,6 +48,7 @@ type response struct {
 	err      error
 	view     View
 	resolved *Resolved
+	posted   Posted
 }
 
 // Messages from the goroutines an actor starts (the LLM stream, tool runs) back to it.
@@ -122,6 +124,7 @@ type actor struct {
 	doneClosed bool
 	// pending is the count of awaiting calls by kind last reported to the manager (metrics).
 	pending map[string]int
+	cancel  cancelState // cancel.go
 }
 
 func newActor(m *Manager, id string) *actor {
@@ -163,6 +166,7 @@ func (a *actor) run() {
 	defer func() { a.wake.Stop() }()
 	a.failures = a.m.takeFailures(a.id)
 	a.recover()
+	a.startQueued()
 	a.settle()
 
 	quit := a.m.quit
@@ -199,6 +203,7 @@ func (a *actor) run() {
 		if a.broken && !a.stopping {
 			a.beginStop(true)
 		}
+		a.startQueued() // a turn that just ended hands over to the messages that wait
 		a.settle()
 	}
 	// Requests that arrived after done closed are answered by their callers' retry.
@@ -237,8 +242,11 @@ func (a *actor) handle(req *request) {
 	}
 	// Reply first (the decision is durable by now), then continue the loop.
 	resp := response{err: err}
-	if req.kind == reqResolve {
+	switch req.kind {
+	case reqResolve:
 		resp.resolved = a.resolved(req.by, req.callID)
+	case reqSend:
+		resp.posted = a.takePosted()
 	}
 	req.reply <- resp
 	if cont != nil && !a.broken {
@@ -281,6 +289,8 @@ func (a *actor) dispatchRequest(req *request) (then func(), err error) {
 		return a.handleResolve(req)
 	case reqExpire:
 		return a.handleExpire(req)
+	case reqCancel:
+		return a.handleCancel(req)
 	}
 	return nil, nil
 }
@@ -315,7 +325,7 @@ func (a *actor) handleInternal(msg any) {
 		// Tokens the provider reported were paid for, whatever becomes of the answer (dropped
 		// by a hard stop, refused by the store): they count against the owner's day now.
 		a.recordUsage(m.resp.Usage)
-		if a.discard {
+		if a.discard || a.droppedLLM() {
 			return
 		}
 		if m.err != nil {

@@ -94,14 +94,20 @@ type View struct {
 	Streaming string // the assistant text received so far in the current LLM call
 	Pending   map[string]PendingView
 	LastError string // the error that ended the last turn, if it ended with one
+	// Queued are the owner's messages that wait for the running turn to end, oldest first.
+	Queued []Message
 }
 
-// Message is a user or assistant text message (role "error" for a turn error shown to the user).
+// Message is a user or assistant text message (role "error" for a turn error shown to the user,
+// "stopped" where the owner stopped a turn or moved on from it).
 type Message struct {
 	Seq     int64
 	Role    string
 	Content string
 	At      time.Time
+	// Queued marks a user message sent while a turn ran: it starts the next turn when this one
+	// ends.
+	Queued bool
 }
 
 // CallView is one tool call.
@@ -112,7 +118,7 @@ type CallView struct {
 	Executor    tools.Executor
 	Approval    tools.Approval
 	Approvers   tools.Approvers
-	Status      string // running, awaiting, resolved, errored, denied, expired
+	Status      string // running, awaiting, resolved, errored, denied, expired, cancelled
 	PendingKind tools.PendingKind
 	Args        json.RawMessage
 	Result      json.RawMessage // the envelope the model got, once finished
@@ -213,4 +219,6 @@ const (
 	CallErrored  = store.CallErrored
 	CallDenied   = store.CallDenied
 	CallExpired  = store.CallExpired
+	// CallCancelled is a call the owner stopped, or moved on from, before it had a result.
+	CallCancelled = store.CallCancelled
 )

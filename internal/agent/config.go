@@ -51,6 +51,9 @@ type Config struct {
 	// MaxToolRuns bounds the server calls of one conversation that run at once; the others wait
 	// for a slot in order (still shown running). Default 8.
 	MaxToolRuns int
+	// MaxQueuedMessages bounds the owner's messages that wait for a running turn to end
+	// (cancel.go); one more is refused with rate_limited. Default 5.
+	MaxQueuedMessages int
 	// MaxModelCalls bounds the model calls in flight in this process, across conversations; a
 	// turn past it waits for a slot (its conversation shows generating). Default 64.
 	MaxModelCalls int
@@ -133,6 +136,7 @@ func (c Config) withDefaults() (Config, error) {
 	defInt(&c.ContextBudget, 100_000)
 	defInt(&c.MaxModelCalls, 64)
 	defInt(&c.MaxToolRuns, 8)
+	defInt(&c.MaxQueuedMessages, 5)
 	defInt(&c.MaxWriteFailures, 6)
 	defInt(&c.MailboxSize, 64)
 	defInt(&c.LLMMaxAttempts, 4)

@@ -93,10 +93,10 @@ func (m *Manager) View(ctx context.Context, convID string, by Principal) (View, 
 
 // Send posts the owner's message and starts a turn. It returns once the message is in the log;
 // the turn runs in the conversation's actor. Errors: not_found (no such conversation, or by may
-// not see it), permission_denied (by may see it but is not its owner), invalid_args, conflict
-// (a turn is in progress).
+// not see it), permission_denied (by may see it but is not its owner), invalid_args,
+// rate_limited (too many messages wait for a running turn; Post says what became of one).
 func (m *Manager) Send(ctx context.Context, convID string, by Principal, text string) error {
-	_, err := m.call(ctx, convID, &request{kind: reqSend, by: by, text: text})
+	_, err := m.Post(ctx, convID, by, text)
 	return err
 }
 

@@ -84,11 +84,11 @@ func TestSlowDryRunDoesNotBlockTheConversation(t *testing.T) {
 		if _, err := e.m.Resolve(ctx, e.conv, "d1", Resolution{Decision: "approve"}, e.owner); kindOf(err) != fault.KindNotFound {
 			t.Fatalf("resolve while the dry run blocks: %v, want not_found", err)
 		}
-		if err := e.m.Send(ctx, e.conv, e.owner, "and staging"); kindOf(err) != fault.KindConflict {
-			t.Fatalf("send while the dry run blocks: %v, want conflict", err)
+		if got, err := e.m.Post(ctx, e.conv, e.owner, "and staging"); err != nil || !got.Queued {
+			t.Fatalf("send while the dry run blocks: %+v, %v, want queued", got, err)
 		}
-		if log, err := e.st.Log(ctx, e.conv, 0); err != nil || len(log) != 1 {
-			t.Fatalf("log while the dry run blocks: %v, %d entries, want the user message only", err, len(log))
+		if log, err := e.st.Log(ctx, e.conv, 0); err != nil || len(log) != 2 || log[1].Type != store.EntryQueuedMessage {
+			t.Fatalf("log while the dry run blocks: %v, %d entries, want the user message and the queued one only", err, len(log))
 		}
 
 		close(release)

@@ -138,12 +138,12 @@ func TestCloseLetsRunningToolsFinishWithinItsContext(t *testing.T) {
 		}()
 		// Close waits for the running call; new requests are refused meanwhile.
 		for {
-			err := e.m.Send(e.ctx, e.conv, e.owner, "more")
+			_, err := e.m.Resolve(e.ctx, e.conv, "nope", Resolution{Decision: "approve"}, e.owner)
 			if kindOf(err) == fault.KindServiceUnavailable {
 				break
 			}
-			if kindOf(err) != fault.KindConflict {
-				t.Fatalf("send during close: %v", err)
+			if kindOf(err) != fault.KindNotFound {
+				t.Fatalf("resolve during close: %v", err)
 			}
 		}
 		close(se.release)

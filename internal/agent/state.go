@@ -19,6 +19,9 @@ import (
 
 type userMessageData struct {
 	Text string `json:"text"`
+	// Queued is the sequence of the queued_message entry this message takes out of the queue
+	// (cancel.go): the message was acknowledged while a turn ran and starts this one.
+	Queued int64 `json:"queued,omitempty"`
 }
 
 type assistantCallData struct {
@@ -160,6 +163,8 @@ type convState struct {
 	// current is the index in items of the newest assistant message of the open turn, -1 when
 	// the turn has not had one yet.
 	current int
+	// queue holds the owner's messages acknowledged while a turn ran, oldest first (cancel.go).
+	queue []queuedMessage
 }
 
 func newState(conv store.Conversation) *convState {
@@ -239,6 +244,9 @@ func (s *convState) apply(e store.Entry, reg *tools.Registry) error {
 		var d userMessageData
 		if err := json.Unmarshal(e.Data, &d); err != nil {
 			return err
+		}
+		if d.Queued > 0 {
+			s.dequeue(d.Queued) // cancel.go: it waited for the previous turn to end
 		}
 		s.turn++
 		s.turnOpen = true
@@ -361,6 +369,8 @@ func (s *convState) apply(e store.Entry, reg *tools.Registry) error {
 		}
 	case store.EntryExpiry:
 		// The tool_error entry written beside it carries the outcome.
+	case store.EntryQueuedMessage, store.EntryTurnCancelled:
+		return s.applyCancel(e)
 	case store.EntryTurnError:
 		var d turnErrorData
 		if err := json.Unmarshal(e.Data, &d); err != nil {
@@ -409,6 +419,11 @@ func (s *convState) addCall(c *call) {
 // derivedStatus is the conversation status the state implies.
 func (s *convState) derivedStatus() string {
 	if !s.turnOpen {
+		if len(s.queue) > 0 {
+			// A queued message is about to start the next turn: the conversation is not idle
+			// (so a revival at start-up finds it, and nothing shows idle in between).
+			return store.StatusGenerating
+		}
 		return store.StatusIdle
 	}
 	calls := s.currentCalls()

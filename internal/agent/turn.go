@@ -56,8 +56,8 @@ func (a *actor) handleSend(req *request) (then func(), err error) {
 	if trimmed := trimSpace(req.text); trimmed == "" {
 		return nil, fault.InvalidAt("the message is empty", "/text", "must not be empty")
 	}
-	if a.st.turnOpen {
-		return nil, fault.New(fault.KindConflict, "a turn is in progress; wait until it ends", map[string]any{"status": a.st.status})
+	if a.st.turnOpen || len(a.st.queue) > 0 {
+		return a.sendDuringTurn(req) // cancel.go: move on, or queue
 	}
 	d, _ := json.Marshal(userMessageData{Text: req.text})
 	if err := a.commit(store.Batch{Entries: []store.Entry{{Type: store.EntryUserMessage, Actor: by.UserID, Data: d}}, Urgent: true}, nil); err != nil {
@@ -138,6 +138,9 @@ func (a *actor) startLLM() {
 		}
 		began := clk.Now()
 		resp, err := provider.Stream(ctx, req, func(e llm.Event) error {
+			if ctx.Err() != nil {
+				return ctx.Err() // stopped (cancel.go): nothing more reaches the page
+			}
 			if e.Type == llm.EventTextDelta && e.Text != "" {
 				a.stream.add(e.Text)
 				events.Publish(Event{ConversationID: id, Type: EventTextDelta, Text: e.Text})

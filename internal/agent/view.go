@@ -16,7 +16,7 @@ func viewOf(st *convState, streaming string) View {
 	v := View{
 		ID: st.conv.ID, OwnerID: st.conv.OwnerID, Title: st.conv.Title, Status: st.status, LastSeq: st.lastSeq,
 		Messages: append([]Message(nil), st.messages...), Streaming: streaming, LastError: st.lastError,
-		Pending: map[string]PendingView{},
+		Pending: map[string]PendingView{}, Queued: st.queuedView(),
 	}
 	for _, id := range st.order {
 		c := st.calls[id]

@@ -34,6 +34,7 @@ const (
 	KindPermissionDenied Kind = "permission_denied" // the caller may not do this
 	KindDenied           Kind = "denied"            // a person denied the call at its approval gate
 	KindDeclined         Kind = "declined"          // a person declined or cancelled a question
+	KindCancelled        Kind = "cancelled"         // the owner stopped the turn (or moved on) before the call had a result
 	KindStale            Kind = "stale"             // the call is unknown, expired or already resolved
 	KindClientError      Kind = "client_error"      // a browser-side tool reported a failure
 	KindNoClient         Kind = "no_client"         // no browser was connected to run a client tool
@@ -69,7 +70,7 @@ const (
 var Kinds = []Kind{
 	KindInvalidArgs, KindUnknownTool, KindNotFound, KindResourceMissing, KindNoMatch, KindNotUnique,
 	KindReadFailed, KindWriteFailed, KindCommandFailed, KindTimeout, KindPermissionDenied, KindDenied,
-	KindDeclined, KindStale, KindClientError, KindNoClient, KindHTTPError, KindNetwork, KindBlockedHost,
+	KindDeclined, KindCancelled, KindStale, KindClientError, KindNoClient, KindHTTPError, KindNetwork, KindBlockedHost,
 	KindConflict, KindIterationCap, KindTooManyCalls, KindInternal, KindProviderHTTPError, KindModelNotSupported,
 	KindUsageLimitReached, KindRateLimited, KindNotAuthenticated, KindInvalidResponse, KindTooLarge,
 	KindBadRequest, KindUnsupportedMedia, KindMethodNotAllowed, KindServiceUnavailable,

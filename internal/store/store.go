@@ -127,7 +127,9 @@ const (
 	EntryExpiry           EntryType = "expiry"
 	EntryAttemptStarted   EntryType = "attempt_started"
 	EntryAttemptFailed    EntryType = "attempt_failed"
-	EntryTurnError        EntryType = "turn_error" // a turn ended by an error (iteration cap, model failure)
+	EntryTurnError        EntryType = "turn_error"     // a turn ended by an error (iteration cap, model failure)
+	EntryTurnCancelled    EntryType = "turn_cancelled" // the owner stopped the turn, or moved on with a message
+	EntryQueuedMessage    EntryType = "queued_message" // the owner's message, waiting for the running turn to end
 )
 
 // Entry is one record of a conversation's log. Seq is gap-free per conversation, from 1.
@@ -148,6 +150,8 @@ const (
 	CallErrored  = "errored"
 	CallDenied   = "denied"
 	CallExpired  = "expired"
+	// CallCancelled is a call the owner stopped (or moved on from) before it had a result.
+	CallCancelled = "cancelled"
 )
 
 // ToolCall is the index row of one call, kept in step with the log by Append.
@@ -158,7 +162,7 @@ type ToolCall struct {
 	Executor       string
 	Approval       string
 	Approvers      string
-	Status         string // running, awaiting, resolved, errored, denied, expired
+	Status         string // running, awaiting, resolved, errored, denied, expired, cancelled
 	PendingKind    string // approval, elicitation, client_exec when awaiting; else empty
 	Args           json.RawMessage
 	Result         json.RawMessage // the model-facing envelope once finished

@@ -64,6 +64,8 @@ type viewJSON struct {
 	Messages  []messageJSON                `json:"messages"`
 	ToolCalls []toolCallJSON               `json:"tool_calls"`
 	Pending   map[string]agent.PendingView `json:"pending"`
+	// Queued are the owner's messages that wait for the running turn to end.
+	Queued []messageJSON `json:"queued,omitempty"`
 }
 
 type messageJSON struct {
@@ -99,6 +101,10 @@ func toViewJSON(v agent.View) viewJSON {
 	for i, m := range v.Messages {
 		out.Messages[i] = messageJSON{Role: m.Role, Content: m.Content}
 	}
+	out.Queued = make([]messageJSON, len(v.Queued))
+	for i, m := range v.Queued {
+		out.Queued[i] = messageJSON{Role: m.Role, Content: m.Content}
+	}
 	for i, cl := range v.Calls {
 		out.ToolCalls[i] = toolCallJSON{ID: cl.ID, Name: cl.Name, Executor: cl.Executor, Approval: cl.Approval,
 			Status: cl.Status, Args: rawOrNull(cl.Args), Result: rawOrNull(cl.Result)}
@@ -109,8 +115,9 @@ func toViewJSON(v agent.View) viewJSON {
 	return out
 }
 
-// apiSendMessage: POST /api/v1/conversations/{id}/messages {"text"} → 202. The agent decides
-// who may send (its owner; anyone else who may not see the conversation gets 404).
+// apiSendMessage: POST /api/v1/conversations/{id}/messages {"text"} → 202, with "queued": true
+// when a running turn makes it wait (429 when too many wait). The agent decides who may send
+// (its owner; anyone else who may not see the conversation gets 404).
 func (s *Server) apiSendMessage(c echo.Context) error {
 	var body struct {
 		Text *string `json:"text"`
@@ -127,10 +134,23 @@ func (s *Server) apiSendMessage(c echo.Context) error {
 	if err := s.allowMessage(c); err != nil {
 		return err
 	}
-	if err := s.agent.Send(c.Request().Context(), c.Param("id"), principal(c), *body.Text); err != nil {
+	got, err := s.agent.Post(c.Request().Context(), c.Param("id"), principal(c), *body.Text)
+	if err != nil {
 		return err
 	}
+	if got.Queued {
+		return c.JSON(http.StatusAccepted, map[string]bool{"ok": true, "queued": true})
+	}
 	return c.JSON(http.StatusAccepted, map[string]bool{"ok": true})
+}
+
+// apiCancel: POST /api/v1/conversations/{id}/cancel → 200 {"ok": true}: the owner stops the
+// running turn (agent.Cancel); 409 stale when nothing runs.
+func (s *Server) apiCancel(c echo.Context) error {
+	if err := s.agent.Cancel(c.Request().Context(), c.Param("id"), principal(c)); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]bool{"ok": true})
 }
 
 // apiResolve: POST /api/v1/conversations/{id}/calls/{call}/resolve. Everything about who may

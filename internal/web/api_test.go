@@ -133,8 +133,6 @@ func TestResolveStatuses(t *testing.T) {
 			{name: "stale", path: path("gate"), body: `{"decision":"approve"}`, status: 409, kind: fault.KindStale},
 			{name: "permission", path: path("rev"), body: `{"decision":"approve"}`, status: 403, kind: fault.KindPermissionDenied},
 			{name: "not found", path: path("nope"), body: `{"decision":"approve"}`, status: 404, kind: fault.KindNotFound},
-			{name: "conflict", path: "/api/v1/conversations/" + conv.ID + "/messages", body: `{"text":"and another thing"}`,
-				status: 409, kind: fault.KindConflict},
 			{name: "internal", path: path("ask"), body: `{"action":"decline"}`, status: 500, kind: fault.KindInternal,
 				before: func() { fs.fail.Store(true) }, after: func() { fs.fail.Store(false) }},
 		}

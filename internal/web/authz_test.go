@@ -69,7 +69,12 @@ func TestAuthorization(t *testing.T) {
 			{"send message", "POST", base + conv4.ID + "/messages", `{"text":"hi"}`, map[string]int{
 				"owner-cookie": 202, "owner-token": 202, "other": 404, "reviewer": 404, "admin-cookie": 404, "anonymous": 403, "owner-no-csrf": 403, "wrong-csrf": 403}},
 			{"send message where a call is theirs to decide", "POST", base + conv.ID + "/messages", `{"text":"hi"}`, map[string]int{
-				"owner-token": 409, "other": 404, "reviewer": 404, "admin-cookie": 403}},
+				"other": 404, "reviewer": 404, "admin-cookie": 403}},
+			// The owner's message there would move on (cancel the calls); their stop would too.
+			{"stop someone's turn", "POST", base + conv.ID + "/cancel", "", map[string]int{
+				"other": 404, "reviewer": 404, "admin-cookie": 403, "anonymous": 403, "owner-no-csrf": 403, "wrong-csrf": 403}},
+			{"stop a turn where a reviewer-gated call waits", "POST", base + conv2.ID + "/cancel", "", map[string]int{
+				"other": 404, "reviewer": 403}},
 			{"send message where a reviewer-gated call waits", "POST", base + conv2.ID + "/messages", `{"text":"hi"}`, map[string]int{
 				"other": 404, "reviewer": 403, "admin-cookie": 403}},
 			{"resolve owner approval", "POST", base + conv.ID + "/calls/own-{who}/resolve", `{"decision":"approve"}`, map[string]int{

@@ -28,6 +28,7 @@ func (s *Server) pageRoutes(e *echo.Echo) {
 	g.POST("/conversations", s.createConversationPage)
 	g.GET("/conversations/:id", s.conversationPage)
 	g.POST("/conversations/:id/messages", s.postMessagePage)
+	g.POST("/conversations/:id/cancel", s.cancelPage)
 	g.POST("/conversations/:id/calls/:call/resolve", s.resolvePage)
 	g.GET("/conversations/:id/ws", s.conversationSocket)
 	g.GET("/inbox", s.inboxPage)
@@ -102,10 +103,36 @@ func (s *Server) postMessagePage(c echo.Context) error {
 	if err := s.allowMessage(c); err != nil {
 		return err
 	}
-	if err := s.agent.Send(c.Request().Context(), id, principal(c), text); err != nil {
-		if fault.KindOf(err) == fault.KindConflict {
-			return refuse("busy")
+	got, err := s.agent.Post(c.Request().Context(), id, principal(c), text)
+	if err != nil {
+		if fault.KindOf(err) == fault.KindRateLimited {
+			return refuse("full")
 		}
+		return err
+	}
+	if isFetch(c) {
+		ans := fetchAnswer{OK: true}
+		if got.Queued {
+			ans.Notice = noticeFor("queued")
+		}
+		return s.answerFetch(c, http.StatusOK, ans)
+	}
+	return c.Redirect(http.StatusSeeOther, conversationPath(id))
+}
+
+// cancelPage: POST /conversations/{id}/cancel → the Stop button: the owner stops the running
+// turn (agent.Cancel). When nothing runs any more (it just ended) the page says so.
+func (s *Server) cancelPage(c echo.Context) error {
+	id := c.Param("id")
+	err := s.agent.Cancel(c.Request().Context(), id, principal(c))
+	switch fault.KindOf(err) {
+	case "":
+	case fault.KindStale:
+		if isFetch(c) {
+			return s.answerFetch(c, http.StatusConflict, fetchAnswer{Notice: noticeFor("nothing")})
+		}
+		return c.Redirect(http.StatusSeeOther, conversationPath(id)+"?notice=nothing")
+	default:
 		return err
 	}
 	if isFetch(c) {

@@ -82,10 +82,12 @@ func callItem(ctx context.Context, p views.Page, v agent.View, callID string) (s
 // notices are the page-level messages a redirect may ask for by code; a code, never free text,
 // so a link cannot make the page say anything.
 var notices = map[string]string{
-	"stale": "That call was already decided (or it expired); this is where it stands now.",
-	"busy":  "The assistant is still working on the last message; wait until it finishes.",
-	"empty": "Write a message first.",
-	"long":  "That message is too long.",
+	"stale":   "That call was already decided (or it expired); this is where it stands now.",
+	"full":    "Several messages already wait for the assistant; wait until it finishes, or stop it.",
+	"queued":  "Sent: it goes to the assistant when the current answer ends.",
+	"nothing": "Nothing was running any more.",
+	"empty":   "Write a message first.",
+	"long":    "That message is too long.",
 	// The account page's.
 	"password": "Your password was changed, and every other browser signed in as you was signed out.",
 }

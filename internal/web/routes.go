@@ -68,6 +68,7 @@ func (s *Server) routes() *echo.Echo {
 	api.GET("/conversations", s.apiListConversations)
 	api.GET("/conversations/:id", s.apiGetConversation)
 	api.POST("/conversations/:id/messages", s.apiSendMessage)
+	api.POST("/conversations/:id/cancel", s.apiCancel)
 	api.POST("/conversations/:id/calls/:call/resolve", s.apiResolve)
 	api.GET("/conversations/:id/events", s.apiEvents)
 	api.GET("/approvals", s.apiApprovals)

@@ -417,7 +417,7 @@ func (cs *convSocket) sync(ctx context.Context, connect bool) bool {
 		}
 	}
 	var st bytes.Buffer
-	if err := views.StatusLine(v.Status, v.LastError).Render(ctx, &st); err == nil && st.String() != cs.status {
+	if err := views.StatusLine(cs.page, v).Render(ctx, &st); err == nil && st.String() != cs.status {
 		cs.status = st.String()
 		h := cs.status
 		cs.enqueue(frame{Type: "html", Op: "replace", Target: "status", HTML: &h})

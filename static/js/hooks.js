@@ -101,19 +101,56 @@
     return tpl.content;
   }
 
+  // replaceKeepingFocus replaces el; when the focus was in it (a card whose button was just
+  // pressed), it moves to the new element of the same id, so a keyboard user is not sent back
+  // to the top of the page.
+  let focusAfter = ""; // the id of the item whose form was submitted from the keyboard or a click
+
+  function replaceKeepingFocus(el, html) {
+    const id = el.id;
+    const had = el === document.activeElement || el.contains(document.activeElement) || (id !== "" && id === focusAfter);
+    el.replaceWith(fragment(html));
+    if (had) focusItem(id);
+  }
+
+  function focusItem(id) {
+    const now = id ? document.getElementById(id) : null;
+    if (!now) return;
+    if (focusAfter === id) focusAfter = "";
+    if (!now.hasAttribute("tabindex")) now.setAttribute("tabindex", "-1");
+    now.focus({ preventScroll: true });
+  }
+
+  // announce tells a screen reader, once and politely, about a new message or a card that
+  // needs the person (streamed words are not announced one by one).
+  function announce(node) {
+    const region = document.getElementById("announce");
+    if (!region || !(node instanceof Element)) return;
+    const msg = node.querySelector('[data-parley="message"][data-role="assistant"]');
+    let text = "";
+    if (msg) text = "Assistant: " + (msg.querySelector(".message-body") || msg).textContent.trim().slice(0, 300);
+    else if (node.querySelector('[data-parley="approval"] button, form[data-parley="elicitation"] button')) text = "A card needs your decision.";
+    if (text) region.textContent = text;
+  }
+
   function applyHTML(f) {
     const el = f.target ? document.getElementById(f.target) : null;
     switch (f.op) {
       case "replace":
-        if (el) el.replaceWith(fragment(f.html));
+        if (el) replaceKeepingFocus(el, f.html);
         break;
       case "upsert": {
         if (el) {
-          if (!f.rev || el.dataset.rev !== f.rev) el.replaceWith(fragment(f.html));
+          if (!f.rev || el.dataset.rev !== f.rev) replaceKeepingFocus(el, f.html);
           break;
         }
         const parent = document.getElementById(f.parent);
-        if (parent) parent.appendChild(fragment(f.html));
+        if (parent) {
+          const frag = fragment(f.html);
+          const node = frag.firstElementChild;
+          parent.appendChild(frag);
+          announce(node);
+        }
         break;
       }
       case "append":
@@ -136,6 +173,69 @@
     el.classList.remove("streaming-empty");
     el.appendChild(document.createTextNode(f.text));
   }
+
+  // ---- local times ---------------------------------------------------------------------------
+
+  // The server writes times in UTC; the page shows them in the browser's zone.
+  function localTimes(scope) {
+    within(scope, 'time[data-parley="time"][datetime]').forEach(function (el) {
+      const d = new Date(attr(el, "datetime"));
+      if (isNaN(d.getTime())) return;
+      const today = new Date().toDateString() === d.toDateString();
+      el.textContent = today
+        ? d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })
+        : d.toLocaleString([], { dateStyle: "medium", timeStyle: "short" });
+      setAttr(el, "title", d.toString());
+    });
+  }
+
+  // ---- following the conversation -----------------------------------------------------------
+
+  // The page follows new content while the person is at the bottom; once they scroll up it
+  // stays where they are and offers "Jump to latest".
+  let following = true;
+
+  function atBottom() {
+    return window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 96;
+  }
+
+  function jumpButton() {
+    return document.querySelector('[data-parley="jump"]');
+  }
+
+  function toLatest() {
+    following = true;
+    window.scrollTo(0, document.documentElement.scrollHeight);
+    const b = jumpButton();
+    if (b) b.hidden = true;
+  }
+
+  // followed runs after the page changed: scroll along, or say there is more below.
+  function followed() {
+    if (!document.querySelector('[data-parley="timeline"]')) return;
+    if (following) {
+      window.scrollTo(0, document.documentElement.scrollHeight);
+    } else if (!atBottom()) {
+      const b = jumpButton();
+      if (b) b.hidden = false;
+    }
+  }
+
+  window.addEventListener(
+    "scroll",
+    function () {
+      following = atBottom();
+      if (following) {
+        const b = jumpButton();
+        if (b) b.hidden = true;
+      }
+    },
+    { passive: true }
+  );
+
+  document.addEventListener("click", function (ev) {
+    if (ev.target instanceof Element && ev.target.closest('[data-parley="jump"]')) toLatest();
+  });
 
   // ---- the socket ---------------------------------------------------------------------------
 
@@ -210,9 +310,12 @@
     switch (f.type) {
       case "html":
         applyHTML(f);
+        localTimes(document.body);
+        followed();
         break;
       case "text":
         appendText(f);
+        followed();
         break;
       case "client_exec":
         this.clientExec(f);
@@ -310,7 +413,8 @@
   const within = (el, sel) => Element.prototype.querySelectorAll.call(el, sel);
 
   function enhanced(form) {
-    return attr(form, "data-parley-form") === "resolve" || attr(form, "data-parley") === "composer";
+    const kind = attr(form, "data-parley-form");
+    return kind === "resolve" || kind === "stop" || attr(form, "data-parley") === "composer";
   }
 
   function setButtons(form, disabled) {
@@ -362,6 +466,9 @@
     const body = new URLSearchParams(new FormData(form, submitter));
     const csrf = body.get("_csrf") || "";
     const composer = attr(form, "data-parley") === "composer";
+    // Disabling the pressed button drops the focus: the card that replaces this one takes it.
+    const item = Element.prototype.closest.call(form, "[data-rev]");
+    if (item && !composer && item.contains(document.activeElement)) focusAfter = item.id;
     setButtons(form, true);
     fetch(attr(form, "action"), {
       method: "POST",
@@ -384,9 +491,13 @@
           if (ans.html === "") applyHTML({ op: "remove", target: ans.target });
           else if (!live || (!ans.ok && !ans.notice)) applyHTML({ op: "replace", target: ans.target, html: ans.html });
         }
-        if (ans.ok && composer) {
-          HTMLFormElement.prototype.reset.call(form);
+        // Cleared only when it still holds what was sent: text typed meanwhile stays.
+        const box = composer ? within(form, 'textarea[name="text"]')[0] : null;
+        if (ans.ok && box && box.value === body.get("text")) {
+          box.value = "";
         }
+        // Without the socket nothing replaces the card: the focus goes to it now.
+        if (focusAfter && (document.activeElement === null || document.activeElement === document.body)) focusItem(focusAfter);
         const notice = ans.notice || (!ans.ok && ans.error && ans.error.message) || "";
         if (notice) {
           if (ans.target && document.getElementById(ans.target)) noticeAfter(ans.target, notice);
@@ -410,8 +521,12 @@
   });
 
   function start() {
+    localTimes(document.body);
     const root = document.querySelector("[data-ws]");
-    if (root) parley.live = new Live(root);
+    if (root) {
+      toLatest(); // a conversation opens at its newest message
+      parley.live = new Live(root);
+    }
   }
 
   if (document.readyState === "loading") {

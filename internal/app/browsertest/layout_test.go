@@ -1,0 +1,110 @@
+package browsertest
+
+import (
+	"testing"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/chromedp"
+)
+
+// TestBrowserChatLayout: the page behaves like a chat — the composer has the focus in a new
+// conversation and stays in view, short messages do not wrap, the page follows new content
+// until the person scrolls up (then "Jump to latest"), a keyboard user keeps the focus after a
+// decision, a skip link leads to the content, and at 390 px nothing scrolls sideways and every
+// button is at least 44 px.
+func TestBrowserChatLayout(t *testing.T) {
+	h := newHarness(t)
+	defer h.checkConsole()
+	ann := h.browserFor("ann")
+
+	t.Run("focus, bubbles and the pinned composer", func(t *testing.T) {
+		ann.newConversation("Layout")
+		if !eval[bool](ann, `document.activeElement === document.querySelector('form[data-parley="composer"] textarea')`) {
+			t.Errorf("the new conversation's composer does not have the focus")
+		}
+		for _, text := range []string{"hi", "retry"} {
+			ann.say(text)
+			ann.until(`Array.from(document.querySelectorAll('[data-parley="message"][data-role="user"] .message-body')).some(b => b.textContent === ` + q(text) + `)`)
+			ann.until(statusIs("idle"))
+		}
+		// One line each: the body is as tall as one line of its text.
+		lines := eval[[]float64](ann, `Array.from(document.querySelectorAll('[data-parley="message"][data-role="user"] .message-body')).map(b => b.getBoundingClientRect().height / parseFloat(getComputedStyle(b).lineHeight))`)
+		for i, n := range lines {
+			if n > 1.5 {
+				t.Errorf("short message %d wraps onto %.1f lines", i, n)
+			}
+		}
+		// The composer is on screen however long the conversation.
+		if !eval[bool](ann, `(() => { const r = document.querySelector('form[data-parley="composer"]').getBoundingClientRect(); return r.bottom <= window.innerHeight + 1 && r.top >= 0; })()`) {
+			t.Errorf("the composer is not in view")
+		}
+		// Message times are the browser's local times (the server's UTC text is the fallback).
+		if !eval[bool](ann, `(() => { const t = document.querySelector('[data-parley="message"] time[data-parley="time"]'); return t !== null && !t.textContent.includes("UTC") && t.title !== ""; })()`) {
+			t.Errorf("message times are not shown in local time")
+		}
+		ann.shot("layout-bubbles")
+	})
+
+	t.Run("keyboard-only approval keeps the focus on the card", func(t *testing.T) {
+		ann.newConversation("Keyboard")
+		ann.say("email bob@example.com about lunch")
+		id := ann.newestCallID("send_email", "approval")
+		ann.do(chromedp.Focus(chromedp.CSS(callSel(id)+` button[name="decision"][value="approve"]`)),
+			chromedp.KeyEvent("\r"))
+		ann.until(callStatusIs(id, "resolved"))
+		ann.until(`(() => { const a = document.activeElement; return a !== null && a !== document.body && a.closest(` + q(`#call-`+id) + `) !== null; })()`)
+	})
+
+	t.Run("a skip link leads to the content", func(t *testing.T) {
+		ann.do(chromedp.Navigate(h.url + "/conversations"))
+		ann.do(chromedp.KeyEvent("\t"))
+		if !eval[bool](ann, `document.activeElement !== null && document.activeElement.dataset.parley === "skip-link"`) {
+			t.Fatalf("the first Tab does not reach the skip link")
+		}
+		ann.do(chromedp.KeyEvent("\r"))
+		ann.until(`document.activeElement !== null && document.activeElement.id === "main"`)
+	})
+
+	t.Run("390 px: no sideways scroll, 44 px buttons, the page follows and offers jump to latest", func(t *testing.T) {
+		if _, err := chromedp.Call(ann.ctx, emulation.SetDeviceMetricsOverride, emulation.SetDeviceMetricsOverrideParams{
+			Width: 390, Height: 640, DeviceScaleFactor: 2, Mobile: true}); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _, _ = chromedp.Call(ann.ctx, emulation.ClearDeviceMetricsOverride, cdp.Empty{}) }()
+		ann.newConversation("Phone")
+		ann.say("what time is it")
+		ann.until(`document.querySelector('[data-parley="tool-call"][data-tool="get_current_time"]') !== null`)
+		ann.until(statusIs("idle"))
+		ann.say("email bob@example.com about lunch")
+		ann.until(statusTextHas("Waiting for your answer"))
+		if w := eval[float64](ann, `document.documentElement.scrollWidth`); w > 390 {
+			t.Errorf("the page is %.0f px wide at 390 px", w)
+		}
+		if !eval[bool](ann, `(() => { const b = document.querySelector('form[action="/logout"] button'); const r = b.getBoundingClientRect(); return r.right <= 390 && r.width > 0; })()`) {
+			t.Errorf("Sign out is off-screen")
+		}
+		small := eval[[]string](ann, `Array.from(document.querySelectorAll('button')).filter(b => b.offsetParent !== null).filter(b => { const r = b.getBoundingClientRect(); return r.height < 44 || r.width < 44; }).map(b => b.textContent.trim())`)
+		if len(small) > 0 {
+			t.Errorf("buttons under 44 px: %q", small)
+		}
+		ann.shot("phone-390")
+		// Scrolled up, new content does not move the page: a button offers the latest.
+		ann.do(chromedp.Click(chromedp.CSS(stopButton)))
+		ann.until(statusIs("idle"))
+		eval[bool](ann, `(window.scrollTo(0, 0), true)`)
+		ann.until(`window.scrollY === 0`)
+		ann.say("count down from 2")
+		ann.until(`!document.querySelector('[data-parley="jump"]').hidden`)
+		if y := eval[float64](ann, `window.scrollY`); y > 0 {
+			t.Errorf("the page moved to %.0f while the person read above", y)
+		}
+		ann.shot("jump-to-latest")
+		ann.do(chromedp.Click(chromedp.CSS(`[data-parley="jump"]`)))
+		ann.until(`document.querySelector('[data-parley="jump"]').hidden`)
+		ann.until(`window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 100`)
+		// Following again: the countdown's end arrives with the page at the bottom.
+		ann.until(statusIs("idle"))
+		ann.until(`window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 100`)
+	})
+}
