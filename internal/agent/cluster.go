@@ -86,6 +86,7 @@ type wireResponse struct {
 	Err      *wireError `json:"err,omitempty"`
 	View     *View      `json:"view,omitempty"`
 	Resolved *Resolved  `json:"resolved,omitempty"`
+	Posted   Posted     `json:"posted"`
 }
 
 // wireError carries a coded error across processes with its problems. Any other error was
@@ -170,7 +171,7 @@ func (m *Manager) forward(ctx context.Context, owner, convID string, req *reques
 	if w.Moved {
 		return response{}, true, nil
 	}
-	resp = response{err: w.Err.err(), resolved: w.Resolved}
+	resp = response{err: w.Err.err(), resolved: w.Resolved, posted: w.Posted}
 	if w.View != nil {
 		resp.view = *w.View
 	}
@@ -216,7 +217,7 @@ func (m *Manager) serveForward(ctx context.Context, body []byte) []byte {
 		if retry {
 			continue
 		}
-		out := wireResponse{Err: toWire(err), Resolved: resp.resolved}
+		out := wireResponse{Err: toWire(err), Resolved: resp.resolved, Posted: resp.posted}
 		if w.Kind == reqView && err == nil {
 			out.View = &resp.view
 		}

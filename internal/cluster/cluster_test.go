@@ -536,3 +536,42 @@ func asJSON(t testing.TB, v any) any {
 	}
 	return out
 }
+
+// TestStopAndQueueAcrossProcesses: while a turn generates on a, a message sent to b is queued
+// (and says so), a stop sent to c stops the turn there, and the queued message then starts the
+// next turn.
+func TestStopAndQueueAcrossProcesses(t *testing.T) {
+	w := newWorld(t)
+	a, b, c := w.start(procOptions{}), w.start(procOptions{}), w.start(procOptions{})
+	conv := a.conversation(w.ann)
+	started, release := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	w.model.Push(llmtest.Step{Deltas: []string{"Let me think"}, Started: started, Release: release}, llmtest.Reply("Second answer."))
+	if err := a.m.Send(context.Background(), conv, w.ann, "think hard"); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	posted, err := b.m.Post(context.Background(), conv, w.ann, "and then?")
+	if err != nil || !posted.Queued {
+		t.Fatalf("message on b while a generates: %+v %v, want queued", posted, err)
+	}
+	if err := c.m.Cancel(context.Background(), conv, w.rita); fault.KindOf(err) != fault.KindNotFound {
+		t.Fatalf("a stop by someone else on c: %v, want not_found", err)
+	}
+	if err := c.m.Cancel(context.Background(), conv, w.ann); err != nil {
+		t.Fatalf("stop on c: %v", err)
+	}
+	v := b.await(conv, w.ann, "the queued message answered", saying("Second answer."))
+	var users []string
+	for _, m := range v.Messages {
+		if m.Role == "user" {
+			users = append(users, m.Content)
+		}
+	}
+	if strings.Join(users, "|") != "think hard|and then?" {
+		t.Fatalf("user messages = %v", users)
+	}
+	if err := c.m.Cancel(context.Background(), conv, w.ann); fault.KindOf(err) != fault.KindStale {
+		t.Fatalf("a stop with nothing running: %v, want stale", err)
+	}
+}
