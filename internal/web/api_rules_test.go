@@ -69,8 +69,10 @@ func TestResolveRulesRunInTheAgent(t *testing.T) {
 		reviewer := e.user("reviewer", store.RoleReviewer)
 		admin := e.user("admin", store.RoleAdmin)
 		// own: owner-approved calls and questions; rev: reviewer-gated calls; adm: the admin's own
-		// reviewer-gated call; idle: nothing pending.
+		// reviewer-gated call; idle: nothing pending (until the owner sends to it); quiet: nothing
+		// ever runs (a stop there is stale, however fast the turn sent to idle runs).
 		own, rev, adm, idle := e.conversation(owner), e.conversation(owner), e.conversation(admin), e.conversation(owner)
+		quiet := e.conversation(owner)
 		email := emailArgs("bob@example.test")
 		e.pending(own, owner, llmtest.Call("own-1", "send_email", email), llmtest.Call("own-2", "send_email", email),
 			llmtest.Call("own-3", "send_email", email), llmtest.Call("done", "send_email", email),
@@ -127,7 +129,7 @@ func TestResolveRulesRunInTheAgent(t *testing.T) {
 			{"admin sends where they may not see", "admin", "/api/v1/conversations/" + idle.ID + "/messages", `{"text":"hi"}`, 404, "no such conversation", ""},
 			{"reviewer sends where they may see", "reviewer", "/api/v1/conversations/" + rev.ID + "/messages", `{"text":"hi"}`, 403, "owner may send", ""},
 			{"admin sends where they may see", "admin", "/api/v1/conversations/" + own.ID + "/messages", `{"text":"hi"}`, 403, "owner may send", ""},
-			{"owner stops where nothing runs", "owner", "/api/v1/conversations/" + idle.ID + "/cancel", ``, 409, "nothing is running", ""},
+			{"owner stops where nothing runs", "owner", "/api/v1/conversations/" + quiet.ID + "/cancel", ``, 409, "nothing is running", ""},
 			{"stranger stops", "other", "/api/v1/conversations/" + own.ID + "/cancel", ``, 404, "no such conversation", ""},
 			{"reviewer stops where they may see", "reviewer", "/api/v1/conversations/" + rev.ID + "/cancel", ``, 403, "owner may stop", ""},
 			{"admin stops someone's turn", "admin", "/api/v1/conversations/" + own.ID + "/cancel", ``, 403, "owner may stop", ""},
