@@ -129,6 +129,9 @@ func (m *Manager) acquire(ctx context.Context, id string) (*actor, string, error
 	if m.isClosed() {
 		return nil, "", errClosed()
 	}
+	if owner := m.hint(id); owner != "" {
+		return nil, owner, nil
+	}
 	owner, err := m.cluster.Claim(ctx, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -139,10 +142,40 @@ func (m *Manager) acquire(ctx context.Context, id string) (*actor, string, error
 		}
 		return nil, "", m.internalError("claim conversation", err)
 	case owner != m.cluster.Self():
+		m.setHint(id, owner)
 		return nil, owner, nil
 	}
 	a, err := m.ensureStarted(id)
 	return a, "", err
+}
+
+// maxHints bounds the owner hints a process keeps; past it they are all dropped (each costs
+// one claim to learn again).
+const maxHints = 100_000
+
+// hint returns the process that owned the conversation when this one last looked, "" when it
+// does not know. A hint is never the truth: the process it names answers moved when it does not
+// own the conversation (it checks its own registry and the database), and forward drops the
+// hint then. It saves the claim's round trip on every request that lands on a non-owner.
+func (m *Manager) hint(convID string) string {
+	m.hintsMu.Lock()
+	defer m.hintsMu.Unlock()
+	return m.hints[convID]
+}
+
+func (m *Manager) setHint(convID, owner string) {
+	m.hintsMu.Lock()
+	defer m.hintsMu.Unlock()
+	if len(m.hints) >= maxHints {
+		clear(m.hints)
+	}
+	m.hints[convID] = owner
+}
+
+func (m *Manager) dropHint(convID string) {
+	m.hintsMu.Lock()
+	defer m.hintsMu.Unlock()
+	delete(m.hints, convID)
 }
 
 // forward sends req to the owner and returns its answer. moved reports that the owner did not
@@ -156,6 +189,7 @@ func (m *Manager) forward(ctx context.Context, owner, convID string, req *reques
 	defer cancel()
 	out, err := m.cluster.Forward(fctx, owner, body)
 	if err != nil {
+		m.dropHint(convID)
 		if ctx.Err() != nil {
 			return response{}, false, ctx.Err()
 		}
@@ -169,6 +203,7 @@ func (m *Manager) forward(ctx context.Context, owner, convID string, req *reques
 		return response{}, false, m.internalError("decode forwarded answer", err)
 	}
 	if w.Moved {
+		m.dropHint(convID)
 		return response{}, true, nil
 	}
 	resp = response{err: w.Err.err(), resolved: w.Resolved, posted: w.Posted}

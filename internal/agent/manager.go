@@ -27,6 +27,9 @@ type Manager struct {
 	quit       chan struct{} // closed by Close: actors stop taking requests
 	wg         sync.WaitGroup
 
+	hintsMu sync.Mutex
+	hints   map[string]string // conversation → the process that owned it (cluster.go: hint)
+
 	// presenceMu serializes the writes of this process's socket counts to the cluster, so
 	// they land in the order the counts changed.
 	presenceMu sync.Mutex
@@ -65,6 +68,7 @@ func New(cfg Config) *Manager {
 		cfg:        cfg,
 		events:     cfg.Events,
 		cluster:    cfg.Cluster,
+		hints:      map[string]string{},
 		base:       base,
 		baseCancel: cancel,
 		quit:       make(chan struct{}),
