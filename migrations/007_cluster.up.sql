@@ -1,5 +1,6 @@
 -- Several processes on one database (internal/cluster). PostgreSQL is the coordinator: a
--- process is alive while it keeps its heartbeat row fresh; a conversation has at most one
+-- process is alive while it keeps its heartbeat row fresh and its listening session is
+-- connected (parley_node_alive); a conversation has at most one
 -- owner, the process whose actor runs it; owners route each other's requests through
 -- NOTIFY, and payloads too large for a notification wait in cluster_mail.
 
@@ -7,8 +8,23 @@ CREATE TABLE cluster_nodes (
 	id           text PRIMARY KEY,
 	started_at   timestamptz NOT NULL DEFAULT now(),
 	heartbeat_at timestamptz NOT NULL DEFAULT now(),
-	host         text NOT NULL DEFAULT ''
+	host         text NOT NULL DEFAULT '',
+	-- The backend of the process's listening connection. A killed process's connections end
+	-- with it, so its backend leaves pg_stat_activity at once: the others need not wait for
+	-- its heartbeat to go stale. NULL until the process listens.
+	backend_pid  integer
 );
+
+-- parley_node_alive: the process beat within ttl and its listening session is still there
+-- (when it has said which it is). The heartbeat alone decides for a process whose network
+-- vanished without closing its sockets.
+CREATE FUNCTION parley_node_alive(node text, ttl interval) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+	SELECT EXISTS (
+		SELECT 1 FROM cluster_nodes n
+		WHERE n.id = node AND n.heartbeat_at > now() - ttl
+		AND (n.backend_pid IS NULL OR EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = n.backend_pid)))
+$$;
 
 -- One row per owned conversation: the process that runs its actor (and revives it after it
 -- hibernated). A conversation whose owner's heartbeat is stale, or that has no row, may be
@@ -48,8 +64,7 @@ DECLARE
 BEGIN
 	INSERT INTO conversation_owners AS o (conversation_id, node_id) VALUES (conv, node)
 	ON CONFLICT (conversation_id) DO UPDATE SET node_id = EXCLUDED.node_id, claimed_at = now()
-	WHERE o.node_id <> EXCLUDED.node_id AND NOT EXISTS (
-		SELECT 1 FROM cluster_nodes n WHERE n.id = o.node_id AND n.heartbeat_at > now() - ttl)
+	WHERE o.node_id <> EXCLUDED.node_id AND NOT parley_node_alive(o.node_id, ttl)
 	RETURNING node_id INTO owner;
 	IF owner IS NULL THEN
 		SELECT node_id INTO owner FROM conversation_owners WHERE conversation_id = conv;

@@ -274,8 +274,8 @@ func (n *Node) Release(ctx context.Context, convID string) error {
 // Owner implements agent.Cluster.
 func (n *Node) Owner(ctx context.Context, convID string) (string, error) {
 	var owner string
-	err := n.pool.QueryRow(ctx, `SELECT o.node_id FROM conversation_owners o JOIN cluster_nodes c ON c.id = o.node_id
-		WHERE o.conversation_id = $1 AND c.heartbeat_at > now() - $2::interval`, convID, n.interval()).Scan(&owner)
+	err := n.pool.QueryRow(ctx, `SELECT o.node_id FROM conversation_owners o
+		WHERE o.conversation_id = $1 AND parley_node_alive(o.node_id, $2::interval)`, convID, n.interval()).Scan(&owner)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", nil
 	}
@@ -291,9 +291,12 @@ func (n *Node) Owner(ctx context.Context, convID string) (string, error) {
 
 // Orphans implements agent.Cluster.
 func (n *Node) Orphans(ctx context.Context, limit int) ([]string, error) {
-	rows, err := n.pool.Query(ctx, `SELECT c.id FROM conversations c WHERE c.status <> 'idle' AND NOT EXISTS (
-		SELECT 1 FROM conversation_owners o JOIN cluster_nodes n ON n.id = o.node_id
-		WHERE o.conversation_id = c.id AND n.heartbeat_at > now() - $1::interval) LIMIT $2`, n.interval(), limit)
+	// The live processes are found once (a handful of rows), not once per conversation.
+	rows, err := n.pool.Query(ctx, `WITH live AS MATERIALIZED (
+			SELECT id FROM cluster_nodes WHERE parley_node_alive(id, $1::interval))
+		SELECT c.id FROM conversations c WHERE c.status <> 'idle' AND NOT EXISTS (
+			SELECT 1 FROM conversation_owners o JOIN live ON live.id = o.node_id WHERE o.conversation_id = c.id)
+		LIMIT $2`, n.interval(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("list orphans: %w", err)
 	}
@@ -323,8 +326,8 @@ func (n *Node) SetClients(ctx context.Context, convID string, count int) error {
 // RemoteClients implements agent.Cluster.
 func (n *Node) RemoteClients(ctx context.Context, convID string) (int, error) {
 	var count int
-	err := n.pool.QueryRow(ctx, `SELECT coalesce(sum(p.sockets), 0) FROM client_presence p JOIN cluster_nodes c ON c.id = p.node_id
-		WHERE p.conversation_id = $1 AND p.node_id <> $2 AND c.heartbeat_at > now() - $3::interval`, convID, n.id, n.interval()).Scan(&count)
+	err := n.pool.QueryRow(ctx, `SELECT coalesce(sum(p.sockets), 0) FROM client_presence p
+		WHERE p.conversation_id = $1 AND p.node_id <> $2 AND parley_node_alive(p.node_id, $3::interval)`, convID, n.id, n.interval()).Scan(&count)
 	if err != nil {
 		return 0, fmt.Errorf("count page sockets: %w", err)
 	}
@@ -374,8 +377,7 @@ func (n *Node) Forward(ctx context.Context, node string, body []byte) ([]byte, e
 			return nil, errors.New("forward: the node is closing")
 		case <-check.C():
 			var alive bool
-			err := n.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM cluster_nodes WHERE id = $1 AND heartbeat_at > now() - $2::interval)`,
-				node, n.interval()).Scan(&alive)
+			err := n.pool.QueryRow(ctx, `SELECT parley_node_alive($1, $2::interval)`, node, n.interval()).Scan(&alive)
 			if err == nil && !alive {
 				return nil, fmt.Errorf("forward to %s: %w", node, errOwnerGone)
 			}
@@ -468,12 +470,19 @@ func (n *Node) listenConn(ctx context.Context) (*pgx.Conn, error) {
 			return nil, fmt.Errorf("cluster: listen on %s: %w", ch, err)
 		}
 	}
+	// This session is the node's life line (parley_node_alive): when the process dies, so
+	// does the session, and the others see it at once.
+	if _, err := n.pool.Exec(ctx, `UPDATE cluster_nodes SET backend_pid = $2 WHERE id = $1`, n.id, int32(conn.PgConn().PID())); err != nil {
+		_ = conn.Close(ctx)
+		return nil, fmt.Errorf("cluster: record the listening session: %w", err)
+	}
 	return conn, nil
 }
 
 // listen receives notifications until the node closes, reconnecting when its connection
 // breaks. Notifications sent while it was away are lost: local subscribers resync, and
-// forwarded requests waiting for a reply time out and look for their owner again.
+// forwarded requests waiting for a reply time out and look for their owner again. Losing the
+// connection also fences the node: the others saw its session end.
 func (n *Node) listen(conn *pgx.Conn) {
 	defer n.wg.Done()
 	defer func() {
@@ -504,9 +513,12 @@ func (n *Node) listen(conn *pgx.Conn) {
 		note, err := conn.WaitForNotification(n.ctx)
 		if err != nil {
 			if n.ctx.Err() == nil {
-				n.log.Warn("cluster: listener lost its connection", "err", err)
+				// Without its session the node counts as dead to the others, who may take its
+				// conversations over: stop them here before listening again.
+				n.log.Warn("cluster: listener lost its connection; stopping this process's conversations", "err", err)
 				_ = conn.Close(context.Background())
 				conn = nil
+				n.fence()
 				n.hub.Resync("")
 			}
 			continue
@@ -652,7 +664,7 @@ func (n *Node) fence() {
 // countPeers reads how many other processes are alive.
 func (n *Node) countPeers(ctx context.Context) error {
 	var peers int64
-	if err := n.pool.QueryRow(ctx, `SELECT count(*) FROM cluster_nodes WHERE id <> $1 AND heartbeat_at > now() - $2::interval`,
+	if err := n.pool.QueryRow(ctx, `SELECT count(*) FROM cluster_nodes WHERE id <> $1 AND parley_node_alive(id, $2::interval)`,
 		n.id, n.interval()).Scan(&peers); err != nil {
 		return fmt.Errorf("count peers: %w", err)
 	}
