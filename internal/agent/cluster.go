@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"parley/internal/fault"
+	"parley/internal/metrics"
 	"parley/internal/store"
 )
 
@@ -189,6 +190,7 @@ func (m *Manager) forward(ctx context.Context, owner, convID string, req *reques
 	defer cancel()
 	out, err := m.cluster.Forward(fctx, owner, body)
 	if err != nil {
+		metrics.ClusterForwards.WithLabelValues("failed").Inc()
 		m.dropHint(convID)
 		if ctx.Err() != nil {
 			return response{}, false, ctx.Err()
@@ -203,9 +205,11 @@ func (m *Manager) forward(ctx context.Context, owner, convID string, req *reques
 		return response{}, false, m.internalError("decode forwarded answer", err)
 	}
 	if w.Moved {
+		metrics.ClusterForwards.WithLabelValues("moved").Inc()
 		m.dropHint(convID)
 		return response{}, true, nil
 	}
+	metrics.ClusterForwards.WithLabelValues("answered").Inc()
 	resp = response{err: w.Err.err(), resolved: w.Resolved, posted: w.Posted}
 	if w.View != nil {
 		resp.view = *w.View
@@ -303,8 +307,13 @@ func (m *Manager) adoptOrphans() {
 		return
 	}
 	for _, id := range ids {
-		if _, _, err := m.acquire(m.base, id); err != nil && m.base.Err() == nil && fault.KindOf(err) != fault.KindNotFound {
+		a, _, err := m.acquire(m.base, id)
+		if err != nil && m.base.Err() == nil && fault.KindOf(err) != fault.KindNotFound {
 			m.cfg.Logger.Warn("agent: take over conversation", "conversation_id", id, "err", err)
+		}
+		if a != nil {
+			metrics.ClusterTakeovers.Inc()
+			m.cfg.Logger.Info("agent: took over a conversation without a live owner", "conversation_id", id)
 		}
 	}
 }

@@ -33,6 +33,7 @@ import (
 
 	"parley/internal/agent"
 	"parley/internal/clock"
+	"parley/internal/metrics"
 	"parley/internal/store"
 )
 
@@ -394,6 +395,7 @@ func (n *Node) serve(msg message) {
 	defer func() { <-n.serving }()
 	defer n.wg.Done()
 	n.stats.served.Add(1)
+	metrics.ClusterServed.Inc()
 	out := []byte(`{"moved":true}`)
 	if in := n.in.Load(); in != nil && in.Forward != nil {
 		ctx, cancel := context.WithTimeout(n.ctx, agent.DefaultForwardTimeout)
@@ -426,6 +428,7 @@ func (n *Node) notify(ctx context.Context, channel string, msg message) error {
 		}
 	}
 	n.stats.notifications.Add(1)
+	metrics.ClusterNotifications.Inc()
 	if _, err := n.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, channel, string(payload)); err != nil {
 		return fmt.Errorf("notify %s: %w", channel, err)
 	}
@@ -656,6 +659,7 @@ func (n *Node) heartbeat() {
 }
 
 func (n *Node) fence() {
+	metrics.ClusterFences.Inc()
 	if in := n.in.Load(); in != nil && in.Fence != nil {
 		in.Fence()
 	}
@@ -669,6 +673,7 @@ func (n *Node) countPeers(ctx context.Context) error {
 		return fmt.Errorf("count peers: %w", err)
 	}
 	n.peers.Store(peers)
+	metrics.ClusterPeers.Set(float64(peers))
 	return nil
 }
 

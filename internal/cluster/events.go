@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"parley/internal/agent"
+	"parley/internal/metrics"
 	"parley/internal/store"
 )
 
@@ -186,5 +187,6 @@ func (n *Node) sendAll(msgs []message) error {
 		b.Queue(`SELECT pg_notify($1, $2)`, eventsChannel, string(payload))
 	}
 	n.stats.notifications.Add(int64(len(msgs)))
+	metrics.ClusterNotifications.Add(float64(len(msgs)))
 	return n.pool.SendBatch(ctx, &b).Close()
 }
