@@ -37,13 +37,23 @@ CREATE TABLE conversation_owners (
 CREATE INDEX conversation_owners_node ON conversation_owners (node_id);
 
 -- Live page sockets per process and conversation: whether a browser can run a client call is
--- known cluster-wide. Rows of a dead process are ignored (its heartbeat is stale) and removed
--- with it.
+-- known cluster-wide. version orders a process's writes for one conversation (a late write of
+-- an older count loses). Rows of a dead process are ignored (it is not alive) and removed with
+-- it.
 CREATE TABLE client_presence (
 	node_id         text NOT NULL REFERENCES cluster_nodes (id) ON DELETE CASCADE,
 	conversation_id text NOT NULL,
-	sockets         integer NOT NULL CHECK (sockets > 0),
+	sockets         integer NOT NULL CHECK (sockets >= 0),
+	version         bigint NOT NULL,
 	PRIMARY KEY (conversation_id, node_id)
+);
+
+-- The key that seals every notification (AES-256-GCM): LISTEN and NOTIFY need no privilege
+-- beyond CONNECT, so a role that may connect but not read this table can neither read the
+-- events nor forge a request. Made by the first process that starts.
+CREATE TABLE cluster_secret (
+	id  integer PRIMARY KEY CHECK (id = 1),
+	key bytea NOT NULL CHECK (length(key) = 32)
 );
 
 -- Messages between processes too large for NOTIFY's payload: the notification carries the id;
@@ -55,19 +65,28 @@ CREATE TABLE cluster_mail (
 );
 
 -- parley_claim makes node the conversation's owner unless a live process owns it, and returns
--- the owner. Its two statements each see what is committed when they run, so a claimer that
--- lost a race reads the winner, not the dead owner both saw.
+-- the owner; '' when node itself is not alive (it must re-join before it owns anything), NULL
+-- when the row kept moving under it. Its statements each see what is committed when they run,
+-- so a claimer that lost a race reads the winner, not the dead owner both saw.
 CREATE FUNCTION parley_claim(conv text, node text, ttl interval) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
 	owner text;
 BEGIN
-	INSERT INTO conversation_owners AS o (conversation_id, node_id) VALUES (conv, node)
-	ON CONFLICT (conversation_id) DO UPDATE SET node_id = EXCLUDED.node_id, claimed_at = now()
-	WHERE o.node_id <> EXCLUDED.node_id AND NOT parley_node_alive(o.node_id, ttl)
-	RETURNING node_id INTO owner;
-	IF owner IS NULL THEN
-		SELECT node_id INTO owner FROM conversation_owners WHERE conversation_id = conv;
+	IF NOT parley_node_alive(node, ttl) THEN
+		RETURN '';
 	END IF;
-	RETURN owner;
+	FOR i IN 1..3 LOOP
+		INSERT INTO conversation_owners AS o (conversation_id, node_id) VALUES (conv, node)
+		ON CONFLICT (conversation_id) DO UPDATE SET node_id = EXCLUDED.node_id, claimed_at = now()
+		WHERE o.node_id <> EXCLUDED.node_id AND NOT parley_node_alive(o.node_id, ttl)
+		RETURNING node_id INTO owner;
+		IF owner IS NULL THEN
+			SELECT node_id INTO owner FROM conversation_owners WHERE conversation_id = conv;
+		END IF;
+		IF owner IS NOT NULL THEN
+			RETURN owner;
+		END IF;
+	END LOOP;
+	RETURN NULL;
 END $$;

@@ -39,13 +39,20 @@ type Cluster interface {
 	// with an error when ctx ends or the node does not answer within its own bound.
 	Forward(ctx context.Context, node string, body []byte) ([]byte, error)
 	// SetClients records this process's live page sockets of the conversation (0: none) and
-	// rings the conversation's actor wherever it runs.
-	SetClients(ctx context.Context, convID string, n int) error
+	// rings the conversation's actor wherever it runs. Of two writes for one conversation, the
+	// one with the higher version stands, whatever order they land in.
+	SetClients(ctx context.Context, convID string, n int, version int64) error
 	// RemoteClients counts the live page sockets of the conversation on the other live
 	// processes.
 	RemoteClients(ctx context.Context, convID string) (int, error)
-	// Orphans lists active conversations (status not idle) without a live owner, up to limit.
-	Orphans(ctx context.Context, limit int) ([]string, error)
+	// Orphans lists active conversations (status not idle) whose owner is dead, up to limit;
+	// full also lists those without any owner (after a process left), at the cost of reading
+	// every active conversation.
+	Orphans(ctx context.Context, limit int, full bool) ([]string, error)
+	// ReleaseAllBut gives up this process's ownership of every conversation but keep (those
+	// whose actors still run): a shutdown begins, and requests for the others should not wait
+	// for it.
+	ReleaseAllBut(ctx context.Context, keep []string) error
 }
 
 // Inbound is what a process answers to the others.
@@ -78,6 +85,9 @@ type wireRequest struct {
 	Text   string     `json:"text,omitempty"`
 	CallID string     `json:"call_id,omitempty"`
 	Res    Resolution `json:"res"`
+	// Deadline is when the sender stops waiting (Unix milliseconds): the owner does not take a
+	// request past it, so a request that timed out was not done behind the sender's back.
+	Deadline int64 `json:"deadline,omitempty"`
 }
 
 // wireResponse is the owner's answer. Moved means the owner did not take the request (it no
@@ -118,8 +128,11 @@ func (w *wireError) err() error {
 }
 
 // acquire returns the conversation's local actor, starting one when this process owns the
-// conversation or may claim it; otherwise it returns the live owner's node id.
-func (m *Manager) acquire(ctx context.Context, id string) (*actor, string, error) {
+// conversation or may claim it; otherwise it returns the live owner's node id. A request that
+// came from a person may go where a hint says (useHint); the orphan scan and requests other
+// processes forwarded here always ask the database, so a stale hint never stops a takeover or
+// bounces a request between processes.
+func (m *Manager) acquire(ctx context.Context, id string, useHint bool) (*actor, string, error) {
 	if a := m.live(id); a != nil || m.cluster == nil {
 		if a != nil {
 			return a, "", nil
@@ -130,13 +143,15 @@ func (m *Manager) acquire(ctx context.Context, id string) (*actor, string, error
 	if m.isClosed() {
 		return nil, "", errClosed()
 	}
-	if owner := m.hint(id); owner != "" {
+	if owner := m.hint(id); useHint && owner != "" {
 		return nil, owner, nil
 	}
 	owner, err := m.cluster.Claim(ctx, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return nil, "", errNotFound()
+	case fault.KindOf(err) == fault.KindServiceUnavailable:
+		return nil, "", err // this process is re-joining the cluster after a fence
 	case err != nil:
 		if ctx.Err() != nil {
 			return nil, "", ctx.Err()
@@ -146,6 +161,7 @@ func (m *Manager) acquire(ctx context.Context, id string) (*actor, string, error
 		m.setHint(id, owner)
 		return nil, owner, nil
 	}
+	m.dropHint(id)
 	a, err := m.ensureStarted(id)
 	return a, "", err
 }
@@ -180,25 +196,34 @@ func (m *Manager) dropHint(convID string) {
 }
 
 // forward sends req to the owner and returns its answer. moved reports that the owner did not
-// take it (or did not answer in time): the caller finds the owner again.
+// take it, or died before it answered: the caller finds the owner again. A request the owner
+// may have taken but did not answer in time is not sent again (a message would be posted
+// twice): it fails with service_unavailable, its outcome unknown.
 func (m *Manager) forward(ctx context.Context, owner, convID string, req *request) (resp response, moved bool, err error) {
-	body, err := json.Marshal(wireRequest{Conv: convID, Kind: req.kind, By: req.by, Text: req.text, CallID: req.callID, Res: req.res})
+	fctx, cancel := context.WithTimeout(ctx, m.cfg.ForwardTimeout)
+	defer cancel()
+	deadline, _ := fctx.Deadline()
+	body, err := json.Marshal(wireRequest{Conv: convID, Kind: req.kind, By: req.by, Text: req.text, CallID: req.callID, Res: req.res,
+		Deadline: deadline.UnixMilli()})
 	if err != nil {
 		return response{}, false, m.internalError("encode forwarded request", err)
 	}
-	fctx, cancel := context.WithTimeout(ctx, m.cfg.ForwardTimeout)
-	defer cancel()
 	out, err := m.cluster.Forward(fctx, owner, body)
 	if err != nil {
-		metrics.ClusterForwards.WithLabelValues("failed").Inc()
 		m.dropHint(convID)
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
+			metrics.ClusterForwards.WithLabelValues("failed").Inc()
 			return response{}, false, ctx.Err()
+		case errors.Is(err, ErrOwnerGone):
+			// It stopped beating or left: its conversations are taken over, this one too.
+			metrics.ClusterForwards.WithLabelValues("moved").Inc()
+			return response{}, true, nil
 		}
-		// The owner did not answer in time: it may have died (its conversations are taken over
-		// once its heartbeat is stale) or be overloaded. Look for the owner again.
+		metrics.ClusterForwards.WithLabelValues("failed").Inc()
 		m.cfg.Logger.Warn("forwarded request unanswered", "conversation_id", convID, "node", owner, "err", err)
-		return response{}, true, nil
+		return response{}, false, fault.New(fault.KindServiceUnavailable,
+			"the process that runs this conversation did not answer in time; reload to see whether the request took effect", nil)
 	}
 	var w wireResponse
 	if err := json.Unmarshal(out, &w); err != nil {
@@ -216,6 +241,11 @@ func (m *Manager) forward(ctx context.Context, owner, convID string, req *reques
 	}
 	return resp, false, resp.err
 }
+
+// ErrOwnerGone is what Cluster.Forward returns when the process it forwarded to stopped
+// beating (or left) before it answered: the request was not taken, or its effect is in the log
+// that the next owner continues from.
+var ErrOwnerGone = errors.New("the owning process stopped before it answered")
 
 // viewAtOwner asks the live owner elsewhere for the view; ok is false when there is none (or
 // it is this process, or it did not take the request): the caller reads the store.
@@ -238,14 +268,33 @@ func (m *Manager) viewAtOwner(ctx context.Context, convID string, by Principal) 
 
 // serveForward answers a request another process forwarded here, as the conversation's owner.
 // It never forwards again: when this process does not own the conversation it answers moved.
+// A request whose sender gave up already (its deadline passed while it waited) is not taken. A
+// view of a conversation with no actor here is read from the store: a look does not revive it.
 func (m *Manager) serveForward(ctx context.Context, body []byte) []byte {
 	var w wireRequest
 	if err := json.Unmarshal(body, &w); err != nil {
 		return mustJSON(wireResponse{Err: toWire(m.internalError("decode forwarded request", err))})
 	}
+	if w.Deadline > 0 {
+		deadline := time.UnixMilli(w.Deadline)
+		if !m.cfg.Clock.Now().Before(deadline) {
+			return mustJSON(wireResponse{Err: toWire(fault.New(fault.KindServiceUnavailable, "the request waited too long to be served", nil))})
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	if w.Kind == reqView && m.live(w.Conv) == nil {
+		v, err := m.viewFromStore(ctx, w.Conv, w.By)
+		out := wireResponse{Err: toWire(err)}
+		if err == nil {
+			out.View = &v
+		}
+		return mustJSON(out)
+	}
 	req := &request{kind: w.Kind, by: w.By, text: w.Text, callID: w.CallID, res: w.Res, reply: make(chan response, 1)}
 	for range maxHops {
-		a, owner, err := m.acquire(ctx, w.Conv)
+		a, owner, err := m.acquire(ctx, w.Conv, false)
 		if owner != "" || fault.KindOf(err) == fault.KindServiceUnavailable {
 			return mustJSON(wireResponse{Moved: true})
 		}
@@ -281,25 +330,32 @@ func (m *Manager) pause(ctx context.Context, try int) error {
 // scanOrphans takes over the active conversations that have no live owner (their process died
 // or left): each is claimed and its actor continues the turn from the log. It runs every
 // OrphanScan and at once when a process leaves.
+//
+// The periodic scan looks only at conversations whose owner is dead (an index lookup per dead
+// process: nothing when every process lives); the first scan, a rescan (a process left) and
+// every fullScanEvery-th one also look for active conversations without any owner.
 func (m *Manager) scanOrphans(rescan <-chan struct{}) {
 	defer m.wg.Done()
+	const fullScanEvery = 15
 	timer := m.cfg.Clock.NewTimer(0)
 	defer timer.Stop()
-	for {
+	for i := 0; ; i++ {
+		full := i%fullScanEvery == 0
 		select {
 		case <-m.quit:
 			return
 		case <-timer.C():
 		case <-rescan:
+			full = true
 		}
-		m.adoptOrphans()
+		m.adoptOrphans(full)
 		timer.Reset(m.cfg.OrphanScan)
 	}
 }
 
-func (m *Manager) adoptOrphans() {
+func (m *Manager) adoptOrphans(full bool) {
 	const batch = 100
-	ids, err := m.cluster.Orphans(m.base, batch)
+	ids, err := m.cluster.Orphans(m.base, batch, full)
 	if err != nil {
 		if m.base.Err() == nil {
 			m.cfg.Logger.Error("agent: list conversations without an owner", "err", err)
@@ -307,7 +363,7 @@ func (m *Manager) adoptOrphans() {
 		return
 	}
 	for _, id := range ids {
-		a, _, err := m.acquire(m.base, id)
+		a, _, err := m.acquire(m.base, id, false)
 		if err != nil && m.base.Err() == nil && fault.KindOf(err) != fault.KindNotFound {
 			m.cfg.Logger.Warn("agent: take over conversation", "conversation_id", id, "err", err)
 		}
@@ -329,6 +385,23 @@ func (m *Manager) released(a *actor) {
 	defer cancel()
 	if err := m.cluster.Release(ctx, a.id); err != nil {
 		a.log.Warn("agent: hand the conversation over", "err", err)
+	}
+}
+
+// releaseIdle hands over, as a shutdown begins, every conversation this process owns but runs
+// no actor for (hibernated ones): requests for them go elsewhere at once instead of bouncing
+// here until the process leaves. Those with actors are handed over as each stops (released).
+func (m *Manager) releaseIdle(ctx context.Context) {
+	m.mu.Lock()
+	keep := make([]string, 0, len(m.actors))
+	for id := range m.actors {
+		keep = append(keep, id)
+	}
+	m.mu.Unlock()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := m.cluster.ReleaseAllBut(rctx, keep); err != nil {
+		m.cfg.Logger.Warn("agent: hand over the conversations without an actor", "err", err)
 	}
 }
 

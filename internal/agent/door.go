@@ -78,6 +78,12 @@ func (m *Manager) View(ctx context.Context, convID string, by Principal) (View, 
 			return v, err
 		}
 	}
+	return m.viewFromStore(ctx, convID, by)
+}
+
+// viewFromStore is View of a conversation without a live actor: read from the store, without
+// reviving it.
+func (m *Manager) viewFromStore(ctx context.Context, convID string, by Principal) (View, error) {
 	st, err := loadState(ctx, m.cfg.Store, m.cfg.Tools, convID)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {

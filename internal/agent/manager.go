@@ -30,13 +30,12 @@ type Manager struct {
 	hintsMu sync.Mutex
 	hints   map[string]string // conversation → the process that owned it (cluster.go: hint)
 
-	// presenceMu serializes the writes of this process's socket counts to the cluster, so
-	// they land in the order the counts changed.
-	presenceMu sync.Mutex
-
 	mu      sync.Mutex
 	actors  map[string]*actor // guarded by mu
 	clients map[string]int    // live sockets per conversation, guarded by mu
+	// presenceSeq versions the socket counts written to the cluster (SetClients), so a late
+	// write of an older count loses. Guarded by mu.
+	presenceSeq int64
 	// pending counts awaiting calls by kind per conversation, as its actor last reported them;
 	// kept while the actor hibernates (the calls are still pending). Guarded by mu.
 	pending map[string]map[string]int
@@ -145,6 +144,9 @@ func (m *Manager) Close(ctx context.Context) error {
 	if ctx.Err() != nil {
 		m.baseCancel()
 	}
+	if m.cluster != nil {
+		m.releaseIdle(ctx)
+	}
 	close(m.quit)
 	finished := make(chan struct{})
 	go func() {
@@ -214,7 +216,7 @@ func (m *Manager) live(id string) *actor {
 func (m *Manager) call(ctx context.Context, id string, req *request) (response, error) {
 	req.reply = make(chan response, 1)
 	for try := 0; try < maxHops; try++ {
-		a, owner, err := m.acquire(ctx, id)
+		a, owner, err := m.acquire(ctx, id, true)
 		if err != nil {
 			return response{}, err
 		}
@@ -325,16 +327,14 @@ func (m *Manager) AttachClient(convID string) (detach func()) {
 }
 
 func (m *Manager) changeClients(convID string, delta int) {
-	if m.cluster != nil {
-		m.presenceMu.Lock()
-		defer m.presenceMu.Unlock()
-	}
 	m.mu.Lock()
 	m.clients[convID] += delta
 	n := m.clients[convID]
 	if n <= 0 {
 		delete(m.clients, convID)
 	}
+	m.presenceSeq++
+	version := m.presenceSeq
 	a := m.actors[convID]
 	m.mu.Unlock()
 	ring(a)
@@ -343,7 +343,7 @@ func (m *Manager) changeClients(convID string, delta int) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(m.base), 5*time.Second)
 	defer cancel()
-	if err := m.cluster.SetClients(ctx, convID, max(n, 0)); err != nil {
+	if err := m.cluster.SetClients(ctx, convID, max(n, 0), version); err != nil {
 		m.cfg.Logger.Warn("agent: record page sockets for the cluster", "conversation_id", convID, "err", err)
 	}
 }
@@ -368,7 +368,9 @@ func (m *Manager) clientCount(id string) int {
 	if n > 0 || m.cluster == nil {
 		return n
 	}
-	n, err := m.cluster.RemoteClients(m.base, id)
+	ctx, cancel := context.WithTimeout(m.base, 2*time.Second)
+	defer cancel()
+	n, err := m.cluster.RemoteClients(ctx, id)
 	if err != nil {
 		if m.base.Err() == nil {
 			m.cfg.Logger.Warn("agent: count page sockets in the cluster", "conversation_id", id, "err", err)
@@ -463,7 +465,7 @@ func (m *Manager) reviveLater(id string) {
 		select {
 		case <-m.quit:
 		case <-timer.C():
-			_, _, _ = m.acquire(m.base, id)
+			_, _, _ = m.acquire(m.base, id, false)
 		}
 	}()
 }

@@ -307,9 +307,13 @@ func (a *App) shutdown() error {
 		errs = append(errs, fmt.Errorf("stop agent: %w", err))
 	}
 	if a.node != nil {
-		if err := a.node.Leave(context.WithoutCancel(ctx)); err != nil {
+		// Leaving hands the rest over; it gets its own few seconds even when the drain used up
+		// the shutdown's time.
+		lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		if err := a.node.Leave(lctx); err != nil {
 			errs = append(errs, err)
 		}
+		lcancel()
 	}
 	if err := a.Close(); err != nil {
 		errs = append(errs, err)

@@ -16,7 +16,10 @@ package cluster
 
 import (
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -33,6 +36,7 @@ import (
 
 	"parley/internal/agent"
 	"parley/internal/clock"
+	"parley/internal/fault"
 	"parley/internal/metrics"
 	"parley/internal/store"
 )
@@ -47,9 +51,10 @@ const (
 	DefaultTTL = 6 * time.Second
 	// eventsChannel carries every process's events, rings and departures.
 	eventsChannel = "parley_events"
-	// maxPayload keeps a notification under PostgreSQL's 8000-byte limit; larger messages go
+	// maxPayload bounds a notification's plain text so that, sealed (nonce and tag, 28 bytes)
+	// and in base64 (4/3), it stays under PostgreSQL's 8000-byte limit; larger messages go
 	// through cluster_mail.
-	maxPayload = 7600
+	maxPayload = 5600
 	// outQueue bounds the events waiting to be sent. When it is full an event is dropped and
 	// the other processes' subscribers of its conversation get resync instead (they reload).
 	outQueue = 4096
@@ -98,6 +103,15 @@ type Node struct {
 	hub   *agent.Hub
 
 	in atomic.Pointer[agent.Inbound]
+	// fenced is set when the node stopped its actors because it could not prove it was alive;
+	// until it re-joined (its ownerships given up, its heartbeat and session back) it claims
+	// nothing.
+	fenced atomic.Bool
+	// aead seals every notification with the cluster's key (cluster_secret).
+	aead cipher.AEAD
+
+	lmu     sync.Mutex
+	lcancel context.CancelFunc // ends the listener's current wait (restartListener); guarded by lmu
 	// peers is how many other live processes the last heartbeat saw (or 1 once any of them
 	// spoke): events are sent only when someone can receive them.
 	peers atomic.Int64
@@ -203,6 +217,9 @@ func (n *Node) start(ctx context.Context) error {
 	if _, err := n.pool.Exec(ctx, `INSERT INTO cluster_nodes (id, host) VALUES ($1, $2)`, n.id, fmt.Sprintf("%s:%d", host, os.Getpid())); err != nil {
 		return fmt.Errorf("cluster: register node: %w", err)
 	}
+	if err := n.loadKey(ctx); err != nil {
+		return err
+	}
 	conn, err := n.listenConn(ctx)
 	if err != nil {
 		return err
@@ -218,6 +235,44 @@ func (n *Node) start(ctx context.Context) error {
 	n.broadcast(ctx, message{T: "hello"})
 	n.log.Info("cluster node started", "ttl", n.ttl, "peers", n.peers.Load())
 	return nil
+}
+
+// loadKey reads the cluster's sealing key, making it when this is the first process.
+func (n *Node) loadKey(ctx context.Context) error {
+	fresh := make([]byte, 32)
+	if _, err := rand.Read(fresh); err != nil {
+		return fmt.Errorf("cluster: make a key: %w", err)
+	}
+	var key []byte
+	err := n.pool.QueryRow(ctx, `WITH made AS (INSERT INTO cluster_secret (id, key) VALUES (1, $1) ON CONFLICT (id) DO NOTHING RETURNING key)
+		SELECT key FROM made UNION ALL SELECT key FROM cluster_secret WHERE id = 1 LIMIT 1`, fresh).Scan(&key)
+	if err != nil {
+		return fmt.Errorf("cluster: read the key: %w", err)
+	}
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return fmt.Errorf("cluster: key: %w", err)
+	}
+	if n.aead, err = cipher.NewGCM(block); err != nil {
+		return fmt.Errorf("cluster: key: %w", err)
+	}
+	return nil
+}
+
+// seal encrypts and authenticates a notification's payload; open reverses it and refuses
+// whatever the key did not seal (another role's NOTIFY).
+func (n *Node) seal(plain []byte) string {
+	nonce := make([]byte, n.aead.NonceSize(), n.aead.NonceSize()+len(plain)+n.aead.Overhead())
+	_, _ = rand.Read(nonce)
+	return base64.StdEncoding.EncodeToString(n.aead.Seal(nonce, nonce, plain, nil))
+}
+
+func (n *Node) open(payload string) ([]byte, error) {
+	b, err := base64.StdEncoding.DecodeString(payload)
+	if err != nil || len(b) < n.aead.NonceSize() {
+		return nil, errors.New("not a sealed notification")
+	}
+	return n.aead.Open(nil, b[:n.aead.NonceSize()], b[n.aead.NonceSize():], nil)
 }
 
 // Leave stops the node's goroutines and leaves the cluster: its row (and so its conversations
@@ -244,19 +299,49 @@ func (n *Node) Leave(ctx context.Context) error {
 
 // --- ownership ------------------------------------------------------------------------------
 
-// Claim implements agent.Cluster.
+// Claim implements agent.Cluster. While the node is fenced, or when the database says it is
+// not alive, it claims nothing (service_unavailable) and re-joins first.
 func (n *Node) Claim(ctx context.Context, convID string) (string, error) {
-	var owner string
+	if n.fenced.Load() {
+		return "", errRejoining
+	}
+	var owner *string
 	err := n.pool.QueryRow(ctx, `SELECT parley_claim($1, $2, $3::interval)`, convID, n.id, n.interval()).Scan(&owner)
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && (pe.Code == "23503" || pe.Code == "22021") {
+	switch {
+	case errors.As(err, &pe) && pe.Code == "23503" && pe.ConstraintName == "conversation_owners_node_id_fkey":
+		n.fence() // this node's row is gone: it was deemed dead
+		return "", errRejoining
+	case errors.As(err, &pe) && (pe.Code == "23503" || pe.Code == "22021"):
 		// No such conversation (the foreign key), or an id PostgreSQL cannot even hold.
 		return "", fmt.Errorf("claim %s: %w", convID, store.ErrNotFound)
-	}
-	if err != nil {
+	case err != nil:
 		return "", fmt.Errorf("claim conversation: %w", err)
+	case owner == nil:
+		return "", fault.New(fault.KindServiceUnavailable, "the conversation is moving between processes; try again", nil)
+	case *owner == "":
+		n.fence() // the database does not see this node alive (its session went away)
+		return "", errRejoining
 	}
-	return owner, nil
+	return *owner, nil
+}
+
+// errRejoining: this node stopped its conversations (fenced) and has not re-joined yet.
+var errRejoining = fault.New(fault.KindServiceUnavailable, "this server is re-joining the cluster; try again in a moment", nil)
+
+// ReleaseAllBut implements agent.Cluster.
+func (n *Node) ReleaseAllBut(ctx context.Context, keep []string) error {
+	if n.ctx.Err() != nil || n.pool == nil {
+		return nil
+	}
+	if keep == nil {
+		keep = []string{}
+	}
+	if _, err := n.pool.Exec(ctx, `DELETE FROM conversation_owners WHERE node_id = $1 AND NOT (conversation_id = ANY($2))`, n.id, keep); err != nil {
+		return fmt.Errorf("release conversations: %w", err)
+	}
+	n.broadcast(ctx, message{T: "left"})
+	return nil
 }
 
 // Release implements agent.Cluster: the row goes, and the others look for orphans now. A node
@@ -290,14 +375,20 @@ func (n *Node) Owner(ctx context.Context, convID string) (string, error) {
 	return owner, nil
 }
 
-// Orphans implements agent.Cluster.
-func (n *Node) Orphans(ctx context.Context, limit int) ([]string, error) {
-	// The live processes are found once (a handful of rows), not once per conversation.
-	rows, err := n.pool.Query(ctx, `WITH live AS MATERIALIZED (
-			SELECT id FROM cluster_nodes WHERE parley_node_alive(id, $1::interval))
-		SELECT c.id FROM conversations c WHERE c.status <> 'idle' AND NOT EXISTS (
-			SELECT 1 FROM conversation_owners o JOIN live ON live.id = o.node_id WHERE o.conversation_id = c.id)
-		LIMIT $2`, n.interval(), limit)
+// Orphans implements agent.Cluster. The dead processes are found first (a handful of rows);
+// their active conversations come from the owners' node index. full adds the active
+// conversations without any owner row.
+func (n *Node) Orphans(ctx context.Context, limit int, full bool) ([]string, error) {
+	q := `WITH dead AS MATERIALIZED (SELECT id FROM cluster_nodes WHERE NOT parley_node_alive(id, $1::interval))
+		SELECT o.conversation_id FROM conversation_owners o JOIN conversations c ON c.id = o.conversation_id
+		WHERE o.node_id IN (SELECT id FROM dead) AND c.status <> 'idle' LIMIT $2`
+	if full {
+		q = `WITH live AS MATERIALIZED (SELECT id FROM cluster_nodes WHERE parley_node_alive(id, $1::interval))
+			SELECT c.id FROM conversations c WHERE c.status <> 'idle' AND NOT EXISTS (
+				SELECT 1 FROM conversation_owners o JOIN live ON live.id = o.node_id WHERE o.conversation_id = c.id)
+			LIMIT $2`
+	}
+	rows, err := n.pool.Query(ctx, q, n.interval(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("list orphans: %w", err)
 	}
@@ -309,15 +400,10 @@ func (n *Node) Orphans(ctx context.Context, limit int) ([]string, error) {
 }
 
 // SetClients implements agent.Cluster.
-func (n *Node) SetClients(ctx context.Context, convID string, count int) error {
-	var err error
-	if count <= 0 {
-		_, err = n.pool.Exec(ctx, `DELETE FROM client_presence WHERE conversation_id = $1 AND node_id = $2`, convID, n.id)
-	} else {
-		_, err = n.pool.Exec(ctx, `INSERT INTO client_presence (node_id, conversation_id, sockets) VALUES ($1, $2, $3)
-			ON CONFLICT (conversation_id, node_id) DO UPDATE SET sockets = EXCLUDED.sockets`, n.id, convID, count)
-	}
-	if err != nil {
+func (n *Node) SetClients(ctx context.Context, convID string, count int, version int64) error {
+	if _, err := n.pool.Exec(ctx, `INSERT INTO client_presence (node_id, conversation_id, sockets, version) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (conversation_id, node_id) DO UPDATE SET sockets = EXCLUDED.sockets, version = EXCLUDED.version
+		WHERE client_presence.version < EXCLUDED.version`, n.id, convID, max(count, 0), version); err != nil {
 		return fmt.Errorf("record page sockets: %w", err)
 	}
 	n.broadcast(ctx, message{T: "ring", Conv: convID})
@@ -380,15 +466,12 @@ func (n *Node) Forward(ctx context.Context, node string, body []byte) ([]byte, e
 			var alive bool
 			err := n.pool.QueryRow(ctx, `SELECT parley_node_alive($1, $2::interval)`, node, n.interval()).Scan(&alive)
 			if err == nil && !alive {
-				return nil, fmt.Errorf("forward to %s: %w", node, errOwnerGone)
+				return nil, fmt.Errorf("forward to %s: %w", node, agent.ErrOwnerGone)
 			}
 			check.Reset(n.ttl / 3)
 		}
 	}
 }
-
-// errOwnerGone: the process a request was forwarded to stopped beating before it answered.
-var errOwnerGone = errors.New("the owning process stopped before it answered")
 
 // serve answers one forwarded request on its own goroutine and replies on the sender's channel.
 func (n *Node) serve(msg message) {
@@ -412,27 +495,36 @@ func (n *Node) serve(msg message) {
 // notify sends msg on channel, through cluster_mail when it is too large: the one reader of a
 // request or reply deletes the row; the rows of broadcasts (many readers) are swept.
 func (n *Node) notify(ctx context.Context, channel string, msg message) error {
-	msg.From, msg.N = n.id, n.seq.Add(1)
-	payload, err := json.Marshal(msg)
+	payload, err := n.payload(ctx, msg)
 	if err != nil {
-		return fmt.Errorf("encode notification: %w", err)
-	}
-	if len(payload) > maxPayload {
-		var id int64
-		if err := n.pool.QueryRow(ctx, `INSERT INTO cluster_mail (body) VALUES ($1) RETURNING id`, []byte(msg.Body)).Scan(&id); err != nil {
-			return fmt.Errorf("write cluster mail: %w", err)
-		}
-		msg.Body, msg.Mail = nil, id
-		if payload, err = json.Marshal(msg); err != nil {
-			return fmt.Errorf("encode notification: %w", err)
-		}
+		return err
 	}
 	n.stats.notifications.Add(1)
 	metrics.ClusterNotifications.Inc()
-	if _, err := n.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, channel, string(payload)); err != nil {
+	if _, err := n.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, channel, payload); err != nil {
 		return fmt.Errorf("notify %s: %w", channel, err)
 	}
 	return nil
+}
+
+// payload seals msg for a notification, moving its body to cluster_mail when it would not fit.
+func (n *Node) payload(ctx context.Context, msg message) (string, error) {
+	msg.From, msg.N = n.id, n.seq.Add(1)
+	plain, err := json.Marshal(msg)
+	if err != nil {
+		return "", fmt.Errorf("encode notification: %w", err)
+	}
+	if len(plain) > maxPayload {
+		var id int64
+		if err := n.pool.QueryRow(ctx, `INSERT INTO cluster_mail (body) VALUES ($1) RETURNING id`, []byte(msg.Body)).Scan(&id); err != nil {
+			return "", fmt.Errorf("write cluster mail: %w", err)
+		}
+		msg.Body, msg.Mail = nil, id
+		if plain, err = json.Marshal(msg); err != nil {
+			return "", fmt.Errorf("encode notification: %w", err)
+		}
+	}
+	return n.seal(plain), nil
 }
 
 // broadcast sends a small control message to every process, logging a failure: the periodic
@@ -475,7 +567,14 @@ func (n *Node) listenConn(ctx context.Context) (*pgx.Conn, error) {
 	}
 	// This session is the node's life line (parley_node_alive): when the process dies, so
 	// does the session, and the others see it at once.
-	if _, err := n.pool.Exec(ctx, `UPDATE cluster_nodes SET backend_pid = $2 WHERE id = $1`, n.id, int32(conn.PgConn().PID())); err != nil {
+	// pg_backend_pid, not the protocol's key data: behind a session pooler the latter is the
+	// pooler's.
+	var pid int32
+	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		_ = conn.Close(ctx)
+		return nil, fmt.Errorf("cluster: listening session: %w", err)
+	}
+	if _, err := n.pool.Exec(ctx, `UPDATE cluster_nodes SET backend_pid = $2 WHERE id = $1`, n.id, pid); err != nil {
 		_ = conn.Close(ctx)
 		return nil, fmt.Errorf("cluster: record the listening session: %w", err)
 	}
@@ -512,8 +611,14 @@ func (n *Node) listen(conn *pgx.Conn) {
 			}
 			conn, backoff = c, 100*time.Millisecond
 			n.hub.Resync("")
+			n.broadcast(n.ctx, message{T: "hello"}) // the others send events again
 		}
-		note, err := conn.WaitForNotification(n.ctx)
+		lctx, lcancel := context.WithCancel(n.ctx)
+		n.lmu.Lock()
+		n.lcancel = lcancel
+		n.lmu.Unlock()
+		note, err := conn.WaitForNotification(lctx)
+		lcancel()
 		if err != nil {
 			if n.ctx.Err() == nil {
 				// Without its session the node counts as dead to the others, who may take its
@@ -530,11 +635,27 @@ func (n *Node) listen(conn *pgx.Conn) {
 	}
 }
 
+// restartListener makes the listener drop its connection and listen on a new one (the
+// heartbeat found its session gone from the database's view while the socket looked alive).
+func (n *Node) restartListener() {
+	n.lmu.Lock()
+	defer n.lmu.Unlock()
+	if n.lcancel != nil {
+		n.lcancel()
+	}
+}
+
 // receive handles one notification. Events are published here, in the order they came, so a
 // subscriber sees a conversation's events in the order its owner published them.
 func (n *Node) receive(note *pgconn.Notification) {
+	plain, err := n.open(note.Payload)
+	if err != nil {
+		// Not sealed with the cluster's key: someone else's NOTIFY on our channels.
+		n.log.Warn("cluster: refused a notification not sealed by this cluster", "channel", note.Channel)
+		return
+	}
 	var msg message
-	if err := json.Unmarshal([]byte(note.Payload), &msg); err != nil {
+	if err := json.Unmarshal(plain, &msg); err != nil {
 		n.log.Warn("cluster: undecodable notification", "channel", note.Channel, "err", err)
 		return
 	}
@@ -607,16 +728,25 @@ func (n *Node) receive(note *pgconn.Notification) {
 
 // --- heartbeat ------------------------------------------------------------------------------
 
-// heartbeat keeps the node's row fresh every TTL/3. When it cannot for longer than the others
-// would wait before taking its conversations over, or finds its row gone (the others deemed it
-// dead), it fences: every local actor stops, and the node registers again.
+// heartbeat keeps the node's row fresh every TTL/3 on a connection of its own (so a busy pool
+// never delays it), and checks that the database still sees the node alive (its listening
+// session included). When it cannot prove that for TTL/2 — half the time after which the
+// others may take its conversations over — or learns that it is not alive, it fences: every
+// local actor stops and the node claims nothing. Once the database answers again it re-joins:
+// it registers again if its row was swept, gives up every ownership (the others, or its own
+// next scan, take the active conversations from the log), and is unfenced.
 func (n *Node) heartbeat() {
 	defer n.wg.Done()
 	beat := n.ttl / 3
 	t := n.clock.NewTimer(beat)
 	defer t.Stop()
+	var conn *pgx.Conn
+	defer func() {
+		if conn != nil {
+			_ = conn.Close(context.Background())
+		}
+	}()
 	lastOK := n.clock.Now()
-	fenced := false
 	for i := 0; ; i++ {
 		select {
 		case <-n.ctx.Done():
@@ -625,40 +755,92 @@ func (n *Node) heartbeat() {
 		}
 		t.Reset(beat)
 		began := n.clock.Now()
-		ctx, cancel := context.WithTimeout(n.ctx, beat)
-		n.stats.heartbeats.Add(1)
-		tag, err := n.pool.Exec(ctx, `UPDATE cluster_nodes SET heartbeat_at = now() WHERE id = $1`, n.id)
-		cancel()
+		alive, err := n.beat(&conn, beat/2)
 		switch {
+		case n.ctx.Err() != nil:
+			return
 		case err != nil:
-			if n.ctx.Err() != nil {
-				return
-			}
 			n.log.Warn("cluster: heartbeat", "err", err)
-			if !fenced && n.clock.Now().Sub(lastOK) > n.ttl-beat {
-				fenced = true
+			if n.clock.Now().Sub(lastOK) > n.ttl/2 {
 				n.fence()
 			}
 			continue
-		case tag.RowsAffected() == 0:
-			n.log.Error("cluster: this node's row was removed (deemed dead); registering again")
+		case !alive:
+			n.log.Error("cluster: the database does not see this process alive (row swept or listening session gone); re-joining")
 			n.fence()
-			if _, err := n.pool.Exec(n.ctx, `INSERT INTO cluster_nodes (id) VALUES ($1) ON CONFLICT (id) DO NOTHING`, n.id); err != nil {
-				n.log.Warn("cluster: register again", "err", err)
-				continue
-			}
+			n.restartListener()
+			continue
 		}
-		lastOK, fenced = began, false
-		if err := n.countPeers(n.ctx); err != nil && n.ctx.Err() == nil {
+		lastOK = began
+		if n.fenced.Load() {
+			n.rejoin(conn)
+		}
+		if err := n.countPeersOn(conn); err != nil && n.ctx.Err() == nil {
 			n.log.Warn("cluster: count peers", "err", err)
 		}
 		if i%10 == 9 {
-			n.sweep()
+			n.sweep(conn)
 		}
 	}
 }
 
+// beat writes the heartbeat on the heartbeat's own connection, (re)opening it when needed,
+// and reports whether the database sees the node alive.
+func (n *Node) beat(conn **pgx.Conn, timeout time.Duration) (bool, error) {
+	ctx, cancel := context.WithTimeout(n.ctx, timeout)
+	defer cancel()
+	if *conn == nil {
+		c, err := pgx.ConnectConfig(ctx, n.pool.Config().ConnConfig)
+		if err != nil {
+			return false, fmt.Errorf("heartbeat connection: %w", err)
+		}
+		*conn = c
+	}
+	n.stats.heartbeats.Add(1)
+	var alive bool
+	err := (*conn).QueryRow(ctx, `UPDATE cluster_nodes SET heartbeat_at = now() WHERE id = $1
+		RETURNING parley_node_alive(id, $2::interval)`, n.id, n.interval()).Scan(&alive)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil // swept: deemed dead
+	}
+	if err != nil {
+		_ = (*conn).Close(context.Background())
+		*conn = nil
+		return false, err
+	}
+	return alive, nil
+}
+
+// rejoin ends a fence once the database answers and sees the node beat: the row exists again,
+// this node's ownerships are given up (it may have lost any of them; the conversations are
+// continued from the log by whoever claims them next), the others and this node look for
+// orphans, and claims are allowed again. The listener records its session by itself when it
+// reconnects.
+func (n *Node) rejoin(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(n.ctx, n.ttl/3)
+	defer cancel()
+	if _, err := conn.Exec(ctx, `INSERT INTO cluster_nodes (id) VALUES ($1) ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()`, n.id); err != nil {
+		n.log.Warn("cluster: re-join: register", "err", err)
+		return
+	}
+	if _, err := conn.Exec(ctx, `DELETE FROM conversation_owners WHERE node_id = $1`, n.id); err != nil {
+		n.log.Warn("cluster: re-join: give up ownerships", "err", err)
+		return
+	}
+	n.fenced.Store(false)
+	n.broadcast(ctx, message{T: "left"})
+	if in := n.in.Load(); in != nil && in.Rescan != nil {
+		in.Rescan()
+	}
+	n.log.Info("cluster: re-joined")
+}
+
+// fence stops every local actor once per loss of liveness (Inbound.Fence) and stops claims
+// until the node re-joins.
 func (n *Node) fence() {
+	if !n.fenced.CompareAndSwap(false, true) {
+		return
+	}
 	metrics.ClusterFences.Inc()
 	if in := n.in.Load(); in != nil && in.Fence != nil {
 		in.Fence()
@@ -677,16 +859,29 @@ func (n *Node) countPeers(ctx context.Context) error {
 	return nil
 }
 
+func (n *Node) countPeersOn(conn *pgx.Conn) error {
+	ctx, cancel := context.WithTimeout(n.ctx, n.ttl/3)
+	defer cancel()
+	var peers int64
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM cluster_nodes WHERE id <> $1 AND parley_node_alive(id, $2::interval)`,
+		n.id, n.interval()).Scan(&peers); err != nil {
+		return fmt.Errorf("count peers: %w", err)
+	}
+	n.peers.Store(peers)
+	metrics.ClusterPeers.Set(float64(peers))
+	return nil
+}
+
 // sweep deletes the rows of processes dead for ten TTLs (their conversations and page sockets
 // go with them) and unread mail.
-func (n *Node) sweep() {
+func (n *Node) sweep(conn *pgx.Conn) {
 	ctx, cancel := context.WithTimeout(n.ctx, n.ttl)
 	defer cancel()
-	if _, err := n.pool.Exec(ctx, `DELETE FROM cluster_nodes WHERE heartbeat_at < now() - $1::interval`,
+	if _, err := conn.Exec(ctx, `DELETE FROM cluster_nodes WHERE heartbeat_at < now() - $1::interval`,
 		fmt.Sprintf("%d milliseconds", 10*n.ttl.Milliseconds())); err != nil && n.ctx.Err() == nil {
 		n.log.Warn("cluster: sweep dead nodes", "err", err)
 	}
-	if _, err := n.pool.Exec(ctx, `DELETE FROM cluster_mail WHERE created_at < now() - $1::interval`,
+	if _, err := conn.Exec(ctx, `DELETE FROM cluster_mail WHERE created_at < now() - $1::interval`,
 		fmt.Sprintf("%d milliseconds", mailTTL.Milliseconds())); err != nil && n.ctx.Err() == nil {
 		n.log.Warn("cluster: sweep mail", "err", err)
 	}

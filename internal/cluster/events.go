@@ -169,22 +169,11 @@ func (n *Node) sendAll(msgs []message) error {
 	defer cancel()
 	var b pgx.Batch
 	for _, msg := range msgs {
-		msg.From, msg.N = n.id, n.seq.Add(1)
-		payload, err := json.Marshal(msg)
+		payload, err := n.payload(ctx, msg)
 		if err != nil {
 			return err
 		}
-		if len(payload) > maxPayload {
-			var id int64
-			if err := n.pool.QueryRow(ctx, `INSERT INTO cluster_mail (body) VALUES ($1) RETURNING id`, []byte(msg.Body)).Scan(&id); err != nil {
-				return err
-			}
-			msg.Body, msg.Mail = nil, id
-			if payload, err = json.Marshal(msg); err != nil {
-				return err
-			}
-		}
-		b.Queue(`SELECT pg_notify($1, $2)`, eventsChannel, string(payload))
+		b.Queue(`SELECT pg_notify($1, $2)`, eventsChannel, payload)
 	}
 	n.stats.notifications.Add(int64(len(msgs)))
 	metrics.ClusterNotifications.Add(float64(len(msgs)))

@@ -6,3 +6,9 @@ func (n *Node) Halt() {
 	n.cancel()
 	n.wg.Wait()
 }
+
+// Fence makes the node act as if it lost its liveness.
+func (n *Node) Fence() { n.fence() }
+
+// Fenced reports whether the node has not re-joined since its last fence.
+func (n *Node) Fenced() bool { return n.fenced.Load() }
