@@ -96,6 +96,9 @@ func (p Page) CanAnswer() bool { return agent.MayAnswer(p.Viewer.Principal, p.Ow
 // read it without a composer.
 func (p Page) CanSend() bool { return agent.MaySend(p.Viewer.Principal, p.OwnerID) }
 
+// CanManage reports whether the viewer may rename or delete the conversation (agent.MayManage).
+func (p Page) CanManage() bool { return agent.MayManage(p.Viewer.Principal, p.OwnerID) }
+
 // CanDecide reports whether the viewer may decide a call's approval (agent.MayDecide).
 func (p Page) CanDecide(c agent.CallView) bool {
 	return agent.MayDecide(p.Viewer.Principal, p.OwnerID, c.Approvers)
@@ -113,6 +116,8 @@ type ConversationsPage struct {
 	Conversations []agent.Summary
 	Demo          bool
 	Notice        string
+	// Query is the search the list answers ("" lists every conversation).
+	Query string
 }
 
 // InboxEntry is one pending approval in a reviewer's inbox.

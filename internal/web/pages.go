@@ -29,20 +29,24 @@ func (s *Server) pageRoutes(e *echo.Echo) {
 	g.GET("/conversations/:id", s.conversationPage)
 	g.POST("/conversations/:id/messages", s.postMessagePage)
 	g.POST("/conversations/:id/cancel", s.cancelPage)
+	g.POST("/conversations/:id/rename", s.renamePage)
+	g.POST("/conversations/:id/delete", s.deletePage)
 	g.POST("/conversations/:id/calls/:call/resolve", s.resolvePage)
 	g.GET("/conversations/:id/ws", s.conversationSocket)
 	g.GET("/inbox", s.inboxPage)
 	g.GET("/inbox/ws", s.inboxSocket)
 }
 
-// conversationsPage: GET /conversations → the user's conversations and the new-conversation form.
+// conversationsPage: GET /conversations[?q=…] → the user's conversations (those whose title holds
+// q, when it is given) and the new-conversation form.
 func (s *Server) conversationsPage(c echo.Context) error {
-	list, err := s.agent.List(c.Request().Context(), principal(c))
+	q := strings.TrimSpace(c.QueryParam("q"))
+	list, err := s.agent.Search(c.Request().Context(), principal(c), q)
 	if err != nil {
 		return err
 	}
 	return s.renderPage(c, http.StatusOK, "Conversations", views.ConversationsBody(views.ConversationsPage{
-		CSRF: s.csrfToken(c), Conversations: list, Demo: s.cfg.DemoModel, Notice: noticeFor(c.QueryParam("notice")),
+		CSRF: s.csrfToken(c), Conversations: list, Demo: s.cfg.DemoModel, Notice: noticeFor(c.QueryParam("notice")), Query: q,
 	}))
 }
 

@@ -67,6 +67,8 @@ func (s *Server) routes() *echo.Echo {
 	api.POST("/conversations", s.apiCreateConversation)
 	api.GET("/conversations", s.apiListConversations)
 	api.GET("/conversations/:id", s.apiGetConversation)
+	api.PATCH("/conversations/:id", s.apiRenameConversation)
+	api.DELETE("/conversations/:id", s.apiDeleteConversation)
 	api.POST("/conversations/:id/messages", s.apiSendMessage)
 	api.POST("/conversations/:id/cancel", s.apiCancel)
 	api.POST("/conversations/:id/calls/:call/resolve", s.apiResolve)
