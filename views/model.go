@@ -235,22 +235,6 @@ func valueText(v any) string {
 	return string(b)
 }
 
-// planDetails lists a plan's details sorted by key.
-func planDetails(p *tools.Plan) []kv {
-	if p == nil {
-		return nil
-	}
-	out := make([]kv, 0, len(p.Details))
-	for k, v := range p.Details {
-		if k == "arguments" {
-			continue // shown in the editable arguments field
-		}
-		out = append(out, kv{k, valueText(v)})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].K < out[j].K })
-	return out
-}
-
 type kv struct{ K, V string }
 
 // envelope is the result the model got.
@@ -310,19 +294,18 @@ func callStateText(c agent.CallView) string {
 	if s := callState(c); s == "declined" {
 		return "declined"
 	}
-	return statusText(c.Status)
-}
-
-// executorWords says where a call runs, when that is worth saying on its card: in the browser
-// or with a person ("" for the ordinary server call).
-func executorWords(c agent.CallView) string {
-	switch c.Executor {
-	case tools.Client:
-		return "in your browser"
-	case tools.Human:
-		return "question"
+	if c.Status == agent.CallAwaiting {
+		// What it waits for, not the executor or the status word.
+		switch c.PendingKind {
+		case tools.PendingApproval:
+			return "needs approval"
+		case tools.PendingElicitation:
+			return "needs an answer"
+		case tools.PendingClientExec:
+			return "in your browser"
+		}
 	}
-	return ""
+	return statusText(c.Status)
 }
 
 // quietKind reports whether an error kind is a person's choice rather than a failure: shown as

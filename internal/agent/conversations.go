@@ -9,6 +9,7 @@ import (
 
 	"parley/internal/fault"
 	"parley/internal/store"
+	"parley/internal/tools"
 )
 
 // This file is what the owner does to a conversation as a whole: its title (set from the first
@@ -188,4 +189,12 @@ func (a *actor) titleFromFirstMessage(text string) {
 	if conv, err := a.m.cfg.Store.GetConversation(a.m.base, a.id); err == nil {
 		a.st.conv.Title = conv.Title // renamed meanwhile (through another process)
 	}
+}
+
+// toolNamed is the registered tool called name, if any.
+func (m *Manager) toolNamed(name string) (*tools.Tool, bool) {
+	if m.cfg.Tools == nil {
+		return nil, false
+	}
+	return m.cfg.Tools.Get(name)
 }

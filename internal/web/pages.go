@@ -182,7 +182,22 @@ func (s *Server) resolvePage(c echo.Context) error {
 			return fault.New(fault.KindNotFound, "no such tool call", nil)
 		}
 	}
+	// Arguments edited as fields (views.ArgsFromForm) become the JSON an edit sends; the call's
+	// schema types them and its own arguments keep what the form does not show.
+	var argsForm *views.FormSchema
+	var argErrs map[string]string
+	var argsCall *agent.CallView
+	if values["decision"] == "approve" && values[views.ArgsFormField] != "" {
+		argsCall, argsForm, argErrs, err = s.argsFromFields(c, id, callID, values)
+		if err != nil {
+			return err
+		}
+	}
 	res, fieldErrs, schema := buildResolution(question, values, answers)
+	if len(argErrs) > 0 {
+		res, fieldErrs = nil, argErrs
+		question = argsCall // the card to show again, with the errors beside its fields
+	}
 	if res == nil && len(fieldErrs) == 0 {
 		return fault.New(fault.KindBadRequest, "the form names neither a decision nor an action", nil)
 	}
@@ -198,6 +213,9 @@ func (s *Server) resolvePage(c echo.Context) error {
 				return err // a malformed form, not an answer the call's schema refused
 			}
 			fieldErrs = problemsToFields(err.(*fault.Error), got.Call.PendingKind, schema)
+			if argsForm != nil && got.Call.PendingKind == tools.PendingApproval {
+				fieldErrs = argFieldErrors(argsForm, err.(*fault.Error))
+			}
 		default:
 			return err
 		}
