@@ -151,3 +151,24 @@ func TestResolveTokensMayNotRenameOrDelete(t *testing.T) {
 		}
 	}
 }
+
+// TestFavicon: /favicon.ico leads to the icon (it used to redirect to the sign-in page), which is
+// served as SVG, and every page links it.
+func TestFavicon(t *testing.T) {
+	e := newTestEnv(t, openSQLite, Config{})
+	anon := e.anon()
+	res := anon.do("GET", "/favicon.ico", "", nil)
+	loc := res.Header.Get("Location")
+	readBody(res)
+	if res.StatusCode != http.StatusMovedPermanently || !strings.HasPrefix(loc, "/static/") || !strings.HasSuffix(loc, "/img/favicon.svg") {
+		t.Fatalf("favicon.ico = %d %q", res.StatusCode, loc)
+	}
+	res = anon.do("GET", loc, "", nil)
+	body := readBody(res)
+	if res.StatusCode != http.StatusOK || res.Header.Get("Content-Type") != "image/svg+xml" || !strings.HasPrefix(body, "<svg") {
+		t.Fatalf("the icon = %d %s", res.StatusCode, res.Header.Get("Content-Type"))
+	}
+	if page := readBody(anon.do("GET", "/login", "", nil)); !strings.Contains(page, `<link rel="icon" type="image/svg+xml" href="`+loc+`">`) {
+		t.Fatalf("the sign-in page does not link the icon")
+	}
+}

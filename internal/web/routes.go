@@ -33,6 +33,7 @@ func (s *Server) routes() *echo.Echo {
 	// port is public (README, "Operating").
 	e.GET("/metrics", echo.WrapHandler(metrics.Handler()))
 	e.GET(static.Prefix+":hash/*", serveStatic)
+	e.GET("/favicon.ico", favicon)
 
 	// Signing in.
 	e.GET("/login", s.loginForm)
