@@ -13,9 +13,9 @@ import (
 	"strings"
 )
 
-// files are the page's assets: hooks.js and the stylesheets.
+// files are the page's assets: hooks.js, the stylesheets and the icon.
 //
-//go:embed js css
+//go:embed js css img
 var files embed.FS
 
 // Prefix is the URL path under which Handler serves the files.
@@ -52,9 +52,9 @@ func buildIndex() map[string]entry {
 	return idx
 }
 
-// servable reports whether p is a public asset: a file under js/ or css/.
+// servable reports whether p is a public asset: a file under js/, css/ or img/.
 func servable(p string) bool {
-	return strings.HasPrefix(p, "js/") || strings.HasPrefix(p, "css/")
+	return strings.HasPrefix(p, "js/") || strings.HasPrefix(p, "css/") || strings.HasPrefix(p, "img/")
 }
 
 // URL returns the content-hashed URL of an asset, e.g. URL("js/hooks.js") =

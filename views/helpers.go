@@ -22,6 +22,17 @@ func titleOr(t string) string {
 	return t
 }
 
+// convStatusText says in words what a conversation in a list is doing (idle shows nothing).
+func convStatusText(status string) string {
+	switch status {
+	case agent.StatusGenerating, agent.StatusDispatching:
+		return "working"
+	case agent.StatusAwaiting:
+		return "waiting for an answer"
+	}
+	return status
+}
+
 func roleText(role string) string {
 	switch role {
 	case "user":

@@ -31,7 +31,7 @@ var (
 	md = goldmark.New(
 		goldmark.WithExtensions(extension.GFM),
 		goldmark.WithParserOptions(parser.WithASTTransformers(util.Prioritized(localImagesOnly{}, 100))),
-		goldmark.WithRendererOptions(renderer.WithNodeRenderers(util.Prioritized(literalHTML{}, 100))),
+		goldmark.WithRendererOptions(renderer.WithNodeRenderers(util.Prioritized(literalHTML{}, 100), util.Prioritized(codeBlocks{}, 100))),
 	)
 	sanitizer = newSanitizer()
 )
@@ -45,6 +45,10 @@ func newSanitizer() *bluemonday.Policy {
 	p.AllowElements("p", "br", "hr", "em", "strong", "del", "blockquote", "ul", "ol", "li",
 		"h1", "h2", "h3", "h4", "h5", "h6", "pre", "code", "table", "thead", "tbody", "tr", "th", "td", "sup", "sub")
 	p.AllowAttrs("class").Matching(regexp.MustCompile(`^language-[a-zA-Z0-9_+-]+$`)).OnElements("code")
+	// Highlighted code (highlight.go): the block's class and chroma's token classes, nothing else.
+	p.AllowAttrs("class").Matching(regexp.MustCompile(`^code$`)).OnElements("pre")
+	p.AllowElements("span")
+	p.AllowAttrs("class").Matching(chromaClass).OnElements("span")
 	p.AllowAttrs("align").Matching(regexp.MustCompile(`^(left|right|center)$`)).OnElements("th", "td")
 	p.AllowAttrs("start").Matching(bluemonday.Integer).OnElements("ol")
 	p.AllowAttrs("href").OnElements("a")

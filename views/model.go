@@ -96,6 +96,9 @@ func (p Page) CanAnswer() bool { return agent.MayAnswer(p.Viewer.Principal, p.Ow
 // read it without a composer.
 func (p Page) CanSend() bool { return agent.MaySend(p.Viewer.Principal, p.OwnerID) }
 
+// CanManage reports whether the viewer may rename or delete the conversation (agent.MayManage).
+func (p Page) CanManage() bool { return agent.MayManage(p.Viewer.Principal, p.OwnerID) }
+
 // CanDecide reports whether the viewer may decide a call's approval (agent.MayDecide).
 func (p Page) CanDecide(c agent.CallView) bool {
 	return agent.MayDecide(p.Viewer.Principal, p.OwnerID, c.Approvers)
@@ -113,6 +116,8 @@ type ConversationsPage struct {
 	Conversations []agent.Summary
 	Demo          bool
 	Notice        string
+	// Query is the search the list answers ("" lists every conversation).
+	Query string
 }
 
 // InboxEntry is one pending approval in a reviewer's inbox.
@@ -230,22 +235,6 @@ func valueText(v any) string {
 	return string(b)
 }
 
-// planDetails lists a plan's details sorted by key.
-func planDetails(p *tools.Plan) []kv {
-	if p == nil {
-		return nil
-	}
-	out := make([]kv, 0, len(p.Details))
-	for k, v := range p.Details {
-		if k == "arguments" {
-			continue // shown in the editable arguments field
-		}
-		out = append(out, kv{k, valueText(v)})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].K < out[j].K })
-	return out
-}
-
 type kv struct{ K, V string }
 
 // envelope is the result the model got.
@@ -305,19 +294,18 @@ func callStateText(c agent.CallView) string {
 	if s := callState(c); s == "declined" {
 		return "declined"
 	}
-	return statusText(c.Status)
-}
-
-// executorWords says where a call runs, when that is worth saying on its card: in the browser
-// or with a person ("" for the ordinary server call).
-func executorWords(c agent.CallView) string {
-	switch c.Executor {
-	case tools.Client:
-		return "in your browser"
-	case tools.Human:
-		return "question"
+	if c.Status == agent.CallAwaiting {
+		// What it waits for, not the executor or the status word.
+		switch c.PendingKind {
+		case tools.PendingApproval:
+			return "needs approval"
+		case tools.PendingElicitation:
+			return "needs an answer"
+		case tools.PendingClientExec:
+			return "in your browser"
+		}
 	}
-	return ""
+	return statusText(c.Status)
 }
 
 // quietKind reports whether an error kind is a person's choice rather than a failure: shown as

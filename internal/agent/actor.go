@@ -29,6 +29,8 @@ const (
 	reqExpire
 	reqView
 	reqCancel
+	reqRename // conversations.go
+	reqDelete // conversations.go
 )
 
 // request is a message to an actor. Every request is answered exactly once on reply
@@ -249,6 +251,9 @@ func (a *actor) handle(req *request) {
 		resp.posted = a.takePosted()
 	}
 	req.reply <- resp
+	if req.kind == reqSend && err == nil {
+		a.titleFromFirstMessage(req.text) // conversations.go; after the reply, off the sender's wait
+	}
 	if cont != nil && !a.broken {
 		cont()
 	}
@@ -291,6 +296,10 @@ func (a *actor) dispatchRequest(req *request) (then func(), err error) {
 		return a.handleExpire(req)
 	case reqCancel:
 		return a.handleCancel(req)
+	case reqRename:
+		return a.handleRename(req)
+	case reqDelete:
+		return a.handleDelete(req)
 	}
 	return nil, nil
 }

@@ -134,6 +134,9 @@ type CallView struct {
 	// AskFirst says the owner's page asks the person before it runs this client call
 	// (tools.Tool.AsksBeforeRunning).
 	AskFirst bool
+	// Schema is the tool's parameter schema (empty when the tool is not registered any more):
+	// the page builds the approval card's argument fields and orders the plan from it.
+	Schema json.RawMessage
 }
 
 // PendingView is the API's "pending" entry of an awaiting call.

@@ -169,8 +169,12 @@ func (m *Manager) PendingApprovals(ctx context.Context, by Principal) ([]Pending
 			continue
 		}
 		seen[key] = true
+		cv := pendingCallView(p)
+		if t, ok := m.toolNamed(p.Name); ok {
+			cv.Schema = t.Parameters()
+		}
 		out = append(out, PendingApproval{ConversationID: p.ConversationID, Title: p.Title, OwnerID: p.OwnerID,
-			Call: pendingCallView(p), Prompt: p.Prompt, CreatedAt: p.CreatedAt})
+			Call: cv, Prompt: p.Prompt, CreatedAt: p.CreatedAt})
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].CreatedAt.After(out[j].CreatedAt) })
 	if by.system() {

@@ -115,6 +115,13 @@ func MaySend(by Principal, ownerID string) bool {
 	return by.UserID != "" && by.UserID == ownerID && !by.system()
 }
 
+// MayManage reports whether by may rename or delete a conversation owned by ownerID: the owner
+// alone. Nobody else, admins and the system included: a conversation is its owner's, and what
+// others may decide in it gives them no say over the conversation itself.
+func MayManage(by Principal, ownerID string) bool {
+	return by.UserID != "" && by.UserID == ownerID && !by.system()
+}
+
 // MaySee reports whether by may read a conversation owned by ownerID whose calls are gated as
 // gates say, and follow its events: the owner, the system, and whoever may decide one of its
 // gated calls (read-only: a reviewer opening a call from the inbox sees its context). Anyone

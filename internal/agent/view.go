@@ -35,8 +35,16 @@ func callView(c *call) CallView {
 		Status: c.status, PendingKind: c.kind, Args: c.effectiveArgs(), Result: c.result, Plan: c.plan, Prompt: c.prompt,
 		Progress: append([]string(nil), c.progress...), Attempts: c.attempts, NextAttempt: c.nextAttempt,
 		Decision: c.decision, DecidedBy: c.decidedBy, Reason: c.reason, ExpiresAt: c.expiresAt,
-		AskFirst: c.asksFirst(),
+		AskFirst: c.asksFirst(), Schema: c.schema(),
 	}
+}
+
+// schema is the call's tool's parameter schema, or nothing when the tool is gone.
+func (c *call) schema() json.RawMessage {
+	if c.tool == nil {
+		return nil
+	}
+	return c.tool.Parameters()
 }
 
 // pendingView is the API's pending entry: {"executor","kind","prompt","schema","expires_at"}.

@@ -307,6 +307,17 @@ type Store interface {
 	CreateConversation(ctx context.Context, c Conversation) (Conversation, error)
 	GetConversation(ctx context.Context, id string) (Conversation, error)
 	ListConversations(ctx context.Context, ownerID string) ([]Conversation, error) // newest first
+	// SetConversationTitle sets a conversation's title; with onlyIfUntitled only when it has none
+	// (a title from its first message never overwrites a rename). It reports whether the title
+	// changed; ErrNotFound when the conversation is missing.
+	SetConversationTitle(ctx context.Context, id, title string, onlyIfUntitled bool) (bool, error)
+	// DeleteConversation removes a conversation with its log, calls, timers and steps, and adds
+	// audit (its ConversationID is id) to the audit trail, which keeps every earlier record too.
+	// ErrNotFound when it is missing.
+	DeleteConversation(ctx context.Context, id string, audit AuditRecord) error
+	// SearchConversations returns ownerID's conversations whose title contains query, ignoring
+	// case, most recently updated first, at most limit (0: all).
+	SearchConversations(ctx context.Context, ownerID, query string, limit int) ([]Conversation, error)
 	// ListActive returns conversations whose status is not idle, for revival at start-up.
 	ListActive(ctx context.Context) ([]Conversation, error)
 	// Append writes b after the entry numbered afterSeq and returns the new last sequence. If the

@@ -42,9 +42,10 @@ func (s *Server) apiCreateConversation(c echo.Context) error {
 	return c.JSON(http.StatusCreated, map[string]string{"id": conv.ID})
 }
 
-// apiListConversations: GET /api/v1/conversations → the caller's conversations, newest first.
+// apiListConversations: GET /api/v1/conversations[?q=…] → the caller's conversations, newest
+// first (those whose title holds q, ignoring case, when it is given).
 func (s *Server) apiListConversations(c echo.Context) error {
-	list, err := s.agent.List(c.Request().Context(), principal(c))
+	list, err := s.agent.Search(c.Request().Context(), principal(c), c.QueryParam("q"))
 	if err != nil {
 		return err
 	}

@@ -212,6 +212,12 @@ func noStore(next echo.HandlerFunc) echo.HandlerFunc {
 
 // serveStatic answers /static/<hash>/<path>: a year of caching when the hash is current, a
 // revalidated copy when it is an old hash of a known file, 404 otherwise.
+// favicon: GET /favicon.ico, asked by browsers (and tools) that did not read the page's icon
+// link, goes to the icon's content-hashed URL.
+func favicon(c echo.Context) error {
+	return c.Redirect(http.StatusMovedPermanently, staticURL("img/favicon.svg"))
+}
+
 func serveStatic(c echo.Context) error {
 	data, current, ok := static.Lookup(c.Param("hash"), c.Param("*"))
 	if !ok {
@@ -233,6 +239,8 @@ func contentType(name string) string {
 		return "text/javascript; charset=utf-8"
 	case strings.HasSuffix(name, ".css"):
 		return "text/css; charset=utf-8"
+	case strings.HasSuffix(name, ".svg"):
+		return "image/svg+xml"
 	case strings.HasSuffix(name, ".svg"):
 		return "image/svg+xml"
 	case strings.HasSuffix(name, ".png"):

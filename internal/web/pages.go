@@ -29,20 +29,24 @@ func (s *Server) pageRoutes(e *echo.Echo) {
 	g.GET("/conversations/:id", s.conversationPage)
 	g.POST("/conversations/:id/messages", s.postMessagePage)
 	g.POST("/conversations/:id/cancel", s.cancelPage)
+	g.POST("/conversations/:id/rename", s.renamePage)
+	g.POST("/conversations/:id/delete", s.deletePage)
 	g.POST("/conversations/:id/calls/:call/resolve", s.resolvePage)
 	g.GET("/conversations/:id/ws", s.conversationSocket)
 	g.GET("/inbox", s.inboxPage)
 	g.GET("/inbox/ws", s.inboxSocket)
 }
 
-// conversationsPage: GET /conversations → the user's conversations and the new-conversation form.
+// conversationsPage: GET /conversations[?q=…] → the user's conversations (those whose title holds
+// q, when it is given) and the new-conversation form.
 func (s *Server) conversationsPage(c echo.Context) error {
-	list, err := s.agent.List(c.Request().Context(), principal(c))
+	q := strings.TrimSpace(c.QueryParam("q"))
+	list, err := s.agent.Search(c.Request().Context(), principal(c), q)
 	if err != nil {
 		return err
 	}
 	return s.renderPage(c, http.StatusOK, "Conversations", views.ConversationsBody(views.ConversationsPage{
-		CSRF: s.csrfToken(c), Conversations: list, Demo: s.cfg.DemoModel, Notice: noticeFor(c.QueryParam("notice")),
+		CSRF: s.csrfToken(c), Conversations: list, Demo: s.cfg.DemoModel, Notice: noticeFor(c.QueryParam("notice")), Query: q,
 	}))
 }
 
@@ -178,7 +182,22 @@ func (s *Server) resolvePage(c echo.Context) error {
 			return fault.New(fault.KindNotFound, "no such tool call", nil)
 		}
 	}
+	// Arguments edited as fields (views.ArgsFromForm) become the JSON an edit sends; the call's
+	// schema types them and its own arguments keep what the form does not show.
+	var argsForm *views.FormSchema
+	var argErrs map[string]string
+	var argsCall *agent.CallView
+	if values["decision"] == "approve" && values[views.ArgsFormField] != "" {
+		argsCall, argsForm, argErrs, err = s.argsFromFields(c, id, callID, values)
+		if err != nil {
+			return err
+		}
+	}
 	res, fieldErrs, schema := buildResolution(question, values, answers)
+	if len(argErrs) > 0 {
+		res, fieldErrs = nil, argErrs
+		question = argsCall // the card to show again, with the errors beside its fields
+	}
 	if res == nil && len(fieldErrs) == 0 {
 		return fault.New(fault.KindBadRequest, "the form names neither a decision nor an action", nil)
 	}
@@ -194,6 +213,9 @@ func (s *Server) resolvePage(c echo.Context) error {
 				return err // a malformed form, not an answer the call's schema refused
 			}
 			fieldErrs = problemsToFields(err.(*fault.Error), got.Call.PendingKind, schema)
+			if argsForm != nil && got.Call.PendingKind == tools.PendingApproval {
+				fieldErrs = argFieldErrors(argsForm, err.(*fault.Error))
+			}
 		default:
 			return err
 		}

@@ -88,6 +88,11 @@ var notices = map[string]string{
 	"nothing": "Nothing was running any more.",
 	"empty":   "Write a message first.",
 	"long":    "That message is too long.",
+	// Renaming and deleting (conversations.go).
+	"renamed":  "Renamed.",
+	"badtitle": "A title needs some text, at most 200 characters.",
+	"deleted":  "The conversation was deleted.",
+	"busy":     "The assistant is still working here: stop it first, then delete the conversation.",
 	// The account page's.
 	"password": "Your password was changed, and every other browser signed in as you was signed out.",
 }

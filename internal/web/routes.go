@@ -33,6 +33,7 @@ func (s *Server) routes() *echo.Echo {
 	// port is public (README, "Operating").
 	e.GET("/metrics", echo.WrapHandler(metrics.Handler()))
 	e.GET(static.Prefix+":hash/*", serveStatic)
+	e.GET("/favicon.ico", favicon)
 
 	// Signing in.
 	e.GET("/login", s.loginForm)
@@ -67,6 +68,8 @@ func (s *Server) routes() *echo.Echo {
 	api.POST("/conversations", s.apiCreateConversation)
 	api.GET("/conversations", s.apiListConversations)
 	api.GET("/conversations/:id", s.apiGetConversation)
+	api.PATCH("/conversations/:id", s.apiRenameConversation)
+	api.DELETE("/conversations/:id", s.apiDeleteConversation)
 	api.POST("/conversations/:id/messages", s.apiSendMessage)
 	api.POST("/conversations/:id/cancel", s.apiCancel)
 	api.POST("/conversations/:id/calls/:call/resolve", s.apiResolve)

@@ -148,6 +148,7 @@ func (s *Server) layoutData(c echo.Context, title string) views.LayoutData {
 		Title:       title,
 		Script:      staticURL("js/hooks.js"),
 		Stylesheets: static.Stylesheets(),
+		Icon:        staticURL("img/favicon.svg"),
 		Demo:        s.cfg.DemoModel,
 	}
 	if u := currentUser(c); u != nil {

@@ -174,6 +174,41 @@
     el.appendChild(document.createTextNode(f.text));
   }
 
+  // ---- code blocks ---------------------------------------------------------------------------
+
+  // Every code block the server rendered (highlighted, views/highlight.go) gets a copy button.
+  // Copying needs script, so script adds the button: a page without it shows none.
+  function codeCopyButtons(scope) {
+    within(scope, ".markdown pre.code").forEach(function (pre) {
+      const parent = pre.parentElement;
+      if (!parent || parent.classList.contains("code-block")) return;
+      const box = document.createElement("div");
+      box.className = "code-block";
+      parent.replaceChild(box, pre);
+      const b = document.createElement("button");
+      b.type = "button";
+      b.className = "copy-code";
+      b.setAttribute("data-parley", "copy-code");
+      b.setAttribute("aria-label", "Copy the code");
+      b.textContent = "Copy";
+      box.appendChild(b);
+      box.appendChild(pre);
+    });
+  }
+
+  document.addEventListener("click", function (ev) {
+    const button = ev.target instanceof Element ? ev.target.closest('[data-parley="copy-code"]') : null;
+    if (!button || !button.parentElement) return;
+    const pre = button.parentElement.querySelector("pre");
+    if (!pre || !navigator.clipboard) return;
+    navigator.clipboard.writeText(pre.textContent || "").then(function () {
+      button.textContent = "Copied";
+      setTimeout(function () { button.textContent = "Copy"; }, 2000);
+    }, function () {
+      button.textContent = "Copy failed";
+    });
+  });
+
   // ---- local times ---------------------------------------------------------------------------
 
   // The server writes times in UTC; the page shows them in the browser's zone.
@@ -311,6 +346,7 @@
       case "html":
         applyHTML(f);
         localTimes(document.body);
+        codeCopyButtons(document.body);
         followed();
         break;
       case "text":
@@ -522,6 +558,7 @@
 
   function start() {
     localTimes(document.body);
+    codeCopyButtons(document.body);
     const root = document.querySelector("[data-ws]");
     if (root) {
       toLatest(); // a conversation opens at its newest message

@@ -181,7 +181,14 @@ var (
 	echoRE       = regexp.MustCompile(`(?i)^\s*(?:echo|repeat)\b[:,]?\s*(.*)$`)
 	mixedRE      = regexp.MustCompile(`\bmixed\b|\bdo everything\b|\beverything at once\b`)
 	greetingRE   = regexp.MustCompile(`^\s*(hi|hello|hey|good (morning|afternoon|evening))\b`)
+	codeRE       = regexp.MustCompile(`\b(show|write|give)\b.*\bcode\b|\bcode (example|sample)\b`)
 )
+
+// codeAnswer shows a fenced code block (highlighted on the page, with a copy button) and a
+// little Markdown around it.
+const codeAnswer = "Here is a small **Go** program:\n\n```go\npackage main\n\nimport \"fmt\"\n\n" +
+	"func main() {\n\tfor i := 3; i > 0; i-- {\n\t\tfmt.Println(\"countdown:\", i)\n\t}\n}\n```\n\n" +
+	"Run it with `go run main.go`."
 
 // zones maps a few city names to IANA zones for "what time is it in …".
 var zones = map[string]string{
@@ -194,6 +201,8 @@ var zones = map[string]string{
 func respond(b *builder, text string) {
 	lower := strings.ToLower(text)
 	switch {
+	case codeRE.MatchString(lower):
+		b.text = codeAnswer
 	case mixedRE.MatchString(lower):
 		mixed(b)
 	case askMeRE.MatchString(lower):

@@ -85,6 +85,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 		{"InvitationRace", testInvitationRace},
 		{"Settings", testSettings},
 		{"Conversations", testConversations},
+		{"RenameDeleteSearch", testRenameDeleteSearch},
 		{"AppendAndLog", testAppendAndLog},
 		{"AppendRace", testAppendRace},
 		{"AppendRaceTwoHandles", testAppendRaceTwoHandles},

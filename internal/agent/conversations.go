@@ -1,0 +1,200 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"parley/internal/fault"
+	"parley/internal/store"
+	"parley/internal/tools"
+)
+
+// This file is what the owner does to a conversation as a whole: its title (set from the first
+// message, or renamed), deleting it, and finding it by title. Renames and deletes go through
+// the conversation's actor, which owns the conversation (its cached title, whether a turn
+// runs); search reads the store.
+
+// autoTitleRunes bounds a title made from the first message: a list line, not a paragraph.
+const autoTitleRunes = 60
+
+// maxSearchResults bounds one search's answer.
+const maxSearchResults = 200
+
+// Rename sets the conversation's title. Only the owner may (MayManage): not_found for whoever
+// may not see the conversation, permission_denied for whoever may; invalid_args for an empty
+// title or one over 200 characters. The title is cleaned as CleanTitle says; the answer holds
+// the id and the title as stored.
+func (m *Manager) Rename(ctx context.Context, convID string, by Principal, title string) (Summary, error) {
+	title = CleanTitle(title)
+	if title == "" {
+		return Summary{}, fault.InvalidField("title", "a title cannot be empty")
+	}
+	if utf8.RuneCountInString(title) > maxTitleRunes {
+		return Summary{}, fault.InvalidField("title", "a title has at most 200 characters")
+	}
+	if _, err := m.call(ctx, convID, &request{kind: reqRename, by: by, text: title}); err != nil {
+		return Summary{}, err
+	}
+	return Summary{ID: convID, Title: title}, nil
+}
+
+// Delete removes the conversation with its log, calls and timers; the audit trail keeps its
+// records and one for the deletion (action delete_conversation, by its owner). Only the owner
+// may (MayManage). A conversation whose turn is still open (the model writes, tools run, or a
+// call waits for a person, or messages wait behind it) is not deleted: conflict, saying to stop
+// it first, so nothing that was started is dropped half-done without the owner's Stop (which
+// ends the turn's calls as cancelled, in the log, before anything else happens).
+func (m *Manager) Delete(ctx context.Context, convID string, by Principal) error {
+	_, err := m.call(ctx, convID, &request{kind: reqDelete, by: by})
+	return err
+}
+
+// Search lists by's conversations whose title contains query (ignoring case), newest first, at
+// most 200. An empty query lists them all, as List does.
+func (m *Manager) Search(ctx context.Context, by Principal, query string) ([]Summary, error) {
+	query = strings.TrimSpace(query)
+	if query == "" {
+		return m.List(ctx, by)
+	}
+	if by.UserID == "" {
+		return nil, nil
+	}
+	if utf8.RuneCountInString(query) > maxTitleRunes {
+		return nil, fault.InvalidField("q", "a search has at most 200 characters")
+	}
+	list, err := m.cfg.Store.SearchConversations(ctx, by.UserID, storable(query), maxSearchResults)
+	if err != nil {
+		return nil, m.internalError("search conversations", err)
+	}
+	out := make([]Summary, len(list))
+	for i, c := range list {
+		out[i] = summaryOf(c)
+	}
+	return out, nil
+}
+
+// CleanTitle makes text a title: storable, every run of spaces, line breaks, control and
+// formatting characters (bidirectional overrides included) one space, trimmed.
+func CleanTitle(text string) string {
+	var b strings.Builder
+	space := false
+	for _, r := range storable(text) {
+		if unicode.IsSpace(r) || unicode.IsControl(r) || unicode.In(r, unicode.Cf) {
+			space = b.Len() > 0
+			continue
+		}
+		if space {
+			b.WriteByte(' ')
+			space = false
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// TitleFromMessage is the title a conversation takes from its first message: the first line
+// with text, cleaned (CleanTitle), cut at a word boundary to at most 60 characters with "…"
+// when cut.
+func TitleFromMessage(text string) string {
+	var line string
+	for l := range strings.Lines(text) {
+		if line = CleanTitle(l); line != "" {
+			break
+		}
+	}
+	if utf8.RuneCountInString(line) <= autoTitleRunes {
+		return line
+	}
+	runes := []rune(line)[:autoTitleRunes-1]
+	cut := string(runes)
+	if i := strings.LastIndexByte(cut, ' '); i >= autoTitleRunes/2 {
+		cut = cut[:i]
+	}
+	return strings.TrimRight(cut, " ,.;:-") + "…"
+}
+
+// handleRename is Rename inside the actor.
+func (a *actor) handleRename(req *request) (then func(), err error) {
+	if err := a.mayManage(req.by, "rename it"); err != nil {
+		return nil, err
+	}
+	if _, err := a.m.cfg.Store.SetConversationTitle(a.m.base, a.id, req.text, false); err != nil {
+		return nil, a.internalError("rename conversation", err)
+	}
+	a.st.conv.Title = req.text
+	return nil, nil
+}
+
+// handleDelete is Delete inside the actor: refused while a turn is open, else the store
+// deletes the conversation and the actor stops after replying (a later request finds nothing:
+// not_found).
+func (a *actor) handleDelete(req *request) (then func(), err error) {
+	if err := a.mayManage(req.by, "delete it"); err != nil {
+		return nil, err
+	}
+	if a.st.turnOpen || len(a.st.queue) > 0 || a.llmBusy || a.drafting != nil || len(a.running) > 0 {
+		return nil, fault.New(fault.KindConflict, "the assistant is still working in this conversation: stop it first, then delete it",
+			map[string]any{"status": a.st.status})
+	}
+	err = a.m.cfg.Store.DeleteConversation(a.m.base, a.id, store.AuditRecord{
+		ConversationID: a.id, ActorID: req.by.UserID, Action: "delete_conversation", Reason: a.st.conv.Title, At: a.now(),
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errNotFound()
+	}
+	if err != nil {
+		return nil, a.internalError("delete conversation", err)
+	}
+	a.log.Info("conversation deleted by its owner")
+	// The actor stops once the reply is sent: a caller that saw it stop first would retry on a
+	// fresh actor and be told the conversation does not exist.
+	return func() { a.beginStop(true) }, nil
+}
+
+// mayManage answers a rename or a delete: the owner alone (MayManage); not_found for whoever
+// may not see the conversation, permission_denied for whoever may.
+func (a *actor) mayManage(by Principal, what string) error {
+	if MayManage(by, a.st.conv.OwnerID) {
+		return nil
+	}
+	if a.st.maySee(by) {
+		return fault.New(fault.KindPermissionDenied, "only the conversation's owner may "+what, nil)
+	}
+	return errNotFound()
+}
+
+// titleFromFirstMessage names an untitled conversation after the message that was just sent
+// (TitleFromMessage), once: a rename, or a title given at creation, is never overwritten. A
+// failed write leaves it untitled (the next message tries again) and is only logged.
+func (a *actor) titleFromFirstMessage(text string) {
+	if a.st.conv.Title != "" {
+		return
+	}
+	title := TitleFromMessage(text)
+	if title == "" {
+		return
+	}
+	changed, err := a.m.cfg.Store.SetConversationTitle(a.m.base, a.id, title, true)
+	if err != nil {
+		a.log.Warn("agent: title from the first message", "err", err)
+		return
+	}
+	if changed {
+		a.st.conv.Title = title
+		return
+	}
+	if conv, err := a.m.cfg.Store.GetConversation(a.m.base, a.id); err == nil {
+		a.st.conv.Title = conv.Title // renamed meanwhile (through another process)
+	}
+}
+
+// toolNamed is the registered tool called name, if any.
+func (m *Manager) toolNamed(name string) (*tools.Tool, bool) {
+	if m.cfg.Tools == nil {
+		return nil, false
+	}
+	return m.cfg.Tools.Get(name)
+}

@@ -1,0 +1,76 @@
+package sqlcore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"parley/internal/store"
+)
+
+// This file is what a conversation's owner does to the conversation itself: rename it, delete
+// it, find it by its title.
+
+// SetConversationTitle implements store.Store. The title changes without touching the log or
+// updated_at (a rename is not activity, so it does not reorder the list).
+func (c *Core) SetConversationTitle(ctx context.Context, id, title string, onlyIfUntitled bool) (bool, error) {
+	q := `UPDATE conversations SET title = $1 WHERE id = $2`
+	if onlyIfUntitled {
+		q += ` AND title = ''`
+	}
+	n, err := c.DB.Exec(ctx, q, title, id)
+	if err != nil {
+		return false, fmt.Errorf("set the title of conversation %q: %w", id, err)
+	}
+	if n > 0 {
+		return true, nil
+	}
+	if _, err := c.GetConversation(ctx, id); err != nil {
+		return false, err
+	}
+	return false, nil
+}
+
+// DeleteConversation implements store.Store: the conversation's row goes, and with it (ON
+// DELETE CASCADE) its log, calls, timers, steps and cluster ownership; the audit trail and the
+// outbox stay, and audit is added to the trail in the same transaction.
+func (c *Core) DeleteConversation(ctx context.Context, id string, audit store.AuditRecord) error {
+	at := c.now()
+	if !audit.At.IsZero() {
+		at = ts(audit.At)
+	}
+	err := c.inTx(ctx, func(tx Tx) error {
+		n, err := tx.Exec(ctx, `DELETE FROM conversations WHERE id = $1`, id)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return store.ErrNotFound
+		}
+		_, err = tx.Exec(ctx, auditInsert+` VALUES ($1,$2,$3,$4,$5,$6,$7,$8)`,
+			id, audit.ToolCallID, audit.Tool, audit.ActorID, audit.Action, audit.Reason, audit.ArgsHash, at)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("delete conversation %q: %w", id, err)
+	}
+	return nil
+}
+
+// SearchConversations implements store.Store: the owner's conversations whose title holds
+// query, ignoring case (the database's lower(): every letter on PostgreSQL, ASCII letters on
+// SQLite), most recently updated first.
+func (c *Core) SearchConversations(ctx context.Context, ownerID, query string, limit int) ([]store.Conversation, error) {
+	pattern := "%" + escapeLike(query) + "%"
+	cs, err := queryAll(ctx, c.DB, `SELECT `+convCols+` FROM conversations WHERE owner_id = $1 AND lower(title) LIKE lower($2) ESCAPE '\'
+		ORDER BY updated_at DESC, created_at DESC, id LIMIT $3`, []any{ownerID, pattern, int64(limitOrAll(limit))}, scanConv)
+	if err != nil {
+		return nil, fmt.Errorf("search conversations: %w", err)
+	}
+	return cs, nil
+}
+
+// escapeLike makes s match itself in a LIKE pattern whose escape character is a backslash.
+func escapeLike(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
+}

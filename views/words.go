@@ -1,0 +1,378 @@
+package views
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"parley/internal/agent"
+	"parley/internal/tools"
+)
+
+// This file turns JSON into words for the cards: a tool's result as rows of names and values
+// (or its text), a plan's details in the order of the tool's schema, and the approval card's
+// argument fields built from that schema. Every value is bounded here and escaped by templ.
+
+// ArgFieldPrefix names the approval card's argument fields ("arg." + a property name), apart
+// from the card's own fields (decision, reason, args, return), as AnswerFieldPrefix does for a
+// question's.
+const ArgFieldPrefix = "arg."
+
+// ArgsFormField is the hidden field that says the arguments came as fields, not as JSON.
+const ArgsFormField = "args_form"
+
+// Bounds of what a card shows of a value.
+const (
+	maxRows      = 24
+	maxValueText = 400
+	maxPlainText = 4000
+)
+
+// resultWords is a result as a card shows it: rows of names and values for an object of simple
+// values, text for a string or a number, nothing (ok false) for shapes that read better as JSON.
+type resultWords struct {
+	Rows []kv
+	Text string
+	More int // rows left out past maxRows
+}
+
+// wordsFor reads a tool's result (the envelope's "result").
+func wordsFor(raw json.RawMessage) (resultWords, bool) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return resultWords{}, false
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil {
+		return resultWords{}, false
+	}
+	switch x := v.(type) {
+	case string:
+		return resultWords{Text: clip(x, maxPlainText)}, x != ""
+	case json.Number, bool:
+		return resultWords{Text: scalarText(x)}, true
+	case map[string]any:
+		keys := objectKeys(raw)
+		if len(keys) == 0 {
+			return resultWords{}, false
+		}
+		var w resultWords
+		for _, k := range keys {
+			text, ok := inlineText(x[k])
+			if !ok {
+				return resultWords{}, false // nested structure: the JSON says it better
+			}
+			if len(w.Rows) == maxRows {
+				w.More++
+				continue
+			}
+			w.Rows = append(w.Rows, kv{humanKey(k), text})
+		}
+		return w, true
+	}
+	return resultWords{}, false
+}
+
+// inlineText is a value that fits on one row: a scalar, or a short list of scalars.
+func inlineText(v any) (string, bool) {
+	switch x := v.(type) {
+	case []any:
+		parts := make([]string, 0, len(x))
+		for _, e := range x {
+			switch e.(type) {
+			case []any, map[string]any:
+				return "", false
+			}
+			parts = append(parts, scalarText(e))
+		}
+		return clip(strings.Join(parts, ", "), maxValueText), true
+	case map[string]any:
+		return "", false
+	}
+	return clip(scalarText(v), maxValueText), true
+}
+
+func scalarText(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "—"
+	case string:
+		return x
+	case bool:
+		if x {
+			return "yes"
+		}
+		return "no"
+	case json.Number:
+		return x.String()
+	}
+	return fmt.Sprint(v)
+}
+
+// clip bounds s to n characters, with "…" when cut.
+func clip(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n-1]) + "…"
+}
+
+// humanKey turns a JSON key into a label: "time_zone" → "Time zone".
+func humanKey(k string) string {
+	s := strings.TrimSpace(strings.NewReplacer("_", " ", "-", " ").Replace(k))
+	if s == "" {
+		return k
+	}
+	r, size := utf8.DecodeRuneInString(s)
+	return strings.ToUpper(string(r)) + s[size:]
+}
+
+// objectKeys returns the keys of a JSON object in document order (the first of duplicates).
+func objectKeys(raw json.RawMessage) []string {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil
+	}
+	var out []string
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		k, _ := tok.(string)
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return nil
+		}
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// planRows lists a plan's details in the order of the tool's schema properties, then the rest
+// by name; "arguments" is left out (the card shows them).
+func planRows(p *tools.Plan, schema json.RawMessage) []kv {
+	if p == nil {
+		return nil
+	}
+	rank := map[string]int{}
+	if order, err := propertyOrder(schema); err == nil {
+		for i, n := range order {
+			rank[n] = i
+		}
+	}
+	keys := make([]string, 0, len(p.Details))
+	for k := range p.Details {
+		if k != "arguments" {
+			keys = append(keys, k)
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		ri, oki := rank[keys[i]]
+		rj, okj := rank[keys[j]]
+		switch {
+		case oki && okj:
+			return ri < rj
+		case oki != okj:
+			return oki
+		}
+		return keys[i] < keys[j]
+	})
+	out := make([]kv, len(keys))
+	for i, k := range keys {
+		out[i] = kv{humanKey(k), valueText(p.Details[k])}
+	}
+	return out
+}
+
+// argsForm is the approval card's argument fields, when the tool's schema is a flat object of
+// strings, numbers, integers and booleans (what a form shows well); ok false otherwise (the
+// card then offers the arguments as JSON).
+func argsForm(c agent.CallView) (FormSchema, bool) {
+	if len(c.Schema) == 0 {
+		return FormSchema{}, false
+	}
+	fs, err := ParseFormSchema(c.Schema)
+	if err != nil || len(fs.Fields) == 0 {
+		return FormSchema{}, false
+	}
+	for _, f := range fs.Fields {
+		switch f.Type {
+		case "string", "number", "integer", "boolean":
+		default:
+			return FormSchema{}, false
+		}
+	}
+	var args map[string]json.RawMessage
+	if json.Unmarshal(c.Args, &args) != nil {
+		return FormSchema{}, false
+	}
+	for _, f := range fs.Fields {
+		v, ok := args[f.Name]
+		if !ok {
+			continue
+		}
+		var x any
+		if json.Unmarshal(v, &x) != nil {
+			return FormSchema{}, false
+		}
+		switch x.(type) {
+		case map[string]any, []any:
+			return FormSchema{}, false // a value the field could not show as it is
+		}
+	}
+	return fs, true
+}
+
+// argText is a field's value as the call's arguments hold it.
+func argText(c agent.CallView, f Field) string {
+	var args map[string]json.RawMessage
+	if json.Unmarshal(c.Args, &args) != nil {
+		return ""
+	}
+	raw, ok := args[f.Name]
+	if !ok {
+		return ""
+	}
+	var x any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if dec.Decode(&x) != nil {
+		return ""
+	}
+	switch v := x.(type) {
+	case string:
+		return v
+	case json.Number:
+		return v.String()
+	case bool:
+		if v {
+			return "on"
+		}
+	}
+	return ""
+}
+
+// argValue is what an argument field shows: what was submitted, else the call's argument.
+func argValue(c agent.CallView, fl Field, f *FormState) string {
+	if v, ok := f.Value(ArgFieldPrefix + fl.Name); ok {
+		return v
+	}
+	return argText(c, fl)
+}
+
+// argChecked is an argument checkbox's state.
+func argChecked(c agent.CallView, fl Field, f *FormState) bool {
+	v := argValue(c, fl, f)
+	if f != nil && f.Values != nil && f.Values[ArgsFormField] != "" {
+		_, sent := f.Values[ArgFieldPrefix+fl.Name]
+		return sent && v != ""
+	}
+	return v == "on"
+}
+
+// multiline reports whether a text argument reads better in a text area.
+func multiline(fl Field, value string) bool {
+	return fl.Type == "string" && len(fl.Enum) == 0 && fl.Format == "" &&
+		(strings.Contains(value, "\n") || utf8.RuneCountInString(value) > 60 || (fl.MaxLength != nil && *fl.MaxLength > 200))
+}
+
+// ArgsFromForm builds a call's edited arguments from the approval card's fields (values, by
+// property name) and the arguments the call had: every field of the form replaces its property
+// (an empty one removes it, a checkbox that was absent and stays unchecked stays absent), typed
+// by the schema; properties the form does not show stay as they were. errs are per field
+// (ArgFieldPrefix + name) for values that cannot be typed; the agent validates the rest against
+// the tool's schema.
+func ArgsFromForm(schema, original json.RawMessage, values map[string]string) (json.RawMessage, map[string]string, error) {
+	fs, err := ParseFormSchema(schema)
+	if err != nil {
+		return nil, nil, err
+	}
+	args := map[string]json.RawMessage{}
+	if len(bytes.TrimSpace(original)) > 0 {
+		if err := json.Unmarshal(original, &args); err != nil {
+			return nil, nil, fmt.Errorf("read the call's arguments: %w", err)
+		}
+	}
+	errs := map[string]string{}
+	for _, f := range fs.Fields {
+		v, sent := values[f.Name]
+		_, had := args[f.Name]
+		switch {
+		case f.Type == "boolean":
+			on := sent && (v == "on" || v == "true" || v == "1")
+			if on || had {
+				args[f.Name] = json.RawMessage(strconv.FormatBool(on))
+			}
+			continue
+		case f.Type != "string" && strings.TrimSpace(v) == "", f.Type == "string" && v == "":
+			delete(args, f.Name)
+			continue
+		}
+		switch f.Type {
+		case "integer":
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				errs[ArgFieldPrefix+f.Name] = "Enter a whole number."
+				continue
+			}
+			args[f.Name] = json.RawMessage(strconv.FormatInt(n, 10))
+		case "number":
+			t := strings.TrimSpace(v)
+			var n json.Number
+			if json.Unmarshal([]byte(t), &n) != nil || !json.Valid([]byte(t)) {
+				errs[ArgFieldPrefix+f.Name] = "Enter a number."
+				continue
+			}
+			args[f.Name] = json.RawMessage(t)
+		default:
+			b, _ := json.Marshal(strings.ReplaceAll(v, "\r\n", "\n"))
+			args[f.Name] = b
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errs, nil
+	}
+	b, err := json.Marshal(args)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encode the arguments: %w", err)
+	}
+	return b, nil, nil
+}
+
+func argID(callID, name string) string { return "arg-" + callID + "-" + name }
+
+// argInputType is an argument field's input type. Dates stay text: the field shows the value
+// exactly as the call has it, so an untouched field approves the call unchanged.
+func argInputType(fl Field) string {
+	switch t := fl.InputType(); t {
+	case "email", "url", "number":
+		return t
+	}
+	return "text"
+}
+
+// approved reports whether a finished call ran on a person's approval: its card keeps the plan.
+func approved(c agent.CallView) bool {
+	return c.Plan != nil && c.Status != agent.CallAwaiting && strings.Contains(c.Decision, "approve")
+}
+
+// jsonSubmitted reports whether the card's arguments came back as JSON (an "args" field sent
+// without the argument fields): the card then shows them as JSON again, with their errors.
+func jsonSubmitted(f *FormState) bool {
+	if f == nil || f.Values == nil {
+		return false
+	}
+	_, sent := f.Values["args"]
+	return sent && f.Values[ArgsFormField] == ""
+}
