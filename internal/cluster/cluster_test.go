@@ -637,3 +637,40 @@ func TestForeignNotificationsAreRefused(t *testing.T) {
 		t.Fatalf("after a forged approval: %s", v.Status)
 	}
 }
+
+// TestRenameAndDeleteAnywhere: a rename and a delete sent to processes that do not own the
+// conversation are done by its owner, whose actor then leaves.
+func TestRenameAndDeleteAnywhere(t *testing.T) {
+	w := newWorld(t)
+	a, b, c := w.start(procOptions{}), w.start(procOptions{}), w.start(procOptions{})
+	conv := a.conversation(w.ann)
+	w.model.Push(llmtest.Reply("Hello."))
+	if err := a.m.Send(context.Background(), conv, w.ann, "hi"); err != nil {
+		t.Fatal(err)
+	}
+	a.await(conv, w.ann, "answered", saying("Hello."))
+	if _, err := b.m.Rename(context.Background(), conv, w.ann, "Greetings"); err != nil {
+		t.Fatalf("rename on b: %v", err)
+	}
+	if v := a.view(conv, w.ann); v.Title != "Greetings" {
+		t.Fatalf("title on a = %q", v.Title)
+	}
+	if err := c.m.Delete(context.Background(), conv, w.rita); fault.KindOf(err) != fault.KindNotFound {
+		t.Fatalf("a delete by someone else on c: %v, want not_found", err)
+	}
+	if err := c.m.Delete(context.Background(), conv, w.ann); err != nil {
+		t.Fatalf("delete on c: %v", err)
+	}
+	for _, p := range []*proc{a, b, c} {
+		if _, err := p.m.View(context.Background(), conv, w.ann); fault.KindOf(err) != fault.KindNotFound {
+			t.Fatalf("view after the delete: %v, want not_found", err)
+		}
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for a.m.Stats().LiveActors != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a kept the deleted conversation's actor")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
