@@ -144,6 +144,7 @@ func toolNameRE(s string) bool {
 
 // inflight is one call under way: where its progress goes and who its questions are for.
 type inflight struct {
+	ctx      context.Context // the call's: a question outlives neither it nor the call
 	call     tools.Call
 	progress chan string // bounded (maxProgressQueued); overflow drops the newest line
 
@@ -183,7 +184,7 @@ func (s *server) callFunc(remote string) tools.Func {
 			return nil, e
 		}
 		token := call.Key() + "/" + strconv.Itoa(call.Attempt)
-		in := &inflight{call: call, progress: make(chan string, maxProgressQueued)}
+		in := &inflight{ctx: ctx, call: call, progress: make(chan string, maxProgressQueued)}
 		s.mu.Lock()
 		s.inflight[token] = in
 		s.mu.Unlock()
@@ -420,8 +421,9 @@ func (s *server) progress(_ context.Context, req *mcp.ProgressNotificationClient
 
 // elicit puts a server's question to the owner of the conversation whose call asks it. Under
 // the 2026-07-28 protocol the question comes back with the call (an input-required result), so
-// ctx is the call's; an older server asks on the session, and its question is put to the only
-// call under way, or declined when there is not exactly one.
+// ctx is the call's; under an older one the server asks on the session, with nothing that names
+// the call, so the question is put to the only call under way, or declined when there is not
+// exactly one.
 func (s *server) elicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 	in, _ := ctx.Value(inflightKey{}).(*inflight)
 	if in == nil {
@@ -457,6 +459,10 @@ func (s *server) elicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.Elici
 			q.Schema = b
 		}
 	}
+	// An older server asks on the session, whose handler context does not end with the call.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(in.ctx, cancel)()
 	ans, err := in.call.Ask(ctx, q)
 	if err != nil {
 		in.setAskErr(err)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -98,6 +99,14 @@ func NewServer(crash bool) *mcp.Server {
 			for i := 1; i <= 3; i++ {
 				_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
 					ProgressToken: req.Params.GetProgressToken(), Progress: float64(i), Total: 3, Message: fmt.Sprintf("step %d", i)})
+				// The work between reports. Over streamable HTTP the client handles a
+				// notification apart from the result, so one sent just before the result may
+				// arrive after the call ended (and is dropped); real progress precedes real work.
+				select {
+				case <-time.After(20 * time.Millisecond):
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
 			}
 			return text("done"), nil
 		})
