@@ -127,6 +127,8 @@ type actor struct {
 	// pending is the count of awaiting calls by kind last reported to the manager (metrics).
 	pending map[string]int
 	cancel  cancelState // cancel.go
+	// asks are the running calls waiting for their owner's answer, by call (elicit.go).
+	asks map[string]chan askReply
 }
 
 func newActor(m *Manager, id string) *actor {
@@ -359,11 +361,14 @@ func (a *actor) handleInternal(msg any) {
 	case toolDone:
 		a.inflight--
 		delete(a.running, m.id)
+		delete(a.asks, m.id)
 		if a.discard {
 			return
 		}
 		a.onToolDone(m)
 		a.runQueued()
+	case askMsg:
+		a.onAsk(m)
 	case toolProgress:
 		if c := a.st.calls[m.id]; c != nil && !a.discard {
 			c.progress = append(c.progress, m.text)

@@ -40,6 +40,9 @@ func (a *actor) handleResolve(req *request) (then func(), err error) {
 	case tools.PendingApproval:
 		return a.resolveApproval(c, req.res, by)
 	case tools.PendingElicitation:
+		if c.askedMidCall() {
+			return a.resolveAsk(c, req.res, by)
+		}
 		return a.resolveElicitation(c, req.res, by)
 	case tools.PendingClientExec:
 		return a.resolveClient(c, req.res, by)
@@ -324,6 +327,7 @@ func (a *actor) closeCall(c *call, fin closing) error {
 	if err := a.commit(b, []string{c.id}); err != nil {
 		return err
 	}
+	a.dropAsk(c)
 	a.publishCall(c)
 	return nil
 }

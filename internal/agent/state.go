@@ -367,6 +367,8 @@ func (s *convState) apply(e store.Entry, reg *tools.Registry) error {
 		} else {
 			c.nextAttempt = nil
 		}
+	case entryQuestion, entryAnswer:
+		return s.applyAsk(e)
 	case store.EntryExpiry:
 		// The tool_error entry written beside it carries the outcome.
 	case store.EntryQueuedMessage, store.EntryTurnCancelled:

@@ -120,19 +120,38 @@ func (a *actor) runTool(c *call) {
 			}
 		},
 	}
+	// A question to the owner (elicit.go) pauses the run timer: its own expiry bounds the wait,
+	// and the run gets its whole timeout again once answered.
+	pauses := make(chan bool)
+	call.Ask = a.asker(c.id, attempt, func(p bool) {
+		select {
+		case pauses <- p:
+		case <-ctx.Done():
+		}
+	})
 	// The timer is armed here, in the actor, so it is running before anyone hears of the call.
 	timer := clk.NewTimer(timeout)
 	go func() {
 		timedOut := make(chan bool, 1)
 		stop := make(chan struct{})
 		go func() {
-			select {
-			case <-timer.C():
-				timedOut <- true
-				cancel()
-			case <-stop:
-				timer.Stop()
-				timedOut <- false
+			for {
+				select {
+				case <-timer.C():
+					timedOut <- true
+					cancel()
+					return
+				case p := <-pauses:
+					if p {
+						timer.Stop()
+					} else {
+						timer.Reset(timeout)
+					}
+				case <-stop:
+					timer.Stop()
+					timedOut <- false
+					return
+				}
 			}
 		}()
 		began := clk.Now()

@@ -84,6 +84,8 @@ func (a *actor) resume() {
 		switch {
 		case c.status == store.CallAwaiting && c.kind == tools.PendingClientExec:
 			a.checkClient(c)
+		case c.askedMidCall() && a.asks[c.id] == nil:
+			a.askLost(c)
 		case c.status == store.CallRunning && c.nextAttempt == nil:
 			a.runTool(c)
 		}

@@ -30,6 +30,7 @@ import (
 	"parley/internal/store/pgstore"
 	"parley/internal/store/sqlitestore"
 	"parley/internal/tools"
+	"parley/internal/tools/mcpadapter"
 	"parley/internal/tools/toolsfile"
 	"parley/internal/web"
 )
@@ -43,8 +44,9 @@ type App struct {
 	clock    clock.Clock
 	store    store.Store
 	manager  *agent.Manager
-	node     *cluster.Node // nil on the embedded store
-	unlock   func()        // releases the embedded store's directory; nil on PostgreSQL
+	node     *cluster.Node       // nil on the embedded store
+	mcp      *mcpadapter.Manager // nil when the tools file lists no MCP server
+	unlock   func()              // releases the embedded store's directory; nil on PostgreSQL
 	web      *web.Server
 	http     *http.Server
 	listener net.Listener
@@ -104,6 +106,9 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err = a.startMCP(ctx, reg); err != nil {
+		return nil, err
+	}
 	acfg := agent.Config{Store: a.store, Provider: provider, Tools: reg, Clock: a.clock, Logger: a.log,
 		MaxTokens: cfg.MaxTokens, System: cfg.SystemPrompt, MaxCallsPerAnswer: cfg.MaxCallsPerAnswer, MaxToolRuns: cfg.MaxToolRuns,
 		ContextBudget: cfg.ContextBudget, MaxModelCalls: cfg.MaxModelCalls, MaxIterations: cfg.MaxIterations,
@@ -123,7 +128,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 		APIPerMinute: cfg.APIPerMinute, APIBurst: cfg.APIBurst,
 		PagesPerMinute: cfg.PagesPerMinute, PageBurst: cfg.PageBurst, MaxConnsPerUser: cfg.MaxConnsPerUser,
 		TrustedProxies: cfg.TrustedProxies,
-	}, web.Deps{Store: a.store, Agent: a.manager, Clock: a.clock, Logger: a.log})
+	}, web.Deps{Store: a.store, Agent: a.manager, Clock: a.clock, Logger: a.log, ReadyDetails: a.readyDetails()})
 	a.http = &http.Server{
 		Handler:           a.web.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -195,6 +200,33 @@ func (a *App) tools(testTools bool) (*tools.Registry, error) {
 		return nil, fmt.Errorf("tools: %w", err)
 	}
 	return reg, nil
+}
+
+// startMCP connects to the MCP servers the tools file lists (none: nothing to do), registering
+// the tools of those that answer before the app serves; a server that is down is retried in
+// the background.
+func (a *App) startMCP(ctx context.Context, reg *tools.Registry) error {
+	if a.cfg.ToolsPath == "" {
+		return nil
+	}
+	cfgs, err := toolsfile.LoadMCP(a.cfg.ToolsPath, toolsfile.Env{Production: a.cfg.Production, Getenv: a.cfg.Getenv})
+	if err != nil || len(cfgs) == 0 {
+		return err
+	}
+	a.mcp, err = mcpadapter.New(cfgs, mcpadapter.Options{Registry: reg, Logger: a.log, Clock: a.clock, Production: a.cfg.Production})
+	if err != nil {
+		return err
+	}
+	a.mcp.Start(ctx)
+	return nil
+}
+
+// readyDetails reports the MCP servers on /readyz; nil when there are none.
+func (a *App) readyDetails() func() map[string]any {
+	if a.mcp == nil {
+		return nil
+	}
+	return func() map[string]any { return map[string]any{"mcp_servers": a.mcp.Status()} }
 }
 
 // provider builds the model PARLEY_MODEL names; it reports whether it is the demo.
@@ -338,6 +370,9 @@ func (a *App) Close() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = a.node.Leave(ctx) // after a shutdown it has left already; else it must not outlive the store
 			cancel()
+		}
+		if a.mcp != nil {
+			a.mcp.Stop() // ends the stdio servers' processes
 		}
 		if a.store != nil {
 			if err := a.store.Close(); err != nil {

@@ -3,7 +3,10 @@ package tools
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
+	"sync"
 )
 
 // Export formats, as named by llm.Provider.ToolFormat.
@@ -13,10 +16,13 @@ const (
 )
 
 // Registry holds the tools a conversation may call, by unique name, in declaration order.
-// It is built at start-up and read-only afterwards.
+// It is built at start-up; afterwards only a dynamic source (an MCP server, SetSource) changes
+// it, replacing its own tools as a whole. Every method is safe for concurrent use.
 type Registry struct {
-	byName map[string]*Tool
-	order  []*Tool
+	mu      sync.RWMutex
+	byName  map[string]*Tool    // guarded by mu
+	order   []*Tool             // guarded by mu
+	sources map[string][]string // guarded by mu: a dynamic source's tool names
 }
 
 // NewRegistry builds a registry, refusing a duplicate name.
@@ -33,6 +39,12 @@ func NewRegistry(ts ...*Tool) (*Registry, error) {
 // Add registers t; a second tool of the same name is refused. Add is for building the registry
 // before it is shared.
 func (r *Registry) Add(t *Tool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.addLocked(t)
+}
+
+func (r *Registry) addLocked(t *Tool) error {
 	if t == nil {
 		return fmt.Errorf("register tool: nil tool")
 	}
@@ -47,14 +59,51 @@ func (r *Registry) Add(t *Tool) error {
 	return nil
 }
 
+// SetSource replaces the tools of a dynamic source (an MCP server's, named by the server) with
+// ts: the source's previous tools leave the registry, ts join it at the end. A tool whose name
+// another source or a static tool already has is refused (its error is returned, joined with
+// the others); the rest are added. Calls already holding a replaced *Tool keep it.
+func (r *Registry) SetSource(source string, ts []*Tool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sources == nil {
+		r.sources = map[string][]string{}
+	}
+	for _, name := range r.sources[source] {
+		delete(r.byName, name)
+	}
+	old := r.sources[source]
+	r.order = slices.DeleteFunc(r.order, func(t *Tool) bool { return slices.Contains(old, t.Name()) && r.byName[t.Name()] == nil })
+	var errs []error
+	var names []string
+	for _, t := range ts {
+		if err := r.addLocked(t); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		names = append(names, t.Name())
+	}
+	r.sources[source] = names
+	if len(errs) > 0 {
+		return fmt.Errorf("tools of %s: %w", source, joinErrors(errs))
+	}
+	return nil
+}
+
 // Get returns the tool named name.
 func (r *Registry) Get(name string) (*Tool, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
 	t, ok := r.byName[name]
 	return t, ok
 }
 
 // All returns the tools in declaration order.
-func (r *Registry) All() []*Tool { return append([]*Tool(nil), r.order...) }
+func (r *Registry) All() []*Tool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return append([]*Tool(nil), r.order...)
+}
 
 // Export returns the tool definitions in a provider's format: FormatAnthropic gets
 // AnthropicTools, any other format (openai, the demo model) OpenAITools.
@@ -70,8 +119,9 @@ func (r *Registry) Export(format string) []json.RawMessage {
 // that definition is in the OpenAI format: Anthropic's hosted tools (web_search_20250305) mean
 // nothing to an OpenAI-compatible endpoint, which would reject the whole request.
 func (r *Registry) OpenAITools() []json.RawMessage {
-	out := make([]json.RawMessage, 0, len(r.order))
-	for _, t := range r.order {
+	all := r.All()
+	out := make([]json.RawMessage, 0, len(all))
+	for _, t := range all {
 		if t.Executor() == Provider {
 			if t.NativeFormat() == FormatOpenAI {
 				out = append(out, t.Native())
@@ -95,8 +145,9 @@ func (r *Registry) OpenAITools() []json.RawMessage {
 // for byte as input_schema. A provider tool (hosted web search) is exported with its native
 // definition when that definition is in the Anthropic format.
 func (r *Registry) AnthropicTools() []json.RawMessage {
-	out := make([]json.RawMessage, 0, len(r.order))
-	for _, t := range r.order {
+	all := r.All()
+	out := make([]json.RawMessage, 0, len(all))
+	for _, t := range all {
 		if t.Executor() == Provider {
 			if t.NativeFormat() == FormatAnthropic {
 				out = append(out, t.Native())
@@ -121,4 +172,11 @@ func (r *Registry) AnthropicTools() []json.RawMessage {
 func writeString(b *bytes.Buffer, s string) {
 	enc, _ := marshalText(s) // a string always encodes
 	b.Write(enc)
+}
+
+func joinErrors(errs []error) error {
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	return errors.Join(errs...)
 }

@@ -90,6 +90,9 @@ type Call struct {
 	Logger     *slog.Logger
 	// Progress reports intermediate output of a streaming tool; never nil when run by Execute.
 	Progress func(message string)
+	// Ask puts a question to the conversation's owner while the call runs (an MCP server's
+	// elicitation) and waits for the answer; nil where nobody can be asked (see ask.go).
+	Ask AskFunc
 }
 
 // Key is the call's identity in the whole store, its idempotency key: the same on every
@@ -778,6 +781,9 @@ func DefaultPlan(t *Tool, args map[string]any) Plan {
 type Prompt struct {
 	Message string          `json:"message"`
 	Schema  json.RawMessage `json:"schema"`
+	// URL is set for a question answered on another site (an MCP server's URL-mode
+	// elicitation): the page shows the link, and the person says when they are done.
+	URL string `json:"url,omitempty"`
 }
 
 // Elicitation returns the question a human call asks. A tool with a response schema asks for

@@ -122,7 +122,11 @@ func (s *Server) readyz(c echo.Context) error {
 		return c.JSON(http.StatusServiceUnavailable, errorBody{Error: errorJSON{
 			Kind: "unavailable", Message: msg, Details: map[string]any{}}})
 	}
-	return c.JSON(http.StatusOK, map[string]any{"ok": true})
+	body := map[string]any{"ok": true}
+	if s.readyDetails != nil {
+		body["details"] = s.readyDetails()
+	}
+	return c.JSON(http.StatusOK, body)
 }
 
 // The page sockets' counters (ws.go) are read at scrape time: the process has one set.

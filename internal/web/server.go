@@ -70,6 +70,8 @@ type Server struct {
 	conns conns
 	// inbox computes the pending approvals once per change for every inbox socket.
 	inbox *inboxFeed
+	// readyDetails is Deps.ReadyDetails.
+	readyDetails func() map[string]any
 	// tokenLookups collapses concurrent store lookups of one uncached token.
 	tokenLookups singleflight.Group
 	echo         *echo.Echo
@@ -86,6 +88,9 @@ type Deps struct {
 	Agent  *agent.Manager
 	Clock  clock.Clock
 	Logger *slog.Logger
+	// ReadyDetails, when set, adds "details" to /readyz (the MCP servers' state). What it
+	// reports does not decide readiness: a tool source that is down fails its own calls.
+	ReadyDetails func() map[string]any
 }
 
 // New builds the server and its route table.
@@ -98,18 +103,19 @@ func New(cfg Config, d Deps) *Server {
 		d.Logger = slog.Default()
 	}
 	s := &Server{
-		cfg:      cfg,
-		store:    d.Store,
-		agent:    d.Agent,
-		clock:    d.Clock,
-		log:      d.Logger,
-		throttle: auth.NewProgressive(d.Clock, cfg.LoginFailures, cfg.LoginWindow, time.Second, cfg.LoginMaxDelay),
-		perIP:    auth.NewThrottle(d.Clock, cfg.LoginFailuresPerIP, cfg.LoginWindow),
-		perNet:   auth.NewThrottle(d.Clock, cfg.LoginFailuresPerNet, cfg.LoginWindow),
-		hashing:  make(chan struct{}, max(2, runtime.NumCPU())),
-		limits:   newLimiters(d.Clock, cfg),
-		tokens:   newTokenCache(d.Clock, tokenCacheTTL, tokenCacheMax),
-		stopping: make(chan struct{}),
+		cfg:          cfg,
+		store:        d.Store,
+		agent:        d.Agent,
+		readyDetails: d.ReadyDetails,
+		clock:        d.Clock,
+		log:          d.Logger,
+		throttle:     auth.NewProgressive(d.Clock, cfg.LoginFailures, cfg.LoginWindow, time.Second, cfg.LoginMaxDelay),
+		perIP:        auth.NewThrottle(d.Clock, cfg.LoginFailuresPerIP, cfg.LoginWindow),
+		perNet:       auth.NewThrottle(d.Clock, cfg.LoginFailuresPerNet, cfg.LoginWindow),
+		hashing:      make(chan struct{}, max(2, runtime.NumCPU())),
+		limits:       newLimiters(d.Clock, cfg),
+		tokens:       newTokenCache(d.Clock, tokenCacheTTL, tokenCacheMax),
+		stopping:     make(chan struct{}),
 	}
 	s.inbox = newInboxFeed(s, inboxFeedGap)
 	s.echo = s.routes()

@@ -1,0 +1,255 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"parley/internal/fault"
+	"parley/internal/store"
+	"parley/internal/tools"
+)
+
+// This file lets a running server call ask its owner a question (an MCP server's elicitation,
+// tools.Call.Ask): the call suspends with kind elicitation (same tool_call_id, the server's
+// form), the answer comes through the one Resolve path, and it goes back to the waiting tool
+// goroutine, which carries on. While it waits, the call's run timer is paused and the question's
+// own durable expiry bounds it instead.
+//
+// The question lives in the tool goroutine, not in the log: after a restart it cannot be
+// answered (the server's request died with the connection). The revived actor then fails that
+// attempt with a clear error and runs the call again with the same idempotency key (askLost);
+// the server asks again.
+
+// Entry types of a question mid-call; their payloads are questionData and answerData.
+const (
+	entryQuestion store.EntryType = "question" // a running server call asks its owner
+	entryAnswer   store.EntryType = "answer"   // the answer, or why the question ended unanswered
+)
+
+type questionData struct {
+	Prompt    tools.Prompt `json:"prompt"`
+	Attempt   int          `json:"attempt"`
+	ExpiresAt time.Time    `json:"expires_at"`
+}
+
+type answerData struct {
+	Action  string         `json:"action"` // accept, decline, cancel; lost after a restart
+	By      string         `json:"by"`
+	Content map[string]any `json:"content,omitempty"`
+}
+
+// askMsg is a tool goroutine's question to its actor; reply (buffered, size 1) gets the answer
+// once, so the actor never blocks on a goroutine that gave up.
+type askMsg struct {
+	id      string
+	attempt int
+	q       tools.Question
+	reply   chan askReply
+}
+
+type askReply struct {
+	ans tools.Answer
+	err error
+}
+
+// asker is the Ask of one attempt of a server call. pause stops the run timer while the
+// question waits (true) and starts it again afterwards (false).
+func (a *actor) asker(id string, attempt int, pause func(bool)) tools.AskFunc {
+	return func(ctx context.Context, q tools.Question) (tools.Answer, error) {
+		reply := make(chan askReply, 1)
+		select {
+		case a.internal <- askMsg{id: id, attempt: attempt, q: q, reply: reply}:
+		case <-ctx.Done():
+			return tools.Answer{}, ctx.Err()
+		}
+		pause(true)
+		defer pause(false)
+		select {
+		case r := <-reply:
+			return r.ans, r.err
+		case <-ctx.Done():
+			return tools.Answer{}, ctx.Err()
+		}
+	}
+}
+
+// onAsk suspends a running call with the question: recorded with its expiry, then shown.
+func (a *actor) onAsk(m askMsg) {
+	c := a.st.calls[m.id]
+	if a.discard || a.stopping || a.broken || c == nil || c.finished() || c.status != store.CallRunning || c.attempts != m.attempt {
+		m.reply <- askReply{err: fault.New(fault.KindStale, "the call is no longer running", nil)}
+		return
+	}
+	if a.asks[c.id] != nil {
+		m.reply <- askReply{err: fault.New(fault.KindConflict, "the tool asked a second question before the first was answered", nil)}
+		return
+	}
+	p, ferr := promptOf(c.name, m.q)
+	if ferr != nil {
+		m.reply <- askReply{err: ferr}
+		return
+	}
+	exp := a.now().Add(a.suspensionTimeout(c.tool))
+	d := questionData{Prompt: p, Attempt: m.attempt, ExpiresAt: exp}
+	if err := a.commit(store.Batch{
+		Entries:  []store.Entry{{Type: entryQuestion, ToolCallID: c.id, Actor: "system", Data: mustJSON(d)}},
+		Schedule: []store.Expiry{{ConversationID: a.id, ToolCallID: c.id, At: exp}},
+	}, []string{c.id}); err != nil {
+		m.reply <- askReply{err: err}
+		return
+	}
+	if a.asks == nil {
+		a.asks = map[string]chan askReply{}
+	}
+	a.asks[c.id] = m.reply
+	a.publishCall(c)
+}
+
+// emptyForm is the form of a URL question: nothing to fill in, only accept (done), decline or
+// cancel.
+var emptyForm = json.RawMessage(`{"type":"object","properties":{}}`)
+
+// promptOf checks a tool's question as the page will show it: a form within the restricted
+// elicitation subset, or an http(s) link.
+func promptOf(tool string, q tools.Question) (tools.Prompt, *fault.Error) {
+	msg := bounded(q.Message, 4000)
+	if q.URL != "" {
+		if msg == "" {
+			msg = "The tool asks you to open a page."
+		}
+		msg += "\n\nOpen " + bounded(q.URL, 2048) + " in your browser, then choose Submit when you are done there (or Decline)."
+		return tools.Prompt{Message: msg, Schema: emptyForm, URL: bounded(q.URL, 2048)}, nil
+	}
+	schema := storableJSON(q.Schema)
+	if len(schema) == 0 {
+		schema = emptyForm
+	}
+	if e := tools.CheckElicitationSchema(schema); e != nil {
+		return tools.Prompt{}, fault.New(fault.KindInvalidArgs, "the tool's question cannot be shown as a form: "+e.Message, e.Details)
+	}
+	if _, err := tools.CompileSchema(tool, schema); err != nil {
+		return tools.Prompt{}, fault.Errorf(fault.KindInvalidArgs, "the tool's form does not compile: %v", err)
+	}
+	return tools.Prompt{Message: msg, Schema: schema}, nil
+}
+
+// resolveAsk takes the owner's answer to a running call's question and hands it to the tool.
+func (a *actor) resolveAsk(c *call, r Resolution, by Principal) (then func(), err error) {
+	if !MayAnswer(by, a.st.conv.OwnerID) {
+		return nil, permissionDenied("only the conversation's owner answers its questions")
+	}
+	reply := a.asks[c.id]
+	if reply == nil {
+		return nil, errStale(c.id)
+	}
+	ans := tools.Answer{Action: r.Action}
+	switch r.Action {
+	case "accept":
+		content, err := tools.DecodeJSON(nonEmpty(r.Content))
+		if err != nil {
+			return nil, fault.InvalidAt("the answer is not valid JSON", "/content", err.Error())
+		}
+		if verr := a.validateAnswer(c, content); verr != nil {
+			return nil, verr
+		}
+		ans.Content, _ = content.(map[string]any)
+	case "decline", "cancel":
+	default:
+		return nil, fault.InvalidAt("an answer needs an action", "/action", `must be "accept", "decline" or "cancel"`)
+	}
+	now := a.now()
+	if err := a.commit(store.Batch{
+		Entries: []store.Entry{{Type: entryAnswer, ToolCallID: c.id, Actor: by.UserID,
+			Data: mustJSON(answerData{Action: r.Action, By: by.UserID, Content: ans.Content})}},
+		Cancel: []string{c.id},
+		Audit: []store.AuditRecord{{ConversationID: a.id, ToolCallID: c.id, Tool: c.name, ActorID: by.UserID,
+			Action: r.Action, ArgsHash: canonicalHash(c.effectiveArgs()), At: now}},
+		Urgent: true, // the person's request waits for it
+	}, []string{c.id}); err != nil {
+		return nil, err
+	}
+	delete(a.asks, c.id)
+	reply <- askReply{ans: ans}
+	a.publishCall(c)
+	return nil, nil
+}
+
+// dropAsk ends the question of a call that was closed another way (its expiry, the turn
+// stopped, the person moved on): the tool hears that nobody will answer, and its run, which
+// can no longer matter, is cancelled.
+func (a *actor) dropAsk(c *call) {
+	reply := a.asks[c.id]
+	if reply == nil {
+		return
+	}
+	delete(a.asks, c.id)
+	reply <- askReply{err: fault.New(fault.KindDeclined, "the question was closed without an answer", nil)}
+	if cancel := a.running[c.id]; cancel != nil {
+		cancel()
+	}
+}
+
+// askLost handles, on revival, a call whose question died with the previous process: that
+// attempt fails with a clear error and the call runs again (same tool_call_id, so the same
+// idempotency key) when it has attempts left; else it ends with that error.
+func (a *actor) askLost(c *call) {
+	msg := "the MCP server's question was lost when Parley restarted"
+	if c.tool == nil || c.attempts >= c.tool.MaxAttempts() {
+		a.closeCall(c, closing{
+			before:   []store.Entry{{Type: entryAnswer, Data: mustJSON(answerData{Action: "lost", By: System.UserID})}},
+			envelope: tools.ErrorEnvelope(fault.New(fault.KindServiceUnavailable, msg+", and the call has no attempts left", nil)),
+			status:   store.CallErrored,
+			decision: "lost",
+			by:       System.UserID,
+		})
+		return
+	}
+	now := a.now()
+	e := fault.New(fault.KindServiceUnavailable, msg+"; the call is tried again with the same idempotency key", nil)
+	e.Retryable = true
+	key := "tool:" + c.id
+	if a.commit(store.Batch{
+		Entries: []store.Entry{
+			{Type: entryAnswer, ToolCallID: c.id, Actor: "system", Data: mustJSON(answerData{Action: "lost", By: System.UserID})},
+			{Type: store.EntryAttemptFailed, ToolCallID: c.id, Actor: "system",
+				Data: mustJSON(attemptData{Step: key, Attempt: c.attempts, Error: e.Map(), NextAttemptAt: &now})},
+		},
+		Steps:  []store.Step{{ConversationID: a.id, Key: key, Attempts: c.attempts, NextAttemptAt: &now, LastError: e.Message, UpdatedAt: now}},
+		Cancel: []string{c.id},
+	}, []string{c.id}) == nil {
+		a.log.Warn("a question mid-call was lost in a restart; retrying the call", "tool_call_id", c.id, "tool", c.name)
+		a.publishCall(c)
+	}
+}
+
+// applyAsk folds a question or an answer into the call.
+func (s *convState) applyAsk(e store.Entry) error {
+	c := s.calls[e.ToolCallID]
+	if c == nil {
+		return fmt.Errorf("%s for unknown call %s", e.Type, e.ToolCallID)
+	}
+	switch e.Type {
+	case entryQuestion:
+		var d questionData
+		if err := json.Unmarshal(e.Data, &d); err != nil {
+			return err
+		}
+		p, exp := d.Prompt, d.ExpiresAt
+		c.status, c.kind, c.prompt, c.expiresAt = store.CallAwaiting, tools.PendingElicitation, &p, &exp
+	case entryAnswer:
+		var d answerData
+		if err := json.Unmarshal(e.Data, &d); err != nil {
+			return err
+		}
+		c.status, c.kind, c.expiresAt = store.CallRunning, "", nil
+		c.decision, c.decidedBy = d.Action, d.By
+	}
+	return nil
+}
+
+// askedMidCall reports whether c's suspension is a running server call's question.
+func (c *call) askedMidCall() bool {
+	return c.executor == tools.Server && c.kind == tools.PendingElicitation && c.status == store.CallAwaiting
+}

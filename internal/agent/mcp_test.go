@@ -1,0 +1,223 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"parley/internal/clock"
+	"parley/internal/fault"
+	"parley/internal/store"
+	"parley/internal/tools"
+	"parley/internal/tools/mcpadapter"
+	"parley/internal/tools/mcpadapter/mcptest"
+)
+
+// mcpEnv is newEnv with the test MCP server (a real one, over streamable HTTP) as a tool source
+// named "m".
+func mcpEnv(t *testing.T, open func(testing.TB, clock.Clock) store.Store, prov *scripted, mod func(*mcpadapter.Config)) *env {
+	t.Helper()
+	e := newEnv(t, open, prov, emailTools, nil)
+	srv := mcptest.NewServer(false)
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	t.Cleanup(hs.Close)
+	cfg := mcpadapter.Config{Name: "m", Transport: mcpadapter.HTTP, URL: hs.URL, AllowPrivateNetwork: true}
+	if mod != nil {
+		mod(&cfg)
+	}
+	m, err := mcpadapter.New([]mcpadapter.Config{cfg}, mcpadapter.Options{Registry: e.reg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	m.Start(ctx)
+	t.Cleanup(m.Stop)
+	if st := m.Status()[0]; st.State != mcpadapter.StateUp {
+		t.Fatalf("mcp server %+v", st)
+	}
+	return e
+}
+
+// waitPending waits until call id is pending with kind.
+func (e *env) waitPending(id string, kind tools.PendingKind) PendingView {
+	e.t.Helper()
+	for {
+		if p, ok := e.view().Pending[id]; ok && p.Kind == kind {
+			return p
+		}
+		e.waitCall(id, store.CallAwaiting)
+	}
+}
+
+func approveMCP(e *env, id string) {
+	e.t.Helper()
+	e.waitPending(id, tools.PendingApproval)
+	if _, err := e.m.Resolve(e.ctx, e.conv, id, Resolution{Decision: "approve"}, e.owner); err != nil {
+		e.t.Fatalf("approve: %v", err)
+	}
+}
+
+func TestMCPQuestionMidCall(t *testing.T) {
+	cases := []struct {
+		name string
+		res  Resolution
+		want string
+	}{
+		{"accept", Resolution{Action: "accept", Content: json.RawMessage(`{"name":"Ada"}`)}, "hello Ada"},
+		{"decline", Resolution{Action: "decline"}, "no name: decline"},
+		{"cancel", Resolution{Action: "cancel"}, "no name: cancel"},
+	}
+	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+		for _, tt := range cases {
+			t.Run(tt.name, func(t *testing.T) {
+				prov := newScripted(callTools(tc{"q1", "m__ask", `{}`}), say("Thanks."))
+				e := mcpEnv(t, open, prov, nil)
+				e.send("greet me")
+				// Not read-only, so gated: it suspends twice, approval then the server's question.
+				approveMCP(e, "q1")
+				p := e.waitPending("q1", tools.PendingElicitation)
+				if p.Prompt != "What is your name?" || !strings.Contains(string(p.Schema), `"name"`) || p.ExpiresAt == nil {
+					t.Fatalf("pending %+v", p)
+				}
+				if _, err := e.m.Resolve(e.ctx, e.conv, "q1", Resolution{Action: "accept", Content: json.RawMessage(`{"name":3}`)}, e.owner); kindOf(err) != fault.KindInvalidArgs {
+					t.Fatalf("an answer off the schema: %v", err)
+				}
+				if _, err := e.m.Resolve(e.ctx, e.conv, "q1", tt.res, e.other); kindOf(err) != fault.KindNotFound {
+					t.Fatalf("another member answered: %v", err)
+				}
+				if _, err := e.m.Resolve(e.ctx, e.conv, "q1", tt.res, e.owner); err != nil {
+					t.Fatalf("answer: %v", err)
+				}
+				e.waitStatus(store.StatusIdle)
+				msg := toolMessages(prov.requests()[1])[0]
+				if env := envelope(t, msg.Content); env["ok"] != true || env["result"] != tt.want {
+					t.Fatalf("the model got %s", msg.Content)
+				}
+				if c := e.call("q1"); c.Status != store.CallResolved {
+					t.Fatalf("call %+v", c)
+				}
+				if _, err := e.m.Resolve(e.ctx, e.conv, "q1", tt.res, e.owner); kindOf(err) != fault.KindStale {
+					t.Fatalf("a second answer: %v, want stale", err)
+				}
+			})
+		}
+	})
+}
+
+func TestMCPQuestionTimesOut(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+		prov := newScripted(callTools(tc{"q1", "m__ask", `{}`}), say("You did not answer."))
+		e := mcpEnv(t, open, prov, func(c *mcpadapter.Config) { c.Approval = map[string]tools.Approval{"ask": tools.Auto} })
+		e.send("greet me")
+		e.waitPending("q1", tools.PendingElicitation)
+		// The question's own timeout bounds it, not the run timeout (30 s), which is paused.
+		e.clk.Advance(time.Minute)
+		if got := e.call("q1").Status; got != store.CallAwaiting {
+			t.Fatalf("the run timeout ended a question: %s", got)
+		}
+		e.clk.Advance(10 * time.Minute)
+		e.waitCall("q1", store.CallExpired)
+		e.waitStatus(store.StatusIdle)
+		msg := toolMessages(prov.requests()[1])[0]
+		if env := envelope(t, msg.Content); errKind(t, env) != string(fault.KindTimeout) || !strings.Contains(msg.Content, "did not respond") {
+			t.Fatalf("the model got %s", msg.Content)
+		}
+		if _, err := e.m.Resolve(e.ctx, e.conv, "q1", Resolution{Action: "decline"}, e.owner); kindOf(err) != fault.KindStale {
+			t.Fatalf("a late answer: %v, want stale", err)
+		}
+	})
+}
+
+func TestMCPQuestionLostInARestartIsAskedAgain(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+		prov := newScripted(callTools(tc{"q1", "m__ask", `{}`}), say("Thanks."))
+		e := mcpEnv(t, open, prov, func(c *mcpadapter.Config) { c.Approval = map[string]tools.Approval{"ask": tools.Auto} })
+		e.send("greet me")
+		e.waitPending("q1", tools.PendingElicitation)
+		e.crash()
+		e.startManager()
+		// The revived actor fails the attempt whose question died and runs the call again (same
+		// tool_call_id, so the same idempotency key); the server asks again.
+		e.waitPending("q1", tools.PendingElicitation)
+		if c := e.call("q1"); c.Attempts != 2 {
+			t.Fatalf("attempts %d, want 2", c.Attempts)
+		}
+		if _, err := e.m.Resolve(e.ctx, e.conv, "q1", Resolution{Action: "accept", Content: json.RawMessage(`{"name":"Ada"}`)}, e.owner); err != nil {
+			t.Fatalf("answer: %v", err)
+		}
+		e.waitStatus(store.StatusIdle)
+		if msg := toolMessages(prov.requests()[1])[0]; !strings.Contains(msg.Content, "hello Ada") {
+			t.Fatalf("the model got %s", msg.Content)
+		}
+	})
+}
+
+func TestMCPGateReadOnlyAndIdempotencyKey(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+		prov := newScripted(callTools(tc{"l1", "m__lookup", `{"q":"x"}`}, tc{"w1", "m__write", `{"key":"k"}`}, tc{"p1", "m__progress", `{}`}), say("Done."))
+		e := mcpEnv(t, open, prov, nil)
+		e.send("look up, write and report progress")
+		approveMCP(e, "w1")
+		e.waitStatus(store.StatusIdle)
+		if c := e.call("l1"); c.Status != store.CallResolved || c.Decision != "" {
+			t.Fatalf("read-only call %+v", c)
+		}
+		// Over HTTP a notification may reach the client after the result it preceded (the SDK
+		// handles them apart), so only the first is certain; stdio's order is tested in mcpadapter.
+		if c := e.call("p1"); c.Status != store.CallResolved || len(c.Progress) == 0 || c.Progress[0] != "step 1" {
+			t.Fatalf("progress call %+v", c)
+		}
+		msgs := toolMessages(prov.requests()[1])
+		key := tools.Call{ConversationID: e.conv, ToolCallID: "w1"}.Key()
+		if !strings.Contains(msgs[1].Content, key) {
+			t.Fatalf("the write's result %s does not carry its idempotency key %s", msgs[1].Content, key)
+		}
+	})
+}
+
+func TestMCPHostileServerCannotBreakTheConversation(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+		prov := newScripted(callTools(tc{"h1", "m__huge", `{}`}, tc{"b1", "m__bad_schema", `{}`}, tc{"f1", "m__fail", `{}`}), say("Done."))
+		e := mcpEnv(t, open, prov, func(c *mcpadapter.Config) { c.DefaultApproval = tools.Auto })
+		e.send("misbehave")
+		e.waitStatus(store.StatusIdle)
+		msgs := toolMessages(prov.requests()[1])
+		if len(msgs[0].Content) > tools.DefaultMaxOutputBytes || !strings.Contains(msgs[0].Content, "truncated") {
+			t.Fatalf("huge result of %d bytes reached the model: %.200s", len(msgs[0].Content), msgs[0].Content)
+		}
+		if errKind(t, envelope(t, msgs[1].Content)) != string(fault.KindUnknownTool) {
+			t.Fatalf("a tool with an invalid schema: %s", msgs[1].Content)
+		}
+		if errKind(t, envelope(t, msgs[2].Content)) != string(fault.KindCommandFailed) {
+			t.Fatalf("isError: %s", msgs[2].Content)
+		}
+		// Still usable: the next turn runs.
+		prov.add(say("still here"))
+		e.send("hello")
+		e.waitStatus(store.StatusIdle)
+	})
+}
+
+func TestMCPServerThatNeverAnswersTimesOut(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+		prov := newScripted(callTools(tc{"h1", "m__hang", `{}`}), say("It hung."))
+		e := mcpEnv(t, open, prov, func(c *mcpadapter.Config) { c.MaxAttempts = 1 })
+		e.send("hang")
+		e.waitCall("h1", store.CallRunning)
+		e.clk.Advance(31 * time.Second)
+		e.waitStatus(store.StatusIdle)
+		msg := toolMessages(prov.requests()[1])[0]
+		if errKind(t, envelope(t, msg.Content)) != string(fault.KindTimeout) {
+			t.Fatalf("the model got %s", msg.Content)
+		}
+	})
+}

@@ -1,0 +1,30 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+)
+
+// Question is what a running server call asks the conversation's owner (an MCP server's
+// elicitation): a form built from Schema, or, when URL is set, a link to open and a "done".
+type Question struct {
+	Message string
+	Schema  json.RawMessage // the form (the restricted elicitation subset); empty for a URL question
+	URL     string          // a URL-mode question's link (http or https)
+}
+
+// Answer is the owner's answer to a Question.
+type Answer struct {
+	Action  string         // accept, decline or cancel
+	Content map[string]any // the form's values when accepted
+}
+
+// AskFunc puts q to the owner and waits for the answer, or until ctx ends. The call is shown as
+// pending (kind elicitation) meanwhile, answered through the same Resolve as every suspension,
+// and bounded by the tool's suspension timeout rather than its run timeout.
+type AskFunc func(ctx context.Context, q Question) (Answer, error)
+
+// ErrCannotAsk is returned by an AskFunc that cannot reach anyone (a dry run, a call run
+// outside a conversation).
+var ErrCannotAsk = errors.New("this call cannot ask the user a question")

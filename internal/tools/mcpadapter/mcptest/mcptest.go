@@ -1,0 +1,153 @@
+// Package mcptest is a real MCP server, written with the same SDK as the adapter, for tests:
+// tools that read, write, fail, ask the user (form and URL elicitations, the 2026-07-28 way:
+// an input-required result), report progress, hang, crash, and misbehave (a huge result with
+// NUL bytes and invalid UTF-8, an invalid input schema, a name no model accepts).
+package mcptest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// EnvServe is the variable that makes a test binary serve MCP over stdio (see ServeIfChild).
+const EnvServe = "MCPTEST_SERVE"
+
+// ServeIfChild serves the test server over stdio and exits when the process was started with
+// EnvServe=1 (a TestMain calls it first): a test re-executes its own binary as the server.
+func ServeIfChild() {
+	if os.Getenv(EnvServe) != "1" {
+		return
+	}
+	s := NewServer(true)
+	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
+		fmt.Fprintln(os.Stderr, "mcptest:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// HugeBytes is the size of the "huge" tool's text.
+const HugeBytes = 2 << 20
+
+func text(s string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
+}
+
+func args(req *mcp.CallToolRequest) map[string]any {
+	var m map[string]any
+	_ = json.Unmarshal(req.Params.Arguments, &m)
+	return m
+}
+
+var objectSchema = json.RawMessage(`{"type":"object"}`)
+
+// NewServer builds the test server; crash adds the tool that kills the process (stdio only).
+func NewServer(crash bool) *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "mcptest", Version: "1"}, nil)
+	s.AddTool(&mcp.Tool{Name: "lookup", Description: "Look a word up (read-only).",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}`),
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return text(fmt.Sprintf("found: %v", args(req)["q"])), nil
+		})
+	s.AddTool(&mcp.Tool{Name: "write", Description: "Write a value (side effect).",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"key":{"type":"string"},"value":{"type":"string"}},"required":["key"]}`)},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			a := args(req)
+			return &mcp.CallToolResult{
+				Content:           []mcp.Content{&mcp.TextContent{Text: "written"}},
+				StructuredContent: map[string]any{"written": a["key"], "idempotency_key": req.Params.GetMeta()["parley/idempotency_key"]},
+			}, nil
+		})
+	s.AddTool(&mcp.Tool{Name: "fail", Description: "Always fails.", InputSchema: objectSchema},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "the disk is full"}}}, nil
+		})
+	s.AddTool(&mcp.Tool{Name: "ask", Description: "Asks the user's name, then greets them.", InputSchema: objectSchema},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			r, ok := req.Params.InputResponses["name"].(*mcp.ElicitResult)
+			if !ok {
+				return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{"name": &mcp.ElicitParams{
+					Message:         "What is your name?",
+					RequestedSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string","title":"Name"}},"required":["name"]}`),
+				}}, RequestState: "asked"}, nil
+			}
+			if r.Action != "accept" {
+				return text("no name: " + r.Action), nil
+			}
+			return text(fmt.Sprintf("hello %v", r.Content["name"])), nil
+		})
+	s.AddTool(&mcp.Tool{Name: "ask_url", Description: "Sends the user to a page.", InputSchema: objectSchema},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			r, ok := req.Params.InputResponses["auth"].(*mcp.ElicitResult)
+			if !ok {
+				return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{"auth": &mcp.ElicitParams{
+					Mode: "url", Message: "Authorize the test app", URL: "https://auth.example.test/authorize?x=1", ElicitationID: "e1",
+				}}}, nil
+			}
+			return text("url: " + r.Action), nil
+		})
+	s.AddTool(&mcp.Tool{Name: "progress", Description: "Reports progress three times.", InputSchema: objectSchema,
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			for i := 1; i <= 3; i++ {
+				_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+					ProgressToken: req.Params.GetProgressToken(), Progress: float64(i), Total: 3, Message: fmt.Sprintf("step %d", i)})
+				// The work between reports. Over streamable HTTP the client handles a
+				// notification apart from the result, so one sent just before the result may
+				// arrive after the call ended (and is dropped); real progress precedes real work.
+				select {
+				case <-time.After(20 * time.Millisecond):
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			return text("done"), nil
+		})
+	s.AddTool(&mcp.Tool{Name: "hang", Description: "Never answers.", InputSchema: objectSchema,
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		})
+	s.AddTool(&mcp.Tool{Name: "huge", Description: "A hostile result.", InputSchema: objectSchema,
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			big := strings.Repeat("x", HugeBytes)
+			return &mcp.CallToolResult{
+				Content: []mcp.Content{
+					&mcp.TextContent{Text: "nul\x00byte and bad \xff utf8 " + big},
+					&mcp.ImageContent{MIMEType: "image/png", Data: []byte("\x89PNG fake")},
+				},
+				StructuredContent: map[string]any{"k\x00ey": "v\x00al"},
+			}, nil
+		})
+	s.AddTool(&mcp.Tool{Name: "bad_schema", Description: "Its schema does not compile.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"x":{"type":"no-such-type"}}}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return text("never"), nil })
+	s.AddTool(&mcp.Tool{Name: "bad.name", Description: "A name with a dot.", InputSchema: objectSchema},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return text("never"), nil })
+	if crash {
+		s.AddTool(&mcp.Tool{Name: "crash", Description: "Kills the server mid-call.", InputSchema: objectSchema,
+			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+			func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				fmt.Fprintln(os.Stderr, "mcptest: crashing on purpose")
+				os.Exit(3)
+				return nil, nil
+			})
+	}
+	return s
+}
+
+// AddLateTool adds a tool after clients connected, so they hear that the list changed.
+func AddLateTool(s *mcp.Server) {
+	s.AddTool(&mcp.Tool{Name: "late", Description: "Added after start.", InputSchema: objectSchema,
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return text("late"), nil })
+}
