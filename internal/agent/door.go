@@ -199,10 +199,14 @@ func pendingCallView(p store.PendingCall) CallView {
 		ExpiresAt: p.ExpiresAt,
 	}
 	var prompt struct {
-		Plan *tools.Plan `json:"plan"`
+		Plan            *tools.Plan    `json:"plan"`
+		ApprovalsNeeded int            `json:"approvals_needed"`
+		Approvals       []ApprovalView `json:"approvals"`
+		Escalated       bool           `json:"escalated"`
 	}
-	if len(p.Prompt) > 0 && json.Unmarshal(p.Prompt, &prompt) == nil && prompt.Plan != nil {
+	if len(p.Prompt) > 0 && json.Unmarshal(p.Prompt, &prompt) == nil {
 		cv.Plan = prompt.Plan
+		cv.ApprovalsNeeded, cv.Approvals, cv.Escalated = max(1, prompt.ApprovalsNeeded), prompt.Approvals, prompt.Escalated
 	}
 	return cv
 }

@@ -50,6 +50,11 @@ type toolCallData struct {
 	Prompt    *tools.Prompt   `json:"prompt,omitempty"`
 	Pending   string          `json:"pending,omitempty"` // the pending kind when it suspends at once
 	ExpiresAt *time.Time      `json:"expires_at,omitempty"`
+	// How the call was gated (gate.go): the rule that matched, the grant that let it run, the
+	// distinct approvals it needs (M-of-N; 0 is one).
+	Rule   *ruleData `json:"rule,omitempty"`
+	Grant  string    `json:"grant,omitempty"`
+	Needed int       `json:"approvals_needed,omitempty"`
 }
 
 // decisionData is an approval decision. An approved gated client call suspends again; its
@@ -119,6 +124,13 @@ type call struct {
 	decision  string
 	decidedBy string
 	reason    string
+
+	// governance (gate.go, quorum.go)
+	rule      *ruleData
+	grant     string
+	needed    int        // distinct approvals needed; 0 is one
+	approvals []approval // the approvals so far of an M-of-N call
+	escalated bool       // its approval's time ran out and admins may decide it
 }
 
 func (c *call) finished() bool { return c.result != nil }
@@ -282,7 +294,8 @@ func (s *convState) apply(e store.Entry, reg *tools.Registry) error {
 		}
 		c := &call{id: e.ToolCallID, name: d.Name, executor: tools.Executor(d.Executor), approval: tools.Approval(d.Approval),
 			approvers: tools.Approvers(d.Approvers), args: d.Args, seq: e.Seq, turn: d.Turn, at: e.CreatedAt,
-			plan: d.Plan, prompt: d.Prompt, expiresAt: d.ExpiresAt, attempts: 1}
+			plan: d.Plan, prompt: d.Prompt, expiresAt: d.ExpiresAt, attempts: 1,
+			rule: d.Rule, grant: d.Grant, needed: d.Needed}
 		if t, ok := reg.Get(d.Name); ok {
 			c.tool = t
 		}
