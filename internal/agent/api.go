@@ -31,6 +31,9 @@ type Resolution struct {
 	Decision string          `json:"decision,omitempty"` // approve or deny
 	Args     json.RawMessage `json:"args,omitempty"`     // edited arguments (approve only)
 	Reason   string          `json:"reason,omitempty"`   // deny reason, reaches the model
+	// Remember, with approve, makes a grant: later calls of the tool in its scope run without
+	// a suspension until it ends (grants.go).
+	Remember *Remember `json:"remember,omitempty"`
 	// Elicitation.
 	Action  string          `json:"action,omitempty"` // accept, decline or cancel
 	Content json.RawMessage `json:"content,omitempty"`

@@ -48,6 +48,9 @@ func (a *actor) gateFor(t *tools.Tool, args json.RawMessage) callGate {
 	if len(t.Rules()) > 0 {
 		g = a.applyRules(t, args, g)
 	}
+	if g.gated() && !g.denied {
+		g = a.applyGrant(t, g)
+	}
 	return g
 }
 

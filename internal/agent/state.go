@@ -69,6 +69,8 @@ type decisionData struct {
 	Args      json.RawMessage `json:"args,omitempty"`     // the edited arguments
 	ArgsHash  string          `json:"args_hash"`
 	ExpiresAt *time.Time      `json:"expires_at,omitempty"`
+	At        time.Time       `json:"at,omitzero"`        // when (an approval of an M-of-N call)
+	Remember  *grantData      `json:"remember,omitempty"` // the grant an approve made (grants.go)
 }
 
 // resultData is a tool_result or tool_error entry: the envelope the model reads and the call's
@@ -315,6 +317,9 @@ func (s *convState) apply(e store.Entry, reg *tools.Registry) error {
 		var d decisionData
 		if err := json.Unmarshal(e.Data, &d); err != nil {
 			return err
+		}
+		if c.applyGovernance(d) {
+			return nil
 		}
 		c.decision, c.decidedBy, c.reason = d.Decision, d.By, d.Reason
 		if d.Decision == "approve" || d.Decision == "approve_edited" {

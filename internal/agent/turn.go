@@ -454,6 +454,8 @@ func (a *actor) recordResponse(dr *draft) {
 		case c.kind == tools.PendingClientExec:
 			a.publishClientExec(c)
 			a.checkClient(c)
+		case c.kind == tools.PendingApproval:
+			a.notify(c, NotifyRequested, "", "", "")
 		}
 	}
 	a.advance()
