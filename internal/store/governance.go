@@ -38,12 +38,29 @@ const AuditTimeFormat = "2006-01-02T15:04:05.000000Z"
 // bytes and a newline, so no two records write alike. PostgreSQL computes the same in
 // parley_chain_audit (migration 008); the conformance suite checks that they agree.
 func AuditHash(prev string, r AuditRecord) string {
-	h := sha256.New()
-	for _, f := range []string{prev, strconv.FormatInt(r.Seq, 10), r.ConversationID, r.ToolCallID, r.Tool, r.ActorID,
-		r.Action, r.Reason, r.ArgsHash, string(r.Detail), r.At.UTC().Truncate(time.Microsecond).Format(AuditTimeFormat)} {
-		fmt.Fprintf(h, "%d:%s\n", len(f), f)
+	var buf [512]byte
+	b := buf[:0]
+	field := func(f string) {
+		b = strconv.AppendInt(b, int64(len(f)), 10)
+		b = append(b, ':')
+		b = append(b, f...)
+		b = append(b, '\n')
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	var seq [20]byte
+	field(prev)
+	field(string(strconv.AppendInt(seq[:0], r.Seq, 10)))
+	field(r.ConversationID)
+	field(r.ToolCallID)
+	field(r.Tool)
+	field(r.ActorID)
+	field(r.Action)
+	field(r.Reason)
+	field(r.ArgsHash)
+	field(string(r.Detail))
+	var at [32]byte
+	field(string(r.At.UTC().Truncate(time.Microsecond).AppendFormat(at[:0], AuditTimeFormat)))
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // ChainBreak says where a chain stops being intact: the first record that does not follow from
