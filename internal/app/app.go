@@ -26,6 +26,7 @@ import (
 	"parley/internal/llm/anthropic"
 	"parley/internal/llm/demo"
 	"parley/internal/llm/openai"
+	"parley/internal/notify"
 	"parley/internal/store"
 	"parley/internal/store/pgstore"
 	"parley/internal/store/sqlitestore"
@@ -43,8 +44,9 @@ type App struct {
 	clock    clock.Clock
 	store    store.Store
 	manager  *agent.Manager
-	node     *cluster.Node // nil on the embedded store
-	unlock   func()        // releases the embedded store's directory; nil on PostgreSQL
+	node     *cluster.Node   // nil on the embedded store
+	unlock   func()          // releases the embedded store's directory; nil on PostgreSQL
+	notifier *notify.Webhook // nil unless PARLEY_NOTIFY_URL is set
 	web      *web.Server
 	http     *http.Server
 	listener net.Listener
@@ -115,6 +117,12 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 			return nil, err
 		}
 		acfg.Cluster, acfg.Events = a.node, a.node
+	}
+	if a.notifier, err = newNotifier(cfg, a.clock, a.log); err != nil {
+		return nil, err
+	}
+	if a.notifier != nil {
+		acfg.Notifier = a.notifier
 	}
 	a.manager = agent.New(acfg)
 	a.web = web.New(web.Config{
@@ -334,6 +342,9 @@ func (a *App) Close() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = a.node.Leave(ctx) // after a shutdown it has left already; else it must not outlive the store
 			cancel()
+		}
+		if a.notifier != nil {
+			a.notifier.Close()
 		}
 		if a.store != nil {
 			if err := a.store.Close(); err != nil {
