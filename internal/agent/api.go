@@ -31,6 +31,9 @@ type Resolution struct {
 	Decision string          `json:"decision,omitempty"` // approve or deny
 	Args     json.RawMessage `json:"args,omitempty"`     // edited arguments (approve only)
 	Reason   string          `json:"reason,omitempty"`   // deny reason, reaches the model
+	// Remember, with approve, makes a grant: later calls of the tool in its scope run without
+	// a suspension until it ends (grants.go).
+	Remember *Remember `json:"remember,omitempty"`
 	// Elicitation.
 	Action  string          `json:"action,omitempty"` // accept, decline or cancel
 	Content json.RawMessage `json:"content,omitempty"`
@@ -137,6 +140,29 @@ type CallView struct {
 	// Schema is the tool's parameter schema (empty when the tool is not registered any more):
 	// the page builds the approval card's argument fields and orders the plan from it.
 	Schema json.RawMessage
+	// Governance: the rule that decided the call (nil: none matched), the grant that let it run
+	// without a suspension, the distinct approvals it needs (1 unless M-of-N) and those given so
+	// far, and whether its approval was escalated to admins.
+	Rule            *RuleView
+	Grant           string
+	ApprovalsNeeded int
+	Approvals       []ApprovalView
+	Escalated       bool
+}
+
+// RuleView is the tools-file rule that decided a call (or would have, in shadow mode).
+type RuleView struct {
+	Index  int    `json:"index"`
+	When   string `json:"when"`
+	Action string `json:"action"`
+	Shadow bool   `json:"shadow,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+// ApprovalView is one approve of an M-of-N call: who and when.
+type ApprovalView struct {
+	By string    `json:"by"`
+	At time.Time `json:"at"`
 }
 
 // PendingView is the API's "pending" entry of an awaiting call.
@@ -146,6 +172,11 @@ type PendingView struct {
 	Prompt    any               `json:"prompt"`
 	Schema    json.RawMessage   `json:"schema,omitempty"`
 	ExpiresAt *time.Time        `json:"expires_at,omitempty"`
+	// An approval's quorum (API.md "Approval governance"): the distinct approvals it needs and
+	// those given so far; Escalated when admins may now decide it.
+	ApprovalsNeeded int            `json:"approvals_needed,omitempty"`
+	Approvals       []ApprovalView `json:"approvals,omitempty"`
+	Escalated       bool           `json:"escalated,omitempty"`
 }
 
 // Subscription receives a conversation's events (or every conversation's, for the inbox). C is

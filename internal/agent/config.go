@@ -92,6 +92,9 @@ type Config struct {
 	// ForwardTimeout bounds how long a request forwarded to the owning process waits for its
 	// answer before it looks for the owner again. Default DefaultForwardTimeout.
 	ForwardTimeout time.Duration
+	// Notifier is told when an approval is requested, escalated or decided (notify.go); nil:
+	// nobody is.
+	Notifier Notifier
 }
 
 // DefaultSystem is the system prompt when the host sets none. Tool results and the user's

@@ -144,7 +144,7 @@ func (m *Manager) PendingApprovals(ctx context.Context, by Principal) ([]Pending
 		return nil, errNoInbox()
 	}
 	var list []store.PendingCall
-	if by.system() {
+	if by.system() || by.Role == RoleAdmin { // an admin's inbox holds escalated approvals of anyone's
 		all, err := m.cfg.Store.ListPending(ctx, store.PendingFilter{Kind: string(tools.PendingApproval)})
 		if err != nil {
 			return nil, m.internalError("list pending approvals", err)
@@ -188,7 +188,7 @@ func (m *Manager) PendingApprovals(ctx context.Context, by Principal) ([]Pending
 func InboxOf(by Principal, all []PendingApproval) []PendingApproval {
 	out := make([]PendingApproval, 0, len(all))
 	for _, p := range all {
-		if InInbox(by, p.OwnerID, p.Call.Approvers) {
+		if InInboxCall(by, p.OwnerID, p.Call.Approvers, p.Call.Escalated) && !approvedBy(p.Call, by) {
 			out = append(out, p)
 		}
 	}
@@ -209,10 +209,14 @@ func pendingCallView(p store.PendingCall) CallView {
 		ExpiresAt: p.ExpiresAt,
 	}
 	var prompt struct {
-		Plan *tools.Plan `json:"plan"`
+		Plan            *tools.Plan    `json:"plan"`
+		ApprovalsNeeded int            `json:"approvals_needed"`
+		Approvals       []ApprovalView `json:"approvals"`
+		Escalated       bool           `json:"escalated"`
 	}
-	if len(p.Prompt) > 0 && json.Unmarshal(p.Prompt, &prompt) == nil && prompt.Plan != nil {
+	if len(p.Prompt) > 0 && json.Unmarshal(p.Prompt, &prompt) == nil {
 		cv.Plan = prompt.Plan
+		cv.ApprovalsNeeded, cv.Approvals, cv.Escalated = max(1, prompt.ApprovalsNeeded), prompt.Approvals, prompt.Escalated
 	}
 	return cv
 }
@@ -276,4 +280,15 @@ func (m *Manager) access(ctx context.Context, convID string, by Principal) (stor
 		return store.Conversation{}, errNotFound()
 	}
 	return conv, nil
+}
+
+// approvedBy reports whether by already gave one of an M-of-N call's approvals: it waits for
+// someone else now.
+func approvedBy(c CallView, by Principal) bool {
+	for _, ap := range c.Approvals {
+		if ap.By == by.UserID {
+			return true
+		}
+	}
+	return false
 }

@@ -56,6 +56,8 @@ func (r Right) String() string {
 type Gate struct {
 	Approval  tools.Approval
 	Approvers tools.Approvers
+	// Count is how many distinct approvers the call needs (M-of-N); 0 and 1 mean one.
+	Count int
 }
 
 // gated reports whether the call has an approval step at all.
@@ -151,4 +153,22 @@ func MayFollowAll(by Principal) bool {
 // approvers, is listed in by's inbox: by has an inbox and the approval waits for by's decision.
 func InInbox(by Principal, ownerID string, approvers tools.Approvers) bool {
 	return !by.system() && MayFollowAll(by) && AwaitsDecisionBy(by, ownerID, approvers)
+}
+
+// MayRemember reports whether a decision taken on right may remember its approval (make a
+// grant) for a call gated as g: the owner's own approval of an owner-approved call that needs
+// one approver. A grant never covers a reviewer-gated or M-of-N call, and an admin's override
+// is not the owner's consent.
+func MayRemember(right Right, g Gate) bool {
+	return right == AsOwner && g.gated() && g.Approvers == tools.ByOwner && g.Count <= 1
+}
+
+// InInboxCall is InInbox for a pending approval that may have been escalated (its own deadline
+// passed with on_approval_timeout "escalate"): an escalated approval also waits for every admin
+// but the owner, who may decide it (as a reviewer or as an override, DecideRight).
+func InInboxCall(by Principal, ownerID string, approvers tools.Approvers, escalated bool) bool {
+	if InInbox(by, ownerID, approvers) {
+		return true
+	}
+	return escalated && !by.system() && by.Role == RoleAdmin && by.UserID != "" && by.UserID != ownerID
 }

@@ -30,7 +30,7 @@ func kindWords(k tools.PendingKind) string {
 // and whether the payload fits the call's schemas, Resolve decides.
 func (r Resolution) Kind() (tools.PendingKind, error) {
 	var kinds []tools.PendingKind
-	if r.Decision != "" || present(r.Args) || r.Reason != "" {
+	if r.Decision != "" || present(r.Args) || r.Reason != "" || r.Remember != nil {
 		kinds = append(kinds, tools.PendingApproval)
 	}
 	if r.Action != "" || present(r.Content) {
@@ -52,6 +52,9 @@ func (r Resolution) Kind() (tools.PendingKind, error) {
 		case "deny":
 			if present(r.Args) {
 				return "", fault.InvalidField("args", "edited arguments go with approve, not deny")
+			}
+			if r.Remember != nil {
+				return "", fault.InvalidField("remember", "remember goes with approve, not deny")
 			}
 		default:
 			return "", fault.InvalidField("decision", `decision must be "approve" or "deny"`)

@@ -69,6 +69,20 @@ func (a *actor) resolveApproval(c *call, r Resolution, by Principal) (then func(
 	}
 	audit := store.AuditRecord{ConversationID: a.id, ToolCallID: c.id, Tool: c.name, ActorID: by.UserID, Reason: r.Reason, At: now}
 	b := store.Batch{Cancel: []string{c.id}}
+	if r.Decision == "approve" && c.approvalsNeeded() > 1 {
+		final, err := a.checkQuorum(c, r, by)
+		if err != nil {
+			return nil, err
+		}
+		if !final {
+			return a.approvePartly(c, by, right)
+		}
+		audit.Detail = mustJSON(map[string]any{"approvals": append(c.approvalViews(), ApprovalView{By: by.UserID, At: now})})
+	}
+	grant, gerr := a.grantFrom(c, r, by, right, now)
+	if gerr != nil {
+		return nil, gerr
+	}
 	switch r.Decision {
 	case "approve":
 		d.Decision = "approve"
@@ -106,11 +120,18 @@ func (a *actor) resolveApproval(c *call, r Resolution, by Principal) (then func(
 		return nil, fault.InvalidAt("an approval needs a decision", "/decision", `must be "approve" or "deny"`)
 	}
 	b.Audit = []store.AuditRecord{audit}
+	if grant != nil {
+		d.Remember = &grantData{ID: grant.ID, Scope: grant.Scope, ExpiresAt: grant.ExpiresAt}
+		b.Entries[0].Data = mustJSON(d)
+		b.Grants = []store.Grant{*grant}
+		b.Audit = append(b.Audit, grantAudit(*grant, c, now))
+	}
 	b.Urgent = true // the person's request waits for it
 	if err := a.commit(b, []string{c.id}); err != nil {
 		return nil, err
 	}
 	a.publishCall(c)
+	a.notify(c, NotifyDecided, d.Decision, by.UserID, "")
 	return func() {
 		switch {
 		case c.finished():
@@ -144,6 +165,7 @@ func (a *actor) deny(c *call, r Resolution, by Principal, right Right, d decisio
 	}); err != nil {
 		return nil, err
 	}
+	a.notify(c, NotifyDecided, "deny", by.UserID, r.Reason)
 	return a.advance, nil
 }
 
@@ -257,6 +279,9 @@ func (a *actor) handleExpire(req *request) (then func(), err error) {
 	if c == nil || c.finished() || c.status != store.CallAwaiting {
 		return nil, errStale(req.callID)
 	}
+	if c.kind == tools.PendingApproval && !c.escalated && c.tool != nil && c.tool.OnApprovalTimeout() == tools.TimeoutEscalate {
+		return a.escalate(c)
+	}
 	what := map[tools.PendingKind]string{
 		tools.PendingApproval:    "nobody decided the approval in time",
 		tools.PendingElicitation: "the user did not respond in time",
@@ -275,6 +300,9 @@ func (a *actor) handleExpire(req *request) (then func(), err error) {
 	}
 	metrics.ExpiriesFired.Inc()
 	a.log.Info("suspended call expired", "tool_call_id", c.id, "tool", c.name, "pending", string(kind))
+	if kind == tools.PendingApproval {
+		a.notify(c, NotifyDecided, "expire", System.UserID, "")
+	}
 	return a.advance, nil
 }
 

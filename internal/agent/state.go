@@ -53,6 +53,11 @@ type toolCallData struct {
 	Prompt    *tools.Prompt   `json:"prompt,omitempty"`
 	Pending   string          `json:"pending,omitempty"` // the pending kind when it suspends at once
 	ExpiresAt *time.Time      `json:"expires_at,omitempty"`
+	// How the call was gated (gate.go): the rule that matched, the grant that let it run, the
+	// distinct approvals it needs (M-of-N; 0 is one).
+	Rule   *ruleData `json:"rule,omitempty"`
+	Grant  string    `json:"grant,omitempty"`
+	Needed int       `json:"approvals_needed,omitempty"`
 }
 
 // decisionData is an approval decision. An approved gated client call suspends again; its
@@ -67,6 +72,8 @@ type decisionData struct {
 	Args      json.RawMessage `json:"args,omitempty"`     // the edited arguments
 	ArgsHash  string          `json:"args_hash"`
 	ExpiresAt *time.Time      `json:"expires_at,omitempty"`
+	At        time.Time       `json:"at,omitzero"`        // when (an approval of an M-of-N call)
+	Remember  *grantData      `json:"remember,omitempty"` // the grant an approve made (grants.go)
 }
 
 // resultData is a tool_result or tool_error entry: the envelope the model reads and the call's
@@ -122,6 +129,13 @@ type call struct {
 	decision  string
 	decidedBy string
 	reason    string
+
+	// governance (gate.go, quorum.go)
+	rule      *ruleData
+	grant     string
+	needed    int        // distinct approvals needed; 0 is one
+	approvals []approval // the approvals so far of an M-of-N call
+	escalated bool       // its approval's time ran out and admins may decide it
 }
 
 func (c *call) finished() bool { return c.result != nil }
@@ -290,7 +304,8 @@ func (s *convState) apply(e store.Entry, reg *tools.Registry) error {
 		}
 		c := &call{id: e.ToolCallID, name: d.Name, executor: tools.Executor(d.Executor), approval: tools.Approval(d.Approval),
 			approvers: tools.Approvers(d.Approvers), args: d.Args, seq: e.Seq, turn: d.Turn, at: e.CreatedAt,
-			plan: d.Plan, prompt: d.Prompt, expiresAt: d.ExpiresAt, attempts: 1}
+			plan: d.Plan, prompt: d.Prompt, expiresAt: d.ExpiresAt, attempts: 1,
+			rule: d.Rule, grant: d.Grant, needed: d.Needed}
 		if t, ok := reg.Get(d.Name); ok {
 			c.tool = t
 		}
@@ -310,6 +325,9 @@ func (s *convState) apply(e store.Entry, reg *tools.Registry) error {
 		var d decisionData
 		if err := json.Unmarshal(e.Data, &d); err != nil {
 			return err
+		}
+		if c.applyGovernance(d) {
+			return nil
 		}
 		c.decision, c.decidedBy, c.reason = d.Decision, d.By, d.Reason
 		if d.Decision == "approve" || d.Decision == "approve_edited" {

@@ -207,6 +207,7 @@ type draft struct {
 	ids     []string              // the id of each of resp.ToolCalls: the model's, or a fresh one
 	over    []bool                // each of resp.ToolCalls past MaxCallsPerAnswer (it does not run)
 	plans   map[string]tools.Plan // the plans reported so far, by call id
+	gates   map[string]callGate   // how each valid call of a known tool is gated (gate.go)
 	waiting int                   // dry runs not reported yet
 	cancel  context.CancelFunc    // cancels the dry runs (a hard stop)
 }
@@ -230,7 +231,8 @@ type draft struct {
 func (a *actor) onLLMResponse(resp llm.Response) {
 	st := a.st
 	resp = cleanResponse(resp)
-	dr := &draft{resp: resp, ids: make([]string, len(resp.ToolCalls)), over: make([]bool, len(resp.ToolCalls)), plans: map[string]tools.Plan{}}
+	dr := &draft{resp: resp, ids: make([]string, len(resp.ToolCalls)), over: make([]bool, len(resp.ToolCalls)), plans: map[string]tools.Plan{},
+		gates: map[string]callGate{}}
 	local := 0 // calls that run here (provider calls ran at the provider)
 	for i, tc := range resp.ToolCalls {
 		if !tc.Provider {
@@ -252,11 +254,16 @@ func (a *actor) onLLMResponse(resp llm.Response) {
 		}
 		// recordResponse's tests for a plan: a known local tool, an approval, valid arguments.
 		t, ok := a.cfg().Tools.Get(tc.Name)
-		if !ok || t.Executor() == tools.Provider || t.PendingKind(false) != tools.PendingApproval {
+		if !ok || t.Executor() == tools.Provider {
 			continue
 		}
 		parsed, verr := t.ValidateArgs(normalizeArgs(tc.Args))
 		if verr != nil {
+			continue
+		}
+		g := a.gateFor(t, normalizeArgs(tc.Args))
+		dr.gates[id] = g
+		if !g.gated() || g.denied {
 			continue
 		}
 		if ctx == nil {
@@ -349,6 +356,7 @@ func (a *actor) recordResponse(dr *draft) {
 		callEntries []store.Entry
 		touched     []string
 		schedule    []store.Expiry
+		audit       []store.AuditRecord
 	)
 	for i, tc := range resp.ToolCalls {
 		id := dr.ids[i]
@@ -363,6 +371,7 @@ func (a *actor) recordResponse(dr *draft) {
 			d.ModelID = tc.ID
 		}
 		var immediate *fault.Error
+		immediateStatus := store.CallErrored
 		t, ok := a.cfg().Tools.Get(tc.Name)
 		if dr.over[i] {
 			immediate = fault.Errorf(fault.KindTooManyCalls, "this answer held more than %d tool calls; this one did not run: ask for fewer at a time", a.cfg().MaxCallsPerAnswer)
@@ -371,11 +380,24 @@ func (a *actor) recordResponse(dr *draft) {
 		} else {
 			d.Executor, d.Approval, d.Approvers = string(t.Executor()), string(t.Approval()), string(t.Approvers())
 			parsed, verr := t.ValidateArgs(args)
+			g, decided := dr.gates[id]
+			if verr == nil && !decided { // onLLMResponse gates every valid call; never leave one ungated
+				g = a.gateFor(t, args)
+			}
 			switch {
 			case verr != nil:
 				immediate = verr
+			case g.denied:
+				d.Rule = g.rule
+				immediate, immediateStatus = deniedByRule(g), store.CallDenied
+				audit = append(audit, a.gateAudit(id, tc.Name, args, g, now)...)
 			default:
-				kind := t.PendingKind(false)
+				d.Approval, d.Approvers, d.Rule, d.Grant = string(g.approval), string(g.approvers), g.rule, g.grant
+				if g.gated() && g.needed > 1 {
+					d.Needed = g.needed
+				}
+				audit = append(audit, a.gateAudit(id, tc.Name, args, g, now)...)
+				kind := pendingKindFor(t, g.gated())
 				switch kind {
 				case tools.PendingApproval:
 					plan, ok := dr.plans[id]
@@ -392,7 +414,11 @@ func (a *actor) recordResponse(dr *draft) {
 					}
 				}
 				if immediate == nil && kind != "" {
-					exp := now.Add(a.suspensionTimeout(t))
+					timeout := a.suspensionTimeout(t)
+					if kind == tools.PendingApproval {
+						timeout = a.approvalTimeout(t)
+					}
+					exp := now.Add(timeout)
 					d.Pending, d.ExpiresAt = string(kind), &exp
 					schedule = append(schedule, store.Expiry{ConversationID: a.id, ToolCallID: id, At: exp})
 				}
@@ -400,7 +426,7 @@ func (a *actor) recordResponse(dr *draft) {
 		}
 		callEntries = append(callEntries, store.Entry{Type: store.EntryToolCall, ToolCallID: id, Actor: "model", Data: mustJSON(d)})
 		if immediate != nil {
-			rd := resultData{Envelope: tools.ErrorEnvelope(immediate), Status: store.CallErrored}
+			rd := resultData{Envelope: tools.ErrorEnvelope(immediate), Status: immediateStatus}
 			callEntries = append(callEntries, store.Entry{Type: store.EntryToolError, ToolCallID: id, Actor: "system", Data: mustJSON(rd)})
 		}
 		touched = append(touched, id)
@@ -408,6 +434,7 @@ func (a *actor) recordResponse(dr *draft) {
 	b := store.Batch{
 		Entries:  append([]store.Entry{{Type: store.EntryAssistantMessage, Actor: "model", Data: mustJSON(ad)}}, callEntries...),
 		Schedule: schedule,
+		Audit:    audit,
 	}
 	if st.llmFailed > 0 {
 		b.DoneSteps = []string{step}
@@ -432,6 +459,8 @@ func (a *actor) recordResponse(dr *draft) {
 		case c.kind == tools.PendingClientExec:
 			a.publishClientExec(c)
 			a.checkClient(c)
+		case c.kind == tools.PendingApproval:
+			a.notify(c, NotifyRequested, "", "", "")
 		}
 	}
 	a.advance()

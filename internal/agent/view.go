@@ -36,6 +36,7 @@ func callView(c *call) CallView {
 		Progress: append([]string(nil), c.progress...), Attempts: c.attempts, NextAttempt: c.nextAttempt,
 		Decision: c.decision, DecidedBy: c.decidedBy, Reason: c.reason, ExpiresAt: c.expiresAt,
 		AskFirst: c.asksFirst(), Schema: c.schema(),
+		Rule:     c.rule.view(), Grant: c.grant, ApprovalsNeeded: c.approvalsNeeded(), Approvals: c.approvalViews(), Escalated: c.escalated,
 	}
 }
 
@@ -50,6 +51,9 @@ func (c *call) schema() json.RawMessage {
 // pendingView is the API's pending entry: {"executor","kind","prompt","schema","expires_at"}.
 func pendingView(c *call) PendingView {
 	p := PendingView{Executor: c.executor, Kind: c.kind, Prompt: pendingPrompt(c), ExpiresAt: c.expiresAt}
+	if c.kind == tools.PendingApproval {
+		p.ApprovalsNeeded, p.Approvals, p.Escalated = c.approvalsNeeded(), c.approvalViews(), c.escalated
+	}
 	if c.kind == tools.PendingElicitation && c.prompt != nil {
 		p.Schema = c.prompt.Schema
 	}
@@ -67,7 +71,16 @@ func (c *call) asksFirst() bool {
 func pendingPrompt(c *call) any {
 	switch c.kind {
 	case tools.PendingApproval:
-		return map[string]any{"tool": c.name, "args": json.RawMessage(c.args), "plan": c.plan}
+		p := map[string]any{"tool": c.name, "args": json.RawMessage(c.args), "plan": c.plan}
+		// The quorum and the escalation ride in the tool_calls row's prompt, where the inbox
+		// reads them (door.go: pendingCallView); only when they say something.
+		if c.approvalsNeeded() > 1 {
+			p["approvals_needed"], p["approvals"] = c.approvalsNeeded(), c.approvalViews()
+		}
+		if c.escalated {
+			p["escalated"] = true
+		}
+		return p
 	case tools.PendingElicitation:
 		if c.prompt != nil {
 			return c.prompt.Message

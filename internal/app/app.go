@@ -26,6 +26,7 @@ import (
 	"parley/internal/llm/anthropic"
 	"parley/internal/llm/demo"
 	"parley/internal/llm/openai"
+	"parley/internal/notify"
 	"parley/internal/store"
 	"parley/internal/store/pgstore"
 	"parley/internal/store/sqlitestore"
@@ -47,6 +48,7 @@ type App struct {
 	node     *cluster.Node       // nil on the embedded store
 	mcp      *mcpadapter.Manager // nil when the tools file lists no MCP server
 	unlock   func()              // releases the embedded store's directory; nil on PostgreSQL
+	notifier *notify.Webhook     // nil unless PARLEY_NOTIFY_URL is set
 	web      *web.Server
 	http     *http.Server
 	listener net.Listener
@@ -120,6 +122,12 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 			return nil, err
 		}
 		acfg.Cluster, acfg.Events = a.node, a.node
+	}
+	if a.notifier, err = newNotifier(cfg, a.clock, a.log); err != nil {
+		return nil, err
+	}
+	if a.notifier != nil {
+		acfg.Notifier = a.notifier
 	}
 	a.manager = agent.New(acfg)
 	a.web = web.New(web.Config{
@@ -373,6 +381,9 @@ func (a *App) Close() error {
 		}
 		if a.mcp != nil {
 			a.mcp.Stop() // ends the stdio servers' processes
+		}
+		if a.notifier != nil {
+			a.notifier.Close()
 		}
 		if a.store != nil {
 			if err := a.store.Close(); err != nil {

@@ -22,7 +22,10 @@ type Config struct {
 	AnthropicKey     string // ANTHROPIC_API_KEY
 	AnthropicBaseURL string // ANTHROPIC_BASE_URL
 	ToolsPath        string // PARLEY_TOOLS: the tools file, none by default
-	Production       bool   // PARLEY_ENV=production
+	// NotifyURL and NotifySecret are PARLEY_NOTIFY_URL and PARLEY_NOTIFY_SECRET: the signed
+	// approval notifications (package notify); none when the URL is unset.
+	NotifyURL, NotifySecret string
+	Production              bool // PARLEY_ENV=production
 	// Per-user budgets (0 = the web layer's defaults): PARLEY_MESSAGES_PER_MINUTE,
 	// PARLEY_MESSAGE_BURST, PARLEY_API_PER_MINUTE, PARLEY_API_BURST.
 	MessagesPerMinute float64
@@ -80,6 +83,8 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		AnthropicKey:     getenv("ANTHROPIC_API_KEY"),
 		AnthropicBaseURL: getenv("ANTHROPIC_BASE_URL"),
 		ToolsPath:        getenv("PARLEY_TOOLS"),
+		NotifyURL:        getenv("PARLEY_NOTIFY_URL"),
+		NotifySecret:     getenv("PARLEY_NOTIFY_SECRET"),
 		ShutdownTimeout:  15 * time.Second,
 		Getenv:           getenv,
 	}

@@ -212,14 +212,26 @@ type AuditRecord struct {
 	Action         string // approve, deny, accept, decline, cancel, client_result, client_error, expire
 	Reason         string
 	ArgsHash       string // hex SHA-256 of the canonical arguments that ran (or were refused)
-	At             time.Time
+	// Detail is the action's particulars as JSON (the rule that matched, the grant used or made,
+	// the approvals so far); empty when there are none. Stored as written.
+	Detail json.RawMessage
+	At     time.Time
+	// The hash chain (governance.go), set by the store when the record is appended: Seq is the
+	// record's place in the chain (from 1), Hash = AuditHash(PrevHash, the record).
+	Seq      int64
+	PrevHash string
+	Hash     string
 }
 
 // AuditFilter selects audit records; zero fields match everything.
 type AuditFilter struct {
 	ConversationID string
 	ActorID        string
-	Limit          int
+	Action         string
+	Tool           string
+	// BeforeSeq lists only records before this place in the chain (paging back); 0: from the newest.
+	BeforeSeq int64
+	Limit     int
 }
 
 // PendingFilter selects awaiting calls across conversations.
@@ -248,6 +260,8 @@ type Batch struct {
 	Steps     []Step   // upserted by (conversation, key)
 	DoneSteps []string // step keys removed
 	Audit     []AuditRecord
+	// Grants are remembered approvals the batch makes (governance.go).
+	Grants []Grant
 	// Urgent marks an append a person is waiting on: their message or their decision, whose
 	// request answers once it is durable. A store that queues appends (pgstore's group commit)
 	// commits urgent ones first; nothing else changes.
@@ -352,8 +366,22 @@ type Store interface {
 	AddUsage(ctx context.Context, userID string, day time.Time, tokens int64) error
 	UsageOn(ctx context.Context, userID string, day time.Time) (int64, error)
 
-	// Audit.
+	// Audit. Every record written (through Append, AppendAudit or RevokeGrant) joins the hash
+	// chain in the same transaction, appends serialized across processes (governance.go).
 	ListAudit(ctx context.Context, f AuditFilter) ([]AuditRecord, error) // newest first
+	// AuditChain returns up to limit chained records after the place afterSeq, in chain order.
+	AuditChain(ctx context.Context, afterSeq int64, limit int) ([]AuditRecord, error)
+	// AppendAudit writes records that belong to no conversation's append.
+	AppendAudit(ctx context.Context, recs ...AuditRecord) error
+
+	// Grants (remembered approvals). ActiveGrant finds userID's grant for tool that covers
+	// conversationID at now (scope user, or scope conversation of that conversation; not
+	// revoked, not expired), the newest; ErrNotFound when none. ListGrants lists userID's grants
+	// active at now, newest first. RevokeGrant revokes userID's grant id at now and writes audit
+	// in the same transaction; ErrNotFound when userID has no such active grant.
+	ActiveGrant(ctx context.Context, userID, conversationID, tool string, now time.Time) (Grant, error)
+	ListGrants(ctx context.Context, userID string, now time.Time) ([]Grant, error)
+	RevokeGrant(ctx context.Context, userID, id string, now time.Time, audit AuditRecord) error
 
 	// Ping answers when the store is reachable.
 	Ping(ctx context.Context) error

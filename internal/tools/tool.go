@@ -166,6 +166,23 @@ type Spec struct {
 	Precheck PrecheckFunc
 	// MaxOutputBytes bounds the model-facing envelope; 0 uses DefaultMaxOutputBytes.
 	MaxOutputBytes int
+
+	// Governance (rules.go, governance.go).
+
+	// ApproverCount is how many distinct approvers of Approvers a gated call needs (M-of-N);
+	// 0 and 1 mean one. More than one needs reviewer approvers: the owner never counts.
+	ApproverCount int
+	// Rules decide a call before it is dispatched, first match wins (allow, deny, ask); none
+	// matching leaves the tool's Approval. New compiles the ones not compiled yet.
+	Rules []Rule
+	// RulesShadow records what Rules would decide without acting on it.
+	RulesShadow bool
+	// ApprovalTimeout bounds how long an approval may wait; 0 uses Timeout (or the app's
+	// default). Timeout then bounds only the run and the other suspensions.
+	ApprovalTimeout time.Duration
+	// OnApprovalTimeout is what happens when an approval waits past its timeout: deny (the
+	// default: the call expires) or escalate (admins may decide it, with a new deadline).
+	OnApprovalTimeout TimeoutAction
 }
 
 // Tool is a checked, compiled tool declaration. It is immutable and safe for concurrent use.
@@ -254,6 +271,9 @@ func New(s Spec) (*Tool, error) {
 	}
 	if r := s.Retention; r.MaxAgeTurns < 0 || r.MaxCount < 0 {
 		return bad("retention limits must not be negative", nil)
+	}
+	if err := checkGovernance(&s); err != nil {
+		return nil, err
 	}
 	// Keep private copies: a Tool is immutable even if the caller reuses its buffers.
 	s.Parameters = clone(s.Parameters)

@@ -224,7 +224,7 @@ func TestConversationJSON(t *testing.T) {
 		}
 		args := `{"body":"See you at noon.","subject":"lunch","to":"bob@example.test"}`
 		want := fmt.Sprintf(`{"id":%q,"last_seq":3,"messages":[{"content":"please","role":"user"}],`+
-			`"pending":{"c1":{"executor":"server","expires_at":"2026-03-01T09:10:00Z","kind":"approval",`+
+			`"pending":{"c1":{"approvals_needed":1,"executor":"server","expires_at":"2026-03-01T09:10:00Z","kind":"approval",`+
 			`"prompt":{"args":%s,"plan":{"details":%s,"summary":"Would send an email to bob@example.test with the subject \"lunch\""},"tool":"send_email"}}},`+
 			`"status":"awaiting","title":"Trip",`+
 			`"tool_calls":[{"approval":"requires_approval","args":%s,"executor":"server","id":"c1","name":"send_email","result":null,"status":"awaiting"}]}`,

@@ -75,6 +75,9 @@ func (s *Server) routes() *echo.Echo {
 	api.POST("/conversations/:id/calls/:call/resolve", s.apiResolve)
 	api.GET("/conversations/:id/events", s.apiEvents)
 	api.GET("/approvals", s.apiApprovals)
+	api.GET("/grants", s.apiGrants)
+	api.DELETE("/grants/:grant", s.apiRevokeGrant)
+	api.GET("/audit", s.apiAudit)
 	api.Any("/*", func(echo.Context) error { return errUnknownAction })
 
 	s.pageRoutes(e)

@@ -20,7 +20,7 @@ func TestConformance(t *testing.T) {
 			}
 			return s
 		}),
-		storetest.WithFailingAudit(failAudit))
+		storetest.WithFailingAudit(failAudit), storetest.WithExec(execSQL))
 }
 
 // failAudit makes the database refuse audit records with the given action.
@@ -38,4 +38,12 @@ func failAudit(t *testing.T, s store.Store, action string) {
 // pgQuote is a PostgreSQL string literal (trigger conditions take no parameters).
 func pgQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+}
+
+// execSQL runs a statement on the database directly.
+func execSQL(t *testing.T, s store.Store, sql string, args ...any) {
+	t.Helper()
+	if _, err := s.(*pgstore.Store).Pool().Exec(t.Context(), sql, args...); err != nil {
+		t.Fatalf("exec %q: %v", sql, err)
+	}
 }

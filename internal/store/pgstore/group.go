@@ -298,6 +298,13 @@ func (s *Store) sendAppend(ctx context.Context, rs []*appendReq) error {
 			}
 		}
 	}
+	for _, r := range rs {
+		if len(r.batch.Audit) > 0 {
+			// Last: the chain's lock is held from here to the commit (migration 008).
+			batch.Queue(chainSQL)
+			break
+		}
+	}
 	pool := s.pool
 	if s.writePool != nil {
 		pool = s.writePool

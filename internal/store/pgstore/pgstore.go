@@ -72,7 +72,7 @@ func Open(ctx context.Context, databaseURL string, logger *slog.Logger, opts ...
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{
-		Core:       sqlcore.Core{Dialect: sqlcore.Dialect{SkipLocked: "FOR UPDATE SKIP LOCKED"}, Clock: clock.Real{}},
+		Core:       sqlcore.Core{Dialect: sqlcore.Dialect{SkipLocked: "FOR UPDATE SKIP LOCKED", ChainSQL: chainSQL}, Clock: clock.Real{}},
 		committers: -1, // half the pool, decided once its size is known
 	}
 	for _, o := range opts {
@@ -148,6 +148,9 @@ func Migrate(ctx context.Context, databaseURL string) error {
 	}
 	return nil
 }
+
+// chainSQL places a transaction's new audit records in the hash chain (migration 008).
+const chainSQL = `SELECT parley_chain_audit()`
 
 // SchemaVersion implements store.Store: have is the newest version in schema_migrations (0 when
 // the table is missing), want the newest migration embedded in this binary.

@@ -20,7 +20,7 @@ func TestConformance(t *testing.T) {
 			}
 			return s
 		}),
-		storetest.WithFailingAudit(failAudit))
+		storetest.WithFailingAudit(failAudit), storetest.WithExec(execSQL))
 }
 
 // failAudit makes the file refuse audit records with the given action.
@@ -30,5 +30,13 @@ func failAudit(t *testing.T, s store.Store, action string) {
 		BEGIN SELECT RAISE(ABORT, 'audit action refused by the test trigger'); END`
 	if _, err := s.(*sqlitestore.Store).DB.Exec(t.Context(), ddl); err != nil {
 		t.Fatalf("install the audit trigger: %v", err)
+	}
+}
+
+// execSQL runs a statement on the file directly.
+func execSQL(t *testing.T, s store.Store, sql string, args ...any) {
+	t.Helper()
+	if _, err := s.(*sqlitestore.Store).DB.Exec(t.Context(), sql, args...); err != nil {
+		t.Fatalf("exec %q: %v", sql, err)
 	}
 }

@@ -133,10 +133,31 @@ CREATE TABLE audit (
 	action          TEXT NOT NULL,
 	reason          TEXT NOT NULL,
 	args_hash       TEXT NOT NULL,
-	at              INTEGER NOT NULL
+	at              INTEGER NOT NULL,
+	detail          TEXT NOT NULL DEFAULT '',
+	chain_seq       INTEGER,
+	prev_hash       TEXT NOT NULL DEFAULT '',
+	hash            TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX audit_conversation ON audit (conversation_id, at);
 CREATE INDEX audit_actor ON audit (actor_id, at);
+CREATE UNIQUE INDEX audit_chain_seq ON audit (chain_seq);
+CREATE INDEX audit_unchained ON audit (id) WHERE chain_seq IS NULL;
+CREATE INDEX audit_action ON audit (action, chain_seq);
+
+CREATE TABLE grants (
+	id              TEXT PRIMARY KEY,
+	user_id         TEXT NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+	tool            TEXT NOT NULL,
+	scope           TEXT NOT NULL,
+	conversation_id TEXT NOT NULL,
+	tool_call_id    TEXT NOT NULL,
+	created_by      TEXT NOT NULL,
+	created_at      INTEGER NOT NULL,
+	expires_at      INTEGER NOT NULL,
+	revoked_at      INTEGER
+);
+CREATE INDEX grants_user_tool ON grants (user_id, tool, expires_at);
 
 CREATE TABLE usage (
 	user_id TEXT NOT NULL,

@@ -36,7 +36,7 @@ import (
 //go:embed schema.sql
 var schema string
 
-const schemaVersion = 4
+const schemaVersion = 5
 
 // upgrades bring a file from the version before each (the key) to that version; each runs in the
 // migration's transaction.
@@ -80,6 +80,27 @@ CREATE TABLE invitations (
 	revoked_at INTEGER
 );
 CREATE INDEX invitations_created ON invitations (created_at);`,
+	// 4 → 5: approval governance: audit particulars and the hash chain; grants.
+	5: `ALTER TABLE audit ADD COLUMN detail TEXT NOT NULL DEFAULT '';
+ALTER TABLE audit ADD COLUMN chain_seq INTEGER;
+ALTER TABLE audit ADD COLUMN prev_hash TEXT NOT NULL DEFAULT '';
+ALTER TABLE audit ADD COLUMN hash TEXT NOT NULL DEFAULT '';
+CREATE UNIQUE INDEX audit_chain_seq ON audit (chain_seq);
+CREATE INDEX audit_unchained ON audit (id) WHERE chain_seq IS NULL;
+CREATE INDEX audit_action ON audit (action, chain_seq);
+CREATE TABLE grants (
+	id              TEXT PRIMARY KEY,
+	user_id         TEXT NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+	tool            TEXT NOT NULL,
+	scope           TEXT NOT NULL,
+	conversation_id TEXT NOT NULL,
+	tool_call_id    TEXT NOT NULL,
+	created_by      TEXT NOT NULL,
+	created_at      INTEGER NOT NULL,
+	expires_at      INTEGER NOT NULL,
+	revoked_at      INTEGER
+);
+CREATE INDEX grants_user_tool ON grants (user_id, tool, expires_at);`,
 }
 
 // busyTimeout is how long a statement waits for another handle's write lock.

@@ -133,6 +133,13 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	// scope or expiry, no invitations.
 	for _, q := range []string{
 		`DROP TABLE invitations`,
+		`DROP TABLE grants`,
+		`DROP TABLE audit`,
+		`CREATE TABLE audit (id INTEGER PRIMARY KEY AUTOINCREMENT, conversation_id TEXT NOT NULL, tool_call_id TEXT NOT NULL, tool TEXT NOT NULL,
+			actor_id TEXT NOT NULL, action TEXT NOT NULL, reason TEXT NOT NULL, args_hash TEXT NOT NULL, at INTEGER NOT NULL)`,
+		`CREATE INDEX audit_conversation ON audit (conversation_id, at)`,
+		`CREATE INDEX audit_actor ON audit (actor_id, at)`,
+		fmt.Sprintf(`INSERT INTO audit (conversation_id, tool_call_id, tool, actor_id, action, reason, args_hash, at) VALUES ('%s', 'call_0', 't', 'u', 'approve', '', 'h', 0)`, ana.ID),
 		`ALTER TABLE api_tokens DROP COLUMN scope`,
 		`ALTER TABLE api_tokens DROP COLUMN expires_at`,
 		`DROP TABLE usage`,
@@ -172,5 +179,14 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	}
 	if list, err := s.ListInvitations(ctx); err != nil || len(list) != 0 {
 		t.Fatalf("invitations after the upgrade: %v %v", err, list)
+	}
+	// An audit record from before the chain joins it, first, with the next record written.
+	if err := s.AppendAudit(ctx, store.AuditRecord{Tool: "t", ActorID: "u", Action: "deny"}); err != nil {
+		t.Fatalf("audit after the upgrade: %v", err)
+	}
+	chain, err := s.AuditChain(ctx, 0, 0)
+	var v store.ChainVerifier
+	if err != nil || len(chain) != 2 || chain[0].Action != "approve" || v.Next(chain[0]) != nil || v.Next(chain[1]) != nil {
+		t.Fatalf("the chain after the upgrade: %v %+v", err, chain)
 	}
 }

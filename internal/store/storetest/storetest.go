@@ -56,6 +56,7 @@ type Option func(*suite)
 
 type suite struct {
 	failAudit func(t *testing.T, s store.Store, action string)
+	exec      func(t *testing.T, s store.Store, sql string, args ...any)
 }
 
 // WithFailingAudit gives the suite install, which makes the database behind s refuse every later
@@ -105,6 +106,8 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 		{"FirstAdmin", testFirstAdmin},
 		{"EndSessions", testEndSessions},
 		{"Audit", testAudit},
+		{"AuditChain", func(t *testing.T, open Opener) { testAuditChain(t, open, cfg.exec) }},
+		{"Grants", testGrants},
 		{"Ping", testPing},
 		{"SchemaVersion", testSchemaVersion},
 	}

@@ -302,7 +302,8 @@ func build(obj map[string]json.RawMessage, env Env) (*tools.Tool, []httpadapter.
 	field(obj, "type", &typ)
 	field(obj, "description", &description)
 	field(obj, "approval", &approval)
-	field(obj, "approvers", &approvers)
+	var approverCount int
+	approvers, approverCount = approverSet(obj["approvers"])
 	field(obj, "timeout_secs", &timeoutSecs)
 	field(obj, "max_retries", &maxRetries)
 	field(obj, "max_output_bytes", &maxOutput)
@@ -317,7 +318,9 @@ func build(obj map[string]json.RawMessage, env Env) (*tools.Tool, []httpadapter.
 		Retention:      retention,
 		Timeout:        time.Duration(timeoutSecs) * time.Second,
 		MaxOutputBytes: maxOutput,
+		ApproverCount:  approverCount,
 	}
+	governance(obj, &spec)
 	declared := declaredProperties(obj["parameters"])
 
 	switch typ {

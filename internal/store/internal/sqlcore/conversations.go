@@ -47,9 +47,8 @@ func (c *Core) DeleteConversation(ctx context.Context, id string, audit store.Au
 		if n == 0 {
 			return store.ErrNotFound
 		}
-		_, err = tx.Exec(ctx, auditInsert+` VALUES ($1,$2,$3,$4,$5,$6,$7,$8)`,
-			id, audit.ToolCallID, audit.Tool, audit.ActorID, audit.Action, audit.Reason, audit.ArgsHash, at)
-		return err
+		audit.ConversationID, audit.At = id, at
+		return c.writeAudit(ctx, tx, []store.AuditRecord{audit}) // chained like every record
 	})
 	if err != nil {
 		return fmt.Errorf("delete conversation %q: %w", id, err)

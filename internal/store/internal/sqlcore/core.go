@@ -658,6 +658,9 @@ func (c *Core) Append(ctx context.Context, conversationID string, afterSeq int64
 				return err
 			}
 		}
+		if len(b.Audit) > 0 {
+			return c.chainAudit(ctx, tx)
+		}
 		return nil
 	})
 	if err != nil {
@@ -679,14 +682,14 @@ const (
 	stepsInsert    = `INSERT INTO steps (conversation_id, key, attempts, next_attempt_at, last_error, updated_at)`
 	stepsUpsert    = `ON CONFLICT (conversation_id, key) DO UPDATE SET attempts = excluded.attempts, next_attempt_at = excluded.next_attempt_at,
 		last_error = excluded.last_error, updated_at = excluded.updated_at`
-	auditInsert = `INSERT INTO audit (conversation_id, tool_call_id, tool, actor_id, action, reason, args_hash, at)`
+	auditInsert = `INSERT INTO audit (conversation_id, tool_call_id, tool, actor_id, action, reason, args_hash, at, detail)`
 )
 
 // Writes are the rows an append writes after its sequence check, table by table, each row in the
 // column order of its table's insert above. Cancel and DoneSteps are (conversation, key) pairs
 // to delete.
 type Writes struct {
-	Entries, Calls, Cancel, Schedule, DoneSteps, Steps, Audit [][]any
+	Entries, Calls, Cancel, Schedule, DoneSteps, Steps, Audit, Grants [][]any
 }
 
 // PlanWrites returns the rows that write b after the entry numbered afterSeq, stamped now.
@@ -730,7 +733,10 @@ func PlanWrites(conv string, afterSeq int64, now time.Time, b store.Batch) Write
 		if !a.At.IsZero() {
 			at = ts(a.At)
 		}
-		r.Audit = append(r.Audit, []any{conv, a.ToolCallID, a.Tool, a.ActorID, a.Action, a.Reason, a.ArgsHash, at})
+		r.Audit = append(r.Audit, []any{conv, a.ToolCallID, a.Tool, a.ActorID, a.Action, a.Reason, a.ArgsHash, at, string(a.Detail)})
+	}
+	for _, g := range b.Grants {
+		r.Grants = append(r.Grants, grantRow(g, conv, now))
 	}
 	return r
 }
@@ -752,6 +758,7 @@ func PlanBatch(conv string, afterSeq int64, now time.Time, b store.Batch) []Stmt
 			append([]any{conv}, anySlice(b.DoneSteps)...)})
 	}
 	out = insertMany(out, stepsInsert, stepsUpsert, r.Steps)
+	out = insertMany(out, grantsInsert, "", r.Grants)
 	return insertMany(out, auditInsert, "", r.Audit)
 }
 
@@ -769,6 +776,7 @@ func PlanMerged(rs []Writes) []Stmt {
 		m.DoneSteps = append(m.DoneSteps, r.DoneSteps...)
 		m.Steps = append(m.Steps, r.Steps...)
 		m.Audit = append(m.Audit, r.Audit...)
+		m.Grants = append(m.Grants, r.Grants...)
 	}
 	var out []Stmt
 	add := func(sql string, types []string, rows [][]any) {
@@ -783,7 +791,8 @@ func PlanMerged(rs []Writes) []Stmt {
 	add(expiriesInsert+` SELECT * FROM UNNEST `+expiriesUpsert, []string{"text", "text", "timestamptz"}, m.Schedule)
 	add(`DELETE FROM steps WHERE (conversation_id, key) IN (SELECT * FROM UNNEST)`, []string{"text", "text"}, m.DoneSteps)
 	add(stepsInsert+` SELECT * FROM UNNEST `+stepsUpsert, []string{"text", "text", "bigint", "timestamptz", "text", "timestamptz"}, m.Steps)
-	add(auditInsert+` SELECT * FROM UNNEST`, []string{"text", "text", "text", "text", "text", "text", "text", "timestamptz"}, m.Audit)
+	add(grantsInsert+` SELECT * FROM UNNEST`, grantTypes, m.Grants)
+	add(auditInsert+` SELECT * FROM UNNEST`, []string{"text", "text", "text", "text", "text", "text", "text", "timestamptz", "text"}, m.Audit)
 	return out
 }
 
@@ -1019,31 +1028,6 @@ func (c *Core) ListOutbox(ctx context.Context, conversationID string) ([]store.O
 		return nil, fmt.Errorf("list outbox: %w", err)
 	}
 	return ms, nil
-}
-
-// ListAudit implements store.Store.
-func (c *Core) ListAudit(ctx context.Context, f store.AuditFilter) ([]store.AuditRecord, error) {
-	q := `SELECT id, conversation_id, tool_call_id, tool, actor_id, action, reason, args_hash, at FROM audit WHERE 1 = 1`
-	var args []any
-	if f.ConversationID != "" {
-		args = append(args, f.ConversationID)
-		q += ` AND conversation_id = $` + strconv.Itoa(len(args))
-	}
-	if f.ActorID != "" {
-		args = append(args, f.ActorID)
-		q += ` AND actor_id = $` + strconv.Itoa(len(args))
-	}
-	args = append(args, int64(limitOrAll(f.Limit)))
-	q += ` ORDER BY at DESC, id DESC LIMIT $` + strconv.Itoa(len(args))
-	as, err := queryAll(ctx, c.DB, q, args, func(r Rows) (store.AuditRecord, error) {
-		var a store.AuditRecord
-		err := r.Scan(&a.ID, &a.ConversationID, &a.ToolCallID, &a.Tool, &a.ActorID, &a.Action, &a.Reason, &a.ArgsHash, &a.At)
-		return a, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list audit: %w", err)
-	}
-	return as, nil
 }
 
 // Ping implements store.Store.

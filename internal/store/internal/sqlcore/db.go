@@ -51,6 +51,10 @@ type Dialect struct {
 	// SkipLocked is appended to the SELECT that picks due expiries: "FOR UPDATE SKIP LOCKED" on
 	// PostgreSQL, empty on SQLite where the single writer already serializes claims.
 	SkipLocked string
+	// ChainSQL chains a transaction's new audit records (governance.go): "SELECT
+	// parley_chain_audit()" on PostgreSQL, whose function serializes writers with an advisory
+	// lock; empty on SQLite, where Core chains them in Go under the single writer's lock.
+	ChainSQL string
 }
 
 // NewID returns 16 random bytes, hex-encoded: the id of a row whose caller gave none.

@@ -1,0 +1,174 @@
+package storetest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"parley/internal/store"
+)
+
+// WithExec gives the suite exec, which runs a statement directly on the database behind s
+// (PostgreSQL placeholders): the audit chain's test changes a record behind the store's back
+// and checks that verification names it.
+func WithExec(exec func(t *testing.T, s store.Store, sql string, args ...any)) Option {
+	return func(c *suite) { c.exec = exec }
+}
+
+// verifyChain walks the whole chain in pages and returns how many records it checked, or the
+// first break.
+func verifyChain(t *testing.T, s store.Store) (int64, error) {
+	t.Helper()
+	var v store.ChainVerifier
+	var after int64
+	for {
+		page, err := s.AuditChain(ctxT(t), after, 3) // small pages: paging is part of the test
+		if err != nil {
+			t.Fatalf("AuditChain: %v", err)
+		}
+		if len(page) == 0 {
+			n, _ := v.Verified()
+			return n, nil
+		}
+		for _, r := range page {
+			if err := v.Next(r); err != nil {
+				return 0, err
+			}
+			after = r.Seq
+		}
+	}
+}
+
+func testAuditChain(t *testing.T, open Opener, exec func(t *testing.T, s store.Store, sql string, args ...any)) {
+	s, ctx := open(t), ctxT(t)
+	other := open(t) // a second process on the same database
+	c1 := newConv(t, s, "ana", "one")
+	must(s.Append(ctx, c1.ID, 0, store.Batch{Audit: []store.AuditRecord{
+		{ToolCallID: "x1", Tool: "send_email", ActorID: "ana", Action: "approve", ArgsHash: "h1", Detail: json.RawMessage(`{"rule":0, "b":"é"}`)},
+		{ToolCallID: "x2", Tool: "send_email", ActorID: "rev", Action: "deny", Reason: "no ✋\nreally", ArgsHash: "h2"},
+	}}))(t)
+	if err := s.AppendAudit(ctx, store.AuditRecord{Tool: "send_email", ActorID: "ana", Action: "grant_revoke", Detail: json.RawMessage(`{"grant_id":"g1"}`)}); err != nil {
+		t.Fatalf("AppendAudit: %v", err)
+	}
+	// Concurrent writers on two handles, to distinct conversations: each record gets one place.
+	const writers, each = 4, 5
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*each)
+	for w := range writers {
+		h := s
+		if w%2 == 1 {
+			h = other
+		}
+		conv := newConv(t, s, "ana", fmt.Sprint("w", w))
+		wg.Go(func() {
+			var seq int64
+			for i := range each {
+				_, err := h.Append(ctx, conv.ID, seq, store.Batch{
+					Entries: []store.Entry{entry(store.EntryUserMessage, "", `{}`)},
+					Audit:   []store.AuditRecord{{ToolCallID: fmt.Sprint("c", i), Tool: "t", ActorID: "system", Action: "rule_allow", ArgsHash: "h"}},
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+				seq++
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("concurrent append: %v", err)
+	}
+	want := int64(3 + writers*each)
+	n, err := verifyChain(t, s)
+	if err != nil || n != want {
+		t.Fatalf("verify = %d records, %v; want %d, intact", n, err, want)
+	}
+	recs := must(s.ListAudit(ctx, store.AuditFilter{Action: "approve"}))(t)
+	if len(recs) != 1 || recs[0].Seq != 1 || recs[0].PrevHash != "" || recs[0].Hash == "" || string(recs[0].Detail) != `{"rule":0, "b":"é"}` {
+		t.Fatalf("first record = %+v", recs)
+	}
+	if got := must(s.ListAudit(ctx, store.AuditFilter{Tool: "send_email", Limit: 2}))(t); len(got) != 2 || got[0].Action != "grant_revoke" {
+		t.Fatalf("ListAudit by tool = %+v", got)
+	}
+	if got := must(s.ListAudit(ctx, store.AuditFilter{BeforeSeq: 3}))(t); len(got) != 2 || got[0].Seq != 2 {
+		t.Fatalf("ListAudit before 3 = %+v", got)
+	}
+	if exec == nil {
+		t.Fatal("the suite needs WithExec to tamper with a record")
+	}
+	// Change a record's reason behind the store's back: verification names it.
+	exec(t, s, `UPDATE audit SET reason = $1 WHERE chain_seq = 2`, "fine by me")
+	_, err = verifyChain(t, s)
+	var br *store.ChainBreak
+	if !errors.As(err, &br) || br.Seq != 2 {
+		t.Fatalf("verify after tampering = %v, want a break at record 2", err)
+	}
+	// Remove a record: the next one no longer follows.
+	exec(t, s, `UPDATE audit SET reason = $1 WHERE chain_seq = 2`, "no ✋\nreally")
+	exec(t, s, `DELETE FROM audit WHERE chain_seq = 5`)
+	_, err = verifyChain(t, s)
+	if !errors.As(err, &br) || br.Seq != 6 {
+		t.Fatalf("verify after a deletion = %v, want a break at record 6", err)
+	}
+}
+
+func testGrants(t *testing.T, open Opener) {
+	s, ctx := open(t), ctxT(t)
+	ana := must(s.CreateUser(ctx, store.User{Name: "ana", Role: store.RoleMember, PasswordHash: []byte("x")}))(t)
+	bob := must(s.CreateUser(ctx, store.User{Name: "bob", Role: store.RoleMember, PasswordHash: []byte("x")}))(t)
+	c1 := newConv(t, s, ana.ID, "one")
+	c2 := newConv(t, s, ana.ID, "two")
+	now := time.Now().UTC().Truncate(time.Second)
+	must(s.Append(ctx, c1.ID, 0, store.Batch{
+		Entries: []store.Entry{entry(store.EntryUserMessage, "", `{}`)},
+		Grants: []store.Grant{
+			{ID: "g-conv", UserID: ana.ID, Tool: "send_email", Scope: store.GrantConversation, ToolCallID: "x1", CreatedBy: ana.ID, CreatedAt: now, ExpiresAt: now.Add(time.Hour)},
+			{ID: "g-old", UserID: ana.ID, Tool: "lookup", Scope: store.GrantUser, ToolCallID: "x2", CreatedBy: ana.ID, CreatedAt: now.Add(-2 * time.Hour), ExpiresAt: now.Add(-time.Hour)},
+		},
+	}))(t)
+	g := must(s.ActiveGrant(ctx, ana.ID, c1.ID, "send_email", now))(t)
+	if g.ID != "g-conv" || g.ConversationID != c1.ID || g.Scope != store.GrantConversation || !g.ExpiresAt.Equal(now.Add(time.Hour)) || g.RevokedAt != nil {
+		t.Fatalf("grant = %+v", g)
+	}
+	_, err := s.ActiveGrant(ctx, ana.ID, c2.ID, "send_email", now)
+	wantErr(t, err, store.ErrNotFound, "a conversation grant in another conversation")
+	_, err = s.ActiveGrant(ctx, bob.ID, c1.ID, "send_email", now)
+	wantErr(t, err, store.ErrNotFound, "another user's grant")
+	_, err = s.ActiveGrant(ctx, ana.ID, c1.ID, "lookup", now)
+	wantErr(t, err, store.ErrNotFound, "an expired grant")
+	_, err = s.ActiveGrant(ctx, ana.ID, c1.ID, "send_email", now.Add(time.Hour))
+	wantErr(t, err, store.ErrNotFound, "a grant at its expiry")
+
+	// A user grant made through Append in another conversation covers every conversation.
+	must(s.Append(ctx, c2.ID, 0, store.Batch{
+		Entries: []store.Entry{entry(store.EntryUserMessage, "", `{}`)},
+		Grants:  []store.Grant{{ID: "g-user", UserID: ana.ID, Tool: "lookup", Scope: store.GrantUser, ToolCallID: "y1", CreatedBy: ana.ID, CreatedAt: now.Add(time.Second), ExpiresAt: now.Add(time.Hour)}},
+	}))(t)
+	if g := must(s.ActiveGrant(ctx, ana.ID, c1.ID, "lookup", now.Add(2*time.Second)))(t); g.ID != "g-user" || g.ConversationID != c2.ID {
+		t.Fatalf("user grant = %+v", g)
+	}
+	list := must(s.ListGrants(ctx, ana.ID, now.Add(2*time.Second)))(t)
+	if len(list) != 2 || list[0].ID != "g-user" || list[1].ID != "g-conv" {
+		t.Fatalf("ListGrants = %+v", list)
+	}
+	if got := must(s.ListGrants(ctx, bob.ID, now))(t); len(got) != 0 {
+		t.Fatalf("bob's grants = %+v", got)
+	}
+
+	audit := store.AuditRecord{Tool: "lookup", ActorID: ana.ID, Action: "grant_revoke", Detail: json.RawMessage(`{"grant_id":"g-user"}`)}
+	wantErr(t, s.RevokeGrant(ctx, bob.ID, "g-user", now, audit), store.ErrNotFound, "revoking someone else's grant")
+	if err := s.RevokeGrant(ctx, ana.ID, "g-user", now.Add(3*time.Second), audit); err != nil {
+		t.Fatalf("RevokeGrant: %v", err)
+	}
+	wantErr(t, s.RevokeGrant(ctx, ana.ID, "g-user", now.Add(4*time.Second), audit), store.ErrNotFound, "revoking twice")
+	_, err = s.ActiveGrant(ctx, ana.ID, c1.ID, "lookup", now.Add(4*time.Second))
+	wantErr(t, err, store.ErrNotFound, "a revoked grant")
+	if got := must(s.ListAudit(ctx, store.AuditFilter{Action: "grant_revoke"}))(t); len(got) != 1 || got[0].ActorID != ana.ID || got[0].Hash == "" {
+		t.Fatalf("revocation audit = %+v", got)
+	}
+}
