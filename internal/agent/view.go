@@ -36,7 +36,7 @@ func callView(c *call) CallView {
 		Progress: append([]string(nil), c.progress...), Attempts: c.attempts, NextAttempt: c.nextAttempt,
 		Decision: c.decision, DecidedBy: c.decidedBy, Reason: c.reason, ExpiresAt: c.expiresAt,
 		AskFirst: c.asksFirst(), Schema: c.schema(),
-		Rule:     c.rule.view(), Grant: c.grant, ApprovalsNeeded: c.approvalsNeeded(), Approvals: c.approvalViews(), Escalated: c.escalated,
+		Rule: c.rule.view(), Grant: c.grant, ApprovalsNeeded: c.approvalsNeeded(), Approvals: c.approvalViews(), Escalated: c.escalated,
 	}
 }
 
