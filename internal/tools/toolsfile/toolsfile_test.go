@@ -25,7 +25,12 @@ import (
 	"parley/internal/tools/httpadapter"
 )
 
-const examplePath = "../../../examples/tools.json"
+// examplePath is the reference example (every tool type; it needs a secret, a credential
+// resolver and a Go adapter, which env provides); starterPath is the one a newcomer runs as is.
+const (
+	examplePath = "../../../examples/tools-reference.json"
+	starterPath = "../../../examples/tools.json"
+)
 
 func registry(t testing.TB) *goadapter.Registry {
 	t.Helper()
@@ -78,7 +83,19 @@ func TestSchemaCopyMatchesShippedSchema(t *testing.T) {
 	}
 }
 
-// TestExampleLoads loads examples/tools.json and checks it exercises every tool type the
+// TestStarterLoadsAsItIs: examples/tools.json needs nothing: no variable, no credential
+// resolver, no adapter.
+func TestStarterLoadsAsItIs(t *testing.T) {
+	ts, err := Load(starterPath, Env{Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if len(ts) != 4 {
+		t.Fatalf("%d tools, want 4", len(ts))
+	}
+}
+
+// TestExampleLoads loads examples/tools-reference.json and checks it exercises every tool type the
 // schema declares, against example.test hosts only.
 func TestExampleLoads(t *testing.T) {
 	ts, err := Load(examplePath, env(t))
@@ -155,7 +172,7 @@ func TestExampleLoads(t *testing.T) {
 	}
 	for _, typ := range schema.Defs.Tool.Properties.Type.Enum {
 		if !used[typ] {
-			t.Errorf("examples/tools.json has no %s tool", typ)
+			t.Errorf("examples/tools-reference.json has no %s tool", typ)
 		}
 	}
 }
