@@ -47,6 +47,10 @@ func args(req *mcp.CallToolRequest) map[string]any {
 
 var objectSchema = json.RawMessage(`{"type":"object"}`)
 
+// HangFor is how long the "hang" tool waits for its call to be cancelled before it answers
+// after all: far past every test's timeout of the call, short enough for a cleanup.
+const HangFor = 5 * time.Second
+
 // NewServer builds the test server; crash adds the tool that kills the process (stdio only).
 func NewServer(crash bool) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "mcptest", Version: "1"}, nil)
@@ -113,8 +117,15 @@ func NewServer(crash bool) *mcp.Server {
 	s.AddTool(&mcp.Tool{Name: "hang", Description: "Never answers.", InputSchema: objectSchema,
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
 		func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			<-ctx.Done()
-			return nil, ctx.Err()
+			// Bounded in real time: when the client's cancellation does not reach the server
+			// (it races the session's close), the SDK's session close waits for this handler,
+			// and with it the test server's Close; a hang without end would hang the test.
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(HangFor):
+				return text("gave up hanging"), nil
+			}
 		})
 	s.AddTool(&mcp.Tool{Name: "huge", Description: "A hostile result.", InputSchema: objectSchema,
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
