@@ -40,6 +40,7 @@ type request struct {
 	callID string
 	res    Resolution
 	reply  chan response
+	origin origin // the caller's span and when the request reached the agent (observe.go)
 }
 
 // response is an actor's answer: the error, and for a view the conversation, for a resolve the
@@ -125,6 +126,7 @@ type actor struct {
 	// pending is the count of awaiting calls by kind last reported to the manager (metrics).
 	pending map[string]int
 	cancel  cancelState // cancel.go
+	tr      traceState  // observe.go
 }
 
 func newActor(m *Manager, id string) *actor {
@@ -150,6 +152,7 @@ func (a *actor) now() time.Time { return a.m.cfg.Clock.Now() }
 func (a *actor) run() {
 	defer a.m.wg.Done()
 	defer a.m.released(a)
+	defer a.observeStop()
 	st, err := loadState(a.m.base, a.m.cfg.Store, a.m.cfg.Tools, a.id)
 	if err != nil {
 		a.failLoad(err)
@@ -234,6 +237,7 @@ func (a *actor) handle(req *request) {
 		req.reply <- response{view: a.view()}
 		return
 	}
+	a.observeRequest(req)
 	cont, err := a.dispatchRequest(req)
 	if a.conflicted && a.reloadAfterConflict() {
 		// Another writer (another process on the same database) moved the log on: answer from
@@ -249,6 +253,7 @@ func (a *actor) handle(req *request) {
 		resp.posted = a.takePosted()
 	}
 	req.reply <- resp
+	a.observedRequest(req, err)
 	if cont != nil && !a.broken {
 		cont()
 	}

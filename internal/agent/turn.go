@@ -119,6 +119,7 @@ func (a *actor) startLLM() {
 	a.settle()
 	req := a.buildRequest()
 	ctx, cancel := context.WithCancel(a.m.base)
+	ctx, span := a.observeChat(ctx, req.MaxTokens)
 	a.llmBusy, a.llmCancel = true, cancel
 	a.inflight++
 	a.stream.reset()
@@ -133,6 +134,7 @@ func (a *actor) startLLM() {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
 			cancel()
+			endChat(span, llm.Response{}, ctx.Err())
 			a.internal <- llmDone{err: ctx.Err()}
 			return
 		}
@@ -149,6 +151,7 @@ func (a *actor) startLLM() {
 		})
 		<-slots
 		observeLLM(provider.Name(), clk.Now().Sub(began), resp.Usage, err)
+		endChat(span, resp, err)
 		cancel()
 		a.internal <- llmDone{resp: resp, err: err}
 	}()
