@@ -67,8 +67,9 @@ type traceState struct {
 	decided   bool              // the request's decision was observed (DecisionSeconds)
 	// since is when each awaiting call's current suspension began, for the calls this actor saw
 	// suspend (the others use the log's time).
-	since  map[string]suspended
-	before []suspended // the touched calls that awaited before the commit in progress (scratch)
+	since     map[string]suspended
+	before    []suspended  // the touched calls that awaited before the commit in progress (scratch)
+	beforeBuf [1]suspended // before's first backing array: most commits touch one call
 }
 
 type suspended struct {
@@ -169,6 +170,9 @@ func (a *actor) observeStop() {
 
 // observeBefore notes which of the calls a commit touches await now (before its entries apply).
 func (a *actor) observeBefore(touched []string) {
+	if a.tr.before == nil {
+		a.tr.before = a.tr.beforeBuf[:0]
+	}
 	a.tr.before = a.tr.before[:0]
 	for _, id := range touched {
 		if c := a.st.calls[id]; c != nil && c.status == store.CallAwaiting {
