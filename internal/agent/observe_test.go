@@ -187,7 +187,11 @@ func TestTraceOfAWaitThatOutlivedTheActor(t *testing.T) {
 		e.waitCall("c1", store.CallAwaiting)
 		e.clk.Advance(time.Minute)
 		waitGone(t, e)
+		// The actor ends the turn's span on its way out, just after it stops taking requests.
 		ss := spans(rec.Ended())
+		for deadline := time.Now().Add(10 * time.Second); len(ss.named("invoke_agent parley")) == 0 && time.Now().Before(deadline); ss = spans(rec.Ended()) {
+			time.Sleep(time.Millisecond)
+		}
 		if turn := ss.one(t, "invoke_agent parley"); attr(turn, telemetry.KeyTurnOutcome).AsString() != "parked" {
 			t.Fatalf("turn outcome %v, want parked", attr(turn, telemetry.KeyTurnOutcome))
 		}
