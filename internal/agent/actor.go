@@ -42,6 +42,7 @@ type request struct {
 	callID string
 	res    Resolution
 	reply  chan response
+	origin origin // the caller's span and when the request reached the agent (observe.go)
 }
 
 // response is an actor's answer: the error, and for a view the conversation, for a resolve the
@@ -129,6 +130,7 @@ type actor struct {
 	cancel  cancelState // cancel.go
 	// asks are the running calls waiting for their owner's answer, by call (elicit.go).
 	asks map[string]chan askReply
+	tr   traceState // observe.go
 }
 
 func newActor(m *Manager, id string) *actor {
@@ -154,6 +156,7 @@ func (a *actor) now() time.Time { return a.m.cfg.Clock.Now() }
 func (a *actor) run() {
 	defer a.m.wg.Done()
 	defer a.m.released(a)
+	defer a.observeStop()
 	st, err := loadState(a.m.base, a.m.cfg.Store, a.m.cfg.Tools, a.id)
 	if err != nil {
 		a.failLoad(err)
@@ -238,6 +241,7 @@ func (a *actor) handle(req *request) {
 		req.reply <- response{view: a.view()}
 		return
 	}
+	a.observeRequest(req)
 	cont, err := a.dispatchRequest(req)
 	if a.conflicted && a.reloadAfterConflict() {
 		// Another writer (another process on the same database) moved the log on: answer from
@@ -256,6 +260,7 @@ func (a *actor) handle(req *request) {
 	if req.kind == reqSend && err == nil {
 		a.titleFromFirstMessage(req.text) // conversations.go; after the reply, off the sender's wait
 	}
+	a.observedRequest(req, err)
 	if cont != nil && !a.broken {
 		cont()
 	}

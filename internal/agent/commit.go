@@ -21,6 +21,7 @@ import (
 // actor is marked broken: it stops and is revived from the log, which is still the truth.
 func (a *actor) commit(b store.Batch, touched []string) error {
 	makeStorable(&b)
+	a.observeBefore(touched)
 	now := a.now()
 	prevStatus := a.st.status
 	after := a.st.lastSeq
@@ -41,7 +42,9 @@ func (a *actor) commit(b store.Batch, touched []string) error {
 			b.Calls = append(b.Calls, a.row(c, now))
 		}
 	}
-	last, err := a.m.cfg.Store.Append(a.m.base, a.id, after, b)
+	ctx, span := a.observeAppend(&b)
+	last, err := a.m.cfg.Store.Append(ctx, a.id, after, b)
+	a.observeAppended(span, &b, touched, err)
 	if err != nil {
 		a.broken = true
 		a.conflicted = errors.Is(err, store.ErrConflict)

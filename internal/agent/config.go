@@ -8,6 +8,7 @@ import (
 	"parley/internal/clock"
 	"parley/internal/llm"
 	"parley/internal/store"
+	"parley/internal/telemetry"
 	"parley/internal/tools"
 )
 
@@ -86,6 +87,9 @@ type Config struct {
 	// Cluster coordinates this process with the others on the same database (cluster.go); nil
 	// when it is the only one (the embedded store).
 	Cluster Cluster
+	// Tracer records the spans of turns, model calls, tool runs, suspensions, resolves and
+	// appends (observe.go); nil (the default) is tracing off, at no cost.
+	Tracer *telemetry.Tracer
 	// OrphanScan is how often a process of a cluster looks for active conversations whose owner
 	// died. Default DefaultOrphanScan.
 	OrphanScan time.Duration

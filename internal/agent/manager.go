@@ -215,6 +215,7 @@ func (m *Manager) live(id string) *actor {
 // take (it was leaving) looks for the owner again, up to maxHops times.
 func (m *Manager) call(ctx context.Context, id string, req *request) (response, error) {
 	req.reply = make(chan response, 1)
+	req.origin = originOf(ctx, m.cfg.Clock)
 	for try := 0; try < maxHops; try++ {
 		a, owner, err := m.acquire(ctx, id, true)
 		if err != nil {

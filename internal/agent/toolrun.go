@@ -106,6 +106,7 @@ func (a *actor) runTool(c *call) {
 	}
 	attempt := c.attempts
 	ctx, cancel := context.WithCancel(a.m.base)
+	ctx, span := a.observeTool(ctx, c, attempt)
 	a.running[c.id] = cancel
 	a.inflight++
 	t := c.tool
@@ -163,6 +164,7 @@ func (a *actor) runTool(c *call) {
 			out = tools.Outcome{Status: tools.ToolError, Err: e}
 		}
 		metrics.ToolSeconds.WithLabelValues(t.Name(), string(out.Status)).Observe(clk.Now().Sub(began).Seconds())
+		endTool(span, out)
 		cancel()
 		a.internal <- toolDone{id: c.id, attempt: attempt, out: out}
 	}()

@@ -121,6 +121,7 @@ func (a *actor) startLLM() {
 	a.settle()
 	req := a.buildRequest()
 	ctx, cancel := context.WithCancel(a.m.base)
+	ctx, span := a.observeChat(ctx, req.MaxTokens)
 	a.llmBusy, a.llmCancel = true, cancel
 	a.inflight++
 	a.stream.reset()
@@ -135,6 +136,7 @@ func (a *actor) startLLM() {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
 			cancel()
+			endChat(span, llm.Response{}, ctx.Err())
 			a.internal <- llmDone{err: ctx.Err()}
 			return
 		}
@@ -151,6 +153,7 @@ func (a *actor) startLLM() {
 		})
 		<-slots
 		observeLLM(provider.Name(), clk.Now().Sub(began), resp.Usage, err)
+		endChat(span, resp, err)
 		cancel()
 		a.internal <- llmDone{resp: resp, err: err}
 	}()

@@ -30,6 +30,7 @@ import (
 	"parley/internal/store"
 	"parley/internal/store/pgstore"
 	"parley/internal/store/sqlitestore"
+	"parley/internal/telemetry"
 	"parley/internal/tools"
 	"parley/internal/tools/mcpadapter"
 	"parley/internal/tools/toolsfile"
@@ -56,6 +57,8 @@ type App struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	tracer *telemetry.Tracer // nil: tracing off (no OTEL_* variables; tracing.go)
 }
 
 // Options are test hooks; the binary uses the zero value.
@@ -94,6 +97,9 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 	if a.store, err = OpenStore(ctx, cfg, a.log); err != nil {
 		return nil, err
 	}
+	if a.tracer, err = newTracer(ctx, cfg); err != nil {
+		return nil, err
+	}
 	provider, isDemo := opts.Provider, false
 	if provider == nil {
 		if provider, isDemo, err = a.provider(); err != nil {
@@ -114,7 +120,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 	acfg := agent.Config{Store: a.store, Provider: provider, Tools: reg, Clock: a.clock, Logger: a.log,
 		MaxTokens: cfg.MaxTokens, System: cfg.SystemPrompt, MaxCallsPerAnswer: cfg.MaxCallsPerAnswer, MaxToolRuns: cfg.MaxToolRuns,
 		ContextBudget: cfg.ContextBudget, MaxModelCalls: cfg.MaxModelCalls, MaxIterations: cfg.MaxIterations,
-		DailyTokens: int64(cfg.DailyTokens), OrphanScan: cfg.OrphanScan}
+		DailyTokens: int64(cfg.DailyTokens), OrphanScan: cfg.OrphanScan, Tracer: a.tracer}
 	if pg, ok := a.store.(*pgstore.Store); ok {
 		// Every process on PostgreSQL is a node of a cluster, alone or not (internal/cluster).
 		a.node = cluster.New(cluster.Config{Pool: pg.Pool(), Logger: a.log, TTL: cfg.NodeTTL})
@@ -245,10 +251,10 @@ func (a *App) provider() (llm.Provider, bool, error) {
 	}
 	switch kind {
 	case "openai":
-		p, err := openai.New(openai.Config{APIKey: a.cfg.OpenAIKey, BaseURL: a.cfg.OpenAIBaseURL, Model: model, Clock: a.clock})
+		p, err := openai.New(openai.Config{APIKey: a.cfg.OpenAIKey, BaseURL: a.cfg.OpenAIBaseURL, Model: model, Clock: a.clock, HTTPClient: a.modelClient()})
 		return p, false, err
 	case "anthropic":
-		p, err := anthropic.New(anthropic.Config{APIKey: a.cfg.AnthropicKey, BaseURL: a.cfg.AnthropicBaseURL, Model: model, Clock: a.clock})
+		p, err := anthropic.New(anthropic.Config{APIKey: a.cfg.AnthropicKey, BaseURL: a.cfg.AnthropicBaseURL, Model: model, Clock: a.clock, HTTPClient: a.modelClient()})
 		return p, false, err
 	}
 	if a.cfg.OpenAIKey != "" || a.cfg.AnthropicKey != "" {
@@ -392,6 +398,9 @@ func (a *App) Close() error {
 		}
 		if a.unlock != nil {
 			a.unlock()
+		}
+		if err := a.closeTracer(); err != nil {
+			a.closeErr = errors.Join(a.closeErr, err)
 		}
 	})
 	return a.closeErr

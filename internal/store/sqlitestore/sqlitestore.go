@@ -232,8 +232,9 @@ func migrate(ctx context.Context, w *sql.DB) (err error) {
 
 // db adapts database/sql + modernc to sqlcore.DB.
 type db struct {
-	w, r *sql.DB
-	qs   sync.Map // PostgreSQL-style query → SQLite-style query
+	w, r  *sql.DB
+	qs    sync.Map // PostgreSQL-style query → SQLite-style query
+	stmts stmtCache
 }
 
 // rewrite turns $1 placeholders into ?1 (SQLite's numbered parameters).
@@ -306,6 +307,9 @@ func (d *db) query(ctx context.Context, on execQuerier, q string, args []any) (s
 
 // Exec runs a single write statement on the writer connection.
 func (d *db) Exec(ctx context.Context, q string, args ...any) (int64, error) {
+	if st := d.stmts.get(ctx, d.w, d.rewrite(q), true); st != nil {
+		return d.execStmt(ctx, st, args)
+	}
 	return d.exec(ctx, d.w, q, args)
 }
 
@@ -330,15 +334,21 @@ func (d *db) Ping(ctx context.Context) error {
 }
 
 func (d *db) Close() error {
-	return errors.Join(d.r.Close(), d.w.Close())
+	return errors.Join(d.stmts.close(), d.r.Close(), d.w.Close())
 }
 
 type sqlTx struct {
-	d  *db
-	tx *sql.Tx
+	d      *db
+	tx     *sql.Tx
+	misses []string // statements run uncached, prepared once the transaction is over
 }
 
 func (t *sqlTx) Exec(ctx context.Context, q string, args ...any) (int64, error) {
+	sq := t.d.rewrite(q)
+	if st := t.d.stmts.get(ctx, t.d.w, sq, false); st != nil {
+		return t.d.execStmt(ctx, t.tx.StmtContext(ctx, st), args)
+	}
+	t.misses = append(t.misses, sq)
 	return t.d.exec(ctx, t.tx, q, args)
 }
 
@@ -346,8 +356,17 @@ func (t *sqlTx) Query(ctx context.Context, q string, args ...any) (sqlcore.Rows,
 	return t.d.query(ctx, t.tx, q, args)
 }
 
-func (t *sqlTx) Commit(context.Context) error   { return mapErr(t.tx.Commit()) }
-func (t *sqlTx) Rollback(context.Context) error { return t.tx.Rollback() }
+func (t *sqlTx) Commit(ctx context.Context) error {
+	err := mapErr(t.tx.Commit())
+	t.d.stmts.prepare(ctx, t.d.w, t.misses)
+	return err
+}
+
+func (t *sqlTx) Rollback(ctx context.Context) error {
+	err := t.tx.Rollback()
+	t.d.stmts.prepare(ctx, t.d.w, t.misses)
+	return err
+}
 
 // sqlRows decodes the stored forms: microsecond integers into times, NULL blobs into nil JSON.
 type sqlRows struct {

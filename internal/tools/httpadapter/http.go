@@ -19,6 +19,7 @@ import (
 
 	"parley/internal/clock"
 	"parley/internal/fault"
+	"parley/internal/telemetry"
 	"parley/internal/tools"
 )
 
@@ -187,6 +188,7 @@ func (h *HTTP) Do(ctx context.Context, r Request, cc CallContext) (*Result, *Err
 		meta["credential_refs"] = append([]string(nil), r.CredentialRefs...)
 	}
 
+	telemetry.Inject(ctx, req.Header) // W3C traceparent of the calling span (the tool's), when tracing
 	resp, err := h.Client.Do(req)
 	if err != nil {
 		return nil, h.transportError(ctx, err, meta)
