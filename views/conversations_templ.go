@@ -540,7 +540,7 @@ func InboxItem(d InboxPage, e InboxEntry) templ.Component {
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = ApprovalCard(Page{ConversationID: e.ConversationID, CSRF: d.CSRF, Viewer: d.Viewer, OwnerID: e.OwnerID, Return: "/inbox", Form: d.Form}, e.Call).Render(ctx, templ_7745c5c3_Buffer)
+		templ_7745c5c3_Err = ApprovalCard(Page{ConversationID: e.ConversationID, CSRF: d.CSRF, Viewer: d.Viewer, OwnerID: e.OwnerID, Return: "/inbox", Form: d.Form, Names: d.Names}, e.Call).Render(ctx, templ_7745c5c3_Buffer)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}

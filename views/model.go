@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -136,6 +137,8 @@ type InboxPage struct {
 	Viewer  Viewer
 	Entries []InboxEntry
 	Form    *FormState
+	// Names maps user ids (an M-of-N call's approvers) to the names shown.
+	Names map[string]string
 }
 
 // Item is one entry of a conversation's timeline: a message or a tool call, in log order.
@@ -496,4 +499,115 @@ func searchQuery(args json.RawMessage) string {
 
 func resolveURL(conversationID, toolCallID string) string {
 	return "/conversations/" + url.PathEscape(conversationID) + "/calls/" + url.PathEscape(toolCallID) + "/resolve"
+}
+
+// The "approve and remember" fields of an approval card: the pressed button says
+// decision=RememberDecision, with the grant's scope and its life in seconds.
+const (
+	RememberDecision   = "remember"
+	RememberScopeField = "remember_scope"
+	RememberForField   = "remember_for"
+)
+
+// RememberChoice is one life a remembered approval may be given on the card.
+type RememberChoice struct {
+	Secs  int64
+	Label string
+}
+
+// RememberChoices are the lives the card offers, shortest first.
+var RememberChoices = []RememberChoice{{3600, "1 hour"}, {86400, "1 day"}, {7 * 86400, "7 days"}}
+
+// CanRemember reports whether the viewer may approve c "and remember" (agent.MayRemember on the
+// viewer's right to decide it): the owner's own approval of an owner-approved call that needs
+// one approver.
+func (p Page) CanRemember(c agent.CallView) bool {
+	right := agent.DecideRight(p.Viewer.Principal, p.OwnerID, c.Approvers)
+	return agent.MayRemember(right, agent.Gate{Approval: c.Approval, Approvers: c.Approvers, Count: c.ApprovalsNeeded})
+}
+
+// nameFor is the name of a user id as the page knows it ("another user" when it does not).
+func (p Page) nameFor(id string) string {
+	if n := p.Names[id]; n != "" {
+		return n
+	}
+	return "another user"
+}
+
+// quorumText is an M-of-N call's approvals so far ("1 of 2 approved — by rita"); "" for a call
+// that needs one approver.
+func quorumText(p Page, c agent.CallView) string {
+	if c.ApprovalsNeeded <= 1 {
+		return ""
+	}
+	s := fmt.Sprintf("%d of %d approved", len(c.Approvals), c.ApprovalsNeeded)
+	if len(c.Approvals) == 0 {
+		return s
+	}
+	names := make([]string, len(c.Approvals))
+	for i, a := range c.Approvals {
+		names[i] = p.nameFor(a.By)
+	}
+	return s + " — by " + strings.Join(names, ", ")
+}
+
+// ruleWhenMax bounds how much of a rule's condition a card shows.
+const ruleWhenMax = 80
+
+// ruleText says briefly which tools-file rule decided a call (or would have, in shadow mode).
+func ruleText(r *agent.RuleView) string {
+	when := strings.TrimSpace(r.When)
+	if rs := []rune(when); len(rs) > ruleWhenMax {
+		when = string(rs[:ruleWhenMax-1]) + "…"
+	}
+	verb := map[string]string{"allow": "allowed", "deny": "denied", "ask": "asked for an approval"}[r.Action]
+	if verb == "" {
+		verb = r.Action
+	}
+	s := fmt.Sprintf("Rule %d %s", r.Index+1, verb)
+	if r.Shadow {
+		s = fmt.Sprintf("Rule %d would have %s (shadow mode)", r.Index+1, verb)
+	}
+	if when != "" {
+		s += ": when " + when
+	}
+	if r.Error != "" {
+		s += " (" + r.Error + ")"
+	}
+	return s
+}
+
+// grantText says which remembered approval let a call run without asking.
+func grantText(p Page, c agent.CallView) string {
+	if p.Viewer.UserID == p.OwnerID {
+		return "Allowed by your remembered approval " + c.Grant
+	}
+	return "Allowed by the owner's remembered approval " + c.Grant
+}
+
+// rememberChecked reports whether scope is the card's chosen one (the submitted, else
+// "conversation").
+func rememberChecked(f *FormState, scope string) bool {
+	v, ok := f.Value(RememberScopeField)
+	if !ok || v == "" {
+		v = "conversation"
+	}
+	return v == scope
+}
+
+// rememberSelected reports whether secs is the card's chosen life (the submitted, else a day).
+func rememberSelected(f *FormState, secs int64) bool {
+	v, ok := f.Value(RememberForField)
+	if !ok || v == "" {
+		return secs == 86400
+	}
+	return v == strconv.FormatInt(secs, 10)
+}
+
+// escalatedText says that a call's approval was escalated to admins.
+func escalatedText(c agent.CallView) string {
+	if c.Status == agent.CallAwaiting {
+		return "Escalated: nobody decided in time, so admins may decide it now."
+	}
+	return "Escalated to admins: nobody decided it in time."
 }

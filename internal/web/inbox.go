@@ -58,7 +58,18 @@ func (s *Server) inboxDataFor(c echo.Context, by agent.Principal) (views.InboxPa
 			Call: p.Call, At: p.CreatedAt,
 		})
 	}
-	return views.InboxPage{CSRF: s.csrfToken(c), Viewer: views.Viewer{Principal: by, Name: u.Name}, Entries: entries}, nil
+	d := views.InboxPage{CSRF: s.csrfToken(c), Viewer: views.Viewer{Principal: by, Name: u.Name}, Entries: entries, Names: map[string]string{u.ID: u.Name}}
+	s.addNames(c.Request().Context(), d.Names, inboxCalls(d))
+	return d, nil
+}
+
+// inboxCalls are the calls an inbox shows.
+func inboxCalls(d views.InboxPage) []agent.CallView {
+	calls := make([]agent.CallView, len(d.Entries))
+	for i, e := range d.Entries {
+		calls[i] = e.Call
+	}
+	return calls
 }
 
 // inboxView is by's inbox as snap lists it: the approvals that wait for by (agent.InboxOf),
@@ -146,6 +157,7 @@ func (s *Server) inboxSocket(c echo.Context) error {
 				return true // the feed's first snapshot is filtered for the new role
 			}
 			d = inboxView(d, by, snap)
+			s.addNames(ctx, d.Names, inboxCalls(d))
 			return render(ctx)
 		}
 		for {
@@ -166,6 +178,7 @@ func (s *Server) inboxSocket(c echo.Context) error {
 				}
 			case snap = <-feed.c:
 				d = inboxView(d, by, snap)
+				s.addNames(ctx, d.Names, inboxCalls(d))
 				if !render(ctx) {
 					return
 				}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -171,6 +172,8 @@ func (s *Server) resolvePage(c echo.Context) error {
 			values[k] = vs[0]
 		}
 	}
+	// "Approve and remember" is an approve that asks for a grant (agent.Remember).
+	remember, rememberErr := rememberFromForm(values)
 	var question *agent.CallView
 	if values["action"] == "accept" {
 		// The answers are text; the question's form says what each one is (a number, a box …).
@@ -194,6 +197,12 @@ func (s *Server) resolvePage(c echo.Context) error {
 		}
 	}
 	res, fieldErrs, schema := buildResolution(question, values, answers)
+	if res != nil && remember != nil {
+		res.Remember = remember
+	}
+	if rememberErr != "" {
+		res, fieldErrs = nil, map[string]string{views.RememberForField: rememberErr}
+	}
 	if len(argErrs) > 0 {
 		res, fieldErrs = nil, argErrs
 		question = argsCall // the card to show again, with the errors beside its fields
@@ -215,6 +224,9 @@ func (s *Server) resolvePage(c echo.Context) error {
 			fieldErrs = problemsToFields(err.(*fault.Error), got.Call.PendingKind, schema)
 			if argsForm != nil && got.Call.PendingKind == tools.PendingApproval {
 				fieldErrs = argFieldErrors(argsForm, err.(*fault.Error))
+			}
+			if rememberProblem(err.(*fault.Error)) {
+				fieldErrs = map[string]string{views.RememberForField: sentenceOf(err.(*fault.Error).Message)}
 			}
 		default:
 			return err
@@ -414,4 +426,42 @@ func (s *Server) answerInvalid(c echo.Context, convID, callID string, state *vie
 		return s.answerFetch(c, http.StatusUnprocessableEntity, fetchAnswer{Target: views.CallDOMID(callID), HTML: &html})
 	}
 	return s.renderConversation(c, http.StatusUnprocessableEntity, p, v)
+}
+
+// rememberFromForm reads a card's "approve and remember": the pressed button
+// (decision=views.RememberDecision) becomes an approve, with the grant's scope and life. It
+// answers a field error when the life is not a number; the agent checks the rest (the scope,
+// the bounds, whether the call may be remembered at all).
+func rememberFromForm(values map[string]string) (*agent.Remember, string) {
+	if values["decision"] != views.RememberDecision {
+		return nil, ""
+	}
+	values["decision"] = "approve"
+	secs, err := strconv.ParseInt(strings.TrimSpace(values[views.RememberForField]), 10, 64)
+	if err != nil {
+		return nil, "Choose how long to remember the approval."
+	}
+	return &agent.Remember{Scope: strings.TrimSpace(values[views.RememberScopeField]), ForSecs: secs}, ""
+}
+
+// rememberProblem reports whether the agent refused a decision's remember (its scope or life).
+func rememberProblem(te *fault.Error) bool {
+	for _, p := range te.Problems {
+		if strings.HasPrefix(p.Path, "/remember") {
+			return true
+		}
+	}
+	return false
+}
+
+// sentenceOf capitalizes a message and ends it with a full stop.
+func sentenceOf(s string) string {
+	if s == "" {
+		return s
+	}
+	s = strings.ToUpper(s[:1]) + s[1:]
+	if !strings.HasSuffix(s, ".") {
+		s += "."
+	}
+	return s
 }

@@ -535,8 +535,14 @@ func TestInboxPage(t *testing.T) {
 			t.Fatalf("a member's inbox = %d %.300s, want 403 saying who has one", res.StatusCode, body)
 		}
 		doc = viewstest.MustParse(readBody(ab.do("GET", "/conversations/"+conv.ID, "", nil)))
-		if n := len(doc.All(`[data-tool-call-id="own"] [data-parley="approval"] button[name="decision"]`)); n != 2 {
-			t.Fatalf("the member's own approval on their page has %d decision buttons, want approve and deny", n)
+		// Approve, deny, and (an owner-approved call of their own) approve and remember.
+		for _, v := range []string{"approve", "deny", "remember"} {
+			if n := len(doc.All(`[data-tool-call-id="own"] [data-parley="approval"] button[name="decision"][value="` + v + `"]`)); n != 1 {
+				t.Fatalf("the member's own approval on their page has %d %q buttons, want 1", n, v)
+			}
+		}
+		if n := len(doc.All(`[data-tool-call-id="own"] [data-parley="approval"] button[name="decision"]`)); n != 3 {
+			t.Fatalf("the member's own approval on their page has %d decision buttons, want approve, deny and remember", n)
 		}
 		// A decision that lost the race comes back to the inbox saying so.
 		doc = viewstest.MustParse(readBody(e.browser(rita).do("GET", "/inbox?notice=stale", "", nil)))

@@ -51,20 +51,25 @@ func (s *Server) pageFor(c echo.Context, convID, ownerID string, calls []agent.C
 	return p
 }
 
-// addNames adds the names of the people who decided calls to names. A user that cannot be
+// addNames adds the names of the people who decided calls (and approved M-of-N calls) to names. A user that cannot be
 // loaded keeps no name (the card then says "another user"); the page still renders.
 func (s *Server) addNames(ctx context.Context, names map[string]string, calls []agent.CallView) {
 	for _, c := range calls {
-		id := c.DecidedBy
-		if id == "" || id == "system" || names[id] != "" {
-			continue
+		ids := []string{c.DecidedBy}
+		for _, a := range c.Approvals { // an M-of-N call's approvers so far
+			ids = append(ids, a.By)
 		}
-		u, err := s.store.UserByID(ctx, id)
-		if err != nil {
-			s.log.DebugContext(ctx, "name of a decider", "user", id, "err", err)
-			continue
+		for _, id := range ids {
+			if id == "" || id == "system" || names[id] != "" {
+				continue
+			}
+			u, err := s.store.UserByID(ctx, id)
+			if err != nil {
+				s.log.DebugContext(ctx, "name of a decider", "user", id, "err", err)
+				continue
+			}
+			names[id] = u.Name
 		}
-		names[id] = u.Name
 	}
 }
 
