@@ -55,6 +55,8 @@ func (s *Server) routes() *echo.Echo {
 	acct.GET("/account", s.accountPage)
 	acct.POST("/account/password", s.changePassword)
 	acct.POST("/account/signout-all", s.signOutEverywhere)
+	acct.GET("/grants", s.grantsPage)
+	acct.POST("/grants/:grant/revoke", s.revokeGrantPage)
 	admin := e.Group("/admin", s.requireUser, s.requireRole(store.RoleAdmin), noStore)
 	admin.GET("/users", s.adminUsers)
 	admin.POST("/users/:user/role", s.setRole)
@@ -62,6 +64,7 @@ func (s *Server) routes() *echo.Echo {
 	admin.GET("/invitations", s.adminInvitations)
 	admin.POST("/invitations", s.createInvitation)
 	admin.POST("/invitations/:invitation/revoke", s.revokeInvitation)
+	admin.GET("/audit", s.auditPage)
 
 	// The JSON API.
 	api := e.Group("/api/v1", s.requireUser, s.limitAPI, noStore)
