@@ -91,7 +91,9 @@ func inboxView(base views.InboxPage, by agent.Principal, snap *inboxSnapshot) vi
 
 // inboxSocket: GET /inbox/ws. The inbox feed (inbox_feed.go) computes the pending approvals
 // once per change for every socket; this one filters each snapshot for its viewer, as last
-// re-checked, and sends the list when it differs from what the page has. Members have no inbox:
+// re-checked, and sends the list when it differs from what the page has (the list carries its
+// count, data-count). ?count=1 is the count-only socket: a count frame when the number of
+// waiting approvals changes, never the list. Members have no inbox:
 // refused before the upgrade, and closed when a re-check finds the viewer demoted.
 func (s *Server) inboxSocket(c echo.Context) error {
 	d, err := s.inboxData(c) // before the upgrade: it may set the CSRF cookie; refuses members
@@ -113,8 +115,19 @@ func (s *Server) inboxSocket(c echo.Context) error {
 	ctx, cancel := context.WithCancel(c.Request().Context())
 	defer cancel()
 	k := newSocket(s, conn, s.log.With("socket", "inbox", "user", u.ID), cancel)
-	last := ""
+	// ?count=1 is the count-only socket every reviewer's page opens for the pending count on its
+	// Inbox link and tab title: it sends count frames and never the list.
+	countOnly := c.QueryParam("count") == "1"
+	last, lastCount := "", -1
 	render := func(ctx context.Context) bool {
+		if countOnly {
+			n := len(d.Entries)
+			if n == lastCount {
+				return true
+			}
+			lastCount = n
+			return k.enqueue(frame{Type: "count", Count: &n})
+		}
 		var buf bytes.Buffer
 		if err := views.InboxList(d).Render(ctx, &buf); err != nil {
 			k.log.Error("socket: render inbox", "err", err)
@@ -157,7 +170,9 @@ func (s *Server) inboxSocket(c echo.Context) error {
 				return true // the feed's first snapshot is filtered for the new role
 			}
 			d = inboxView(d, by, snap)
-			s.addNames(ctx, d.Names, inboxCalls(d))
+			if !countOnly {
+				s.addNames(ctx, d.Names, inboxCalls(d))
+			}
 			return render(ctx)
 		}
 		for {
@@ -178,7 +193,9 @@ func (s *Server) inboxSocket(c echo.Context) error {
 				}
 			case snap = <-feed.c:
 				d = inboxView(d, by, snap)
-				s.addNames(ctx, d.Names, inboxCalls(d))
+				if !countOnly {
+					s.addNames(ctx, d.Names, inboxCalls(d))
+				}
 				if !render(ctx) {
 					return
 				}

@@ -160,8 +160,23 @@ func (s *Server) layoutData(c echo.Context, title string) views.LayoutData {
 	if u := currentUser(c); u != nil {
 		d.User = &views.LayoutUser{Name: u.Name, Role: string(u.Role)}
 		d.CSRF = s.csrfToken(c)
+		if d.User.IsReviewer() {
+			d.Pending = s.pendingCount(c)
+		}
 	}
 	return d
+}
+
+// pendingCount is how many approvals wait in the viewer's inbox (agent.PendingApprovals), for
+// the count on the Inbox link and in the tab title; 0 when they cannot be read (the page still
+// renders, and the live count corrects it).
+func (s *Server) pendingCount(c echo.Context) int {
+	list, err := s.agent.PendingApprovals(c.Request().Context(), principal(c))
+	if err != nil {
+		s.log.DebugContext(c.Request().Context(), "pending count for the layout", "err", err)
+		return 0
+	}
+	return len(list)
 }
 
 // staticURL is the content-hashed URL of an embedded asset.

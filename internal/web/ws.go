@@ -60,6 +60,7 @@ type frame struct {
 	OK         *bool           `json:"ok,omitempty"`
 	Kind       string          `json:"kind,omitempty"`
 	Message    string          `json:"message,omitempty"`
+	Count      *int            `json:"count,omitempty"` // count: the approvals waiting in the viewer's inbox
 }
 
 // clientFrame is a page → server message.

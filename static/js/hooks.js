@@ -7,6 +7,7 @@
 //   {"type":"client_exec","tool_call_id":"…","tool":"…","args":{…},"ask":true}
 //     (ask: the person allows the run first, in the card's [data-parley="client-consent"])
 //   {"type":"resolved","tool_call_id":"…","ok":true}   or  {…,"ok":false,"kind":"…","message":"…"}
+//   {"type":"count","count":2}   (the count-only inbox socket, /inbox/ws?count=1)
 // Page → server:
 //   {"type":"resolve","tool_call_id":"…","result":{…}}  or  {…,"error":{"message":"…"}}
 (function () {
@@ -345,6 +346,10 @@
     switch (f.type) {
       case "html":
         applyHTML(f);
+        if (f.target === "inbox") {
+          const list = document.getElementById("inbox");
+          if (list) showPending(Number(list.dataset.count));
+        }
         localTimes(document.body);
         codeCopyButtons(document.body);
         followed();
@@ -556,6 +561,50 @@
     }
   });
 
+  // The pending-approval count on the Inbox link and in the tab title ("(2) Parley"), for
+  // reviewers and admins: the server renders it on every page; a count-only inbox socket keeps
+  // it live (frames {"type":"count","count":n}), and on the inbox page the list's data-count.
+  function showPending(n) {
+    if (typeof n !== "number" || !isFinite(n) || n < 0) return;
+    document.querySelectorAll('[data-parley="pending-count"]').forEach(function (el) {
+      el.dataset.count = String(n);
+      el.hidden = n === 0;
+      const num = el.querySelector('[data-parley="pending-number"]');
+      if (num) num.textContent = String(n);
+    });
+    const base = document.title.replace(/^\(\d+\) /, "");
+    document.title = n > 0 ? "(" + n + ") " + base : base;
+  }
+
+  function pendingSocket(path) {
+    const url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + path;
+    let backoff = 1000;
+    function connect() {
+      const ws = new WebSocket(url);
+      ws.addEventListener("open", function () {
+        backoff = 1000;
+        document.documentElement.dataset.parleyPending = "open";
+      });
+      ws.addEventListener("message", function (ev) {
+        let f;
+        try {
+          f = JSON.parse(ev.data);
+        } catch {
+          return;
+        }
+        if (f && f.type === "count") showPending(f.count);
+      });
+      ws.addEventListener("close", function (ev) {
+        document.documentElement.dataset.parleyPending = "closed";
+        if (ev.code === 1008) return; // no longer a reviewer: the count stays as it was
+        const wait = backoff * (0.75 + Math.random() / 2);
+        backoff = Math.min(backoff * 2, 30000);
+        setTimeout(connect, wait);
+      });
+    }
+    connect();
+  }
+
   function start() {
     localTimes(document.body);
     codeCopyButtons(document.body);
@@ -564,6 +613,9 @@
       toLatest(); // a conversation opens at its newest message
       parley.live = new Live(root);
     }
+    // The inbox page's own socket carries the list, and with it the count.
+    const pendingPath = document.body ? document.body.dataset.pendingWs : "";
+    if (pendingPath && !(root && root.dataset.ws === "/inbox/ws")) pendingSocket(pendingPath);
   }
 
   if (document.readyState === "loading") {

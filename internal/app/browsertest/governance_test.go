@@ -53,3 +53,44 @@ func containsAll(s string, parts ...string) bool {
 	}
 	return true
 }
+
+// TestBrowserPendingCount: a reviewer's open page counts the approvals waiting in their inbox
+// on the Inbox link and in the tab title, live: up when a call asks, down when it is decided;
+// the inbox page keeps it from its own list.
+func TestBrowserPendingCount(t *testing.T) {
+	h := newHarness(t)
+	defer h.checkConsole()
+	rita := h.browserFor("rita")
+	rita.do(chromedp.Navigate(h.url + "/conversations"))
+	rita.until(`document.documentElement.dataset.parleyPending === "open"`)
+	countIs := func(n string) string {
+		return `(() => { const c = document.querySelector('[data-parley="pending-count"]'); return c !== null && c.dataset.count === ` + q(n) + ` && c.hidden === (` + q(n) + ` === "0"); })()`
+	}
+	rita.until(countIs("0"))
+	if title := eval[string](rita, `document.title`); title != "Conversations · Parley" {
+		t.Fatalf("title with nothing waiting: %q", title)
+	}
+
+	chat := rita.another()
+	chat.newConversation("Counted")
+	chat.say("email gina@example.com about the count")
+	id := chat.newestCallID("send_email", "approval")
+	rita.until(countIs("1"))
+	rita.until(`document.title === "(1) Conversations · Parley"`)
+	if txt := eval[string](rita, `document.querySelector('[data-parley="inbox-link"]').innerText`); !strings.Contains(txt, "1") {
+		t.Errorf("the Inbox link says %q", txt)
+	}
+	rita.shot("pending-count")
+
+	inbox := rita.another()
+	inbox.do(chromedp.Navigate(h.url + "/inbox"))
+	inbox.until(`document.documentElement.dataset.parleySocket === "open"`)
+	inbox.until(`document.title === "(1) Inbox · Parley"`)
+
+	chat.do(chromedp.Click(chromedp.CSS(callSel(id) + ` button[name="decision"][value="approve"]`)))
+	chat.until(callStatusIs(id, "resolved"))
+	rita.until(countIs("0"))
+	rita.until(`document.title === "Conversations · Parley"`)
+	inbox.until(`document.title === "Inbox · Parley"`)
+	inbox.until(countIs("0"))
+}
