@@ -139,6 +139,9 @@ func TestGrantsAndAuditPages(t *testing.T) {
 			!strings.Contains(body, "all your conversations") || !strings.Contains(body, `href="/grants"`) {
 			t.Fatalf("the grants page does not list the grant with its revoke form:\n%s", body)
 		}
+		if body := readBody(b.do("GET", "/account", "", nil)); !strings.Contains(body, `data-parley="account-grants"`) {
+			t.Error("the account page does not link to the remembered approvals")
+		}
 		ob := e.browser(other)
 		if body := readBody(ob.do("GET", "/grants", "", nil)); strings.Contains(body, id) || !strings.Contains(body, `data-parley="no-grants"`) {
 			t.Fatalf("another user sees the owner's grant")
