@@ -111,7 +111,7 @@ type Node struct {
 	aead cipher.AEAD
 
 	lmu     sync.Mutex
-	lcancel context.CancelFunc // ends the listener's current wait (restartListener); guarded by lmu
+	lcancel map[bool]context.CancelFunc // ends a listener's current wait, by direct (restartListener); guarded by lmu
 	// peers is how many other live processes the last heartbeat saw (or 1 once any of them
 	// spoke): events are sent only when someone can receive them.
 	peers atomic.Int64
@@ -220,16 +220,26 @@ func (n *Node) start(ctx context.Context) error {
 	if err := n.loadKey(ctx); err != nil {
 		return err
 	}
-	conn, err := n.listenConn(ctx)
+	// Two listening sessions: the node's own channel (requests and replies, and the node's life
+	// line) apart from the broadcast events, so a reply never waits behind other processes'
+	// events.
+	direct, err := n.listenConn(ctx, true)
 	if err != nil {
 		return err
 	}
-	if err := n.countPeers(ctx); err != nil {
-		_ = conn.Close(ctx)
+	events, err := n.listenConn(ctx, false)
+	if err != nil {
+		_ = direct.Close(ctx)
 		return err
 	}
-	n.wg.Add(3)
-	go n.listen(conn)
+	if err := n.countPeers(ctx); err != nil {
+		_ = direct.Close(ctx)
+		_ = events.Close(ctx)
+		return err
+	}
+	n.wg.Add(4)
+	go n.listen(direct, true)
+	go n.listen(events, false)
 	go n.heartbeat()
 	go n.send()
 	n.broadcast(ctx, message{T: "hello"})
@@ -553,17 +563,23 @@ func (n *Node) body(ctx context.Context, msg message, del bool) ([]byte, error) 
 
 // --- listening ------------------------------------------------------------------------------
 
-// listenConn opens the connection that LISTENs: it stays with the node, outside any pool.
-func (n *Node) listenConn(ctx context.Context) (*pgx.Conn, error) {
+// listenConn opens a connection that LISTENs, on the node's own channel (direct) or on the
+// events: it stays with the node, outside any pool.
+func (n *Node) listenConn(ctx context.Context, direct bool) (*pgx.Conn, error) {
 	conn, err := pgx.ConnectConfig(ctx, n.pool.Config().ConnConfig)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: listen connection: %w", err)
 	}
-	for _, ch := range []string{eventsChannel, n.channel()} {
-		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
-			_ = conn.Close(ctx)
-			return nil, fmt.Errorf("cluster: listen on %s: %w", ch, err)
-		}
+	ch := eventsChannel
+	if direct {
+		ch = n.channel()
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+		_ = conn.Close(ctx)
+		return nil, fmt.Errorf("cluster: listen on %s: %w", ch, err)
+	}
+	if !direct {
+		return conn, nil
 	}
 	// This session is the node's life line (parley_node_alive): when the process dies, so
 	// does the session, and the others see it at once.
@@ -585,7 +601,7 @@ func (n *Node) listenConn(ctx context.Context) (*pgx.Conn, error) {
 // breaks. Notifications sent while it was away are lost: local subscribers resync, and
 // forwarded requests waiting for a reply time out and look for their owner again. Losing the
 // connection also fences the node: the others saw its session end.
-func (n *Node) listen(conn *pgx.Conn) {
+func (n *Node) listen(conn *pgx.Conn, direct bool) {
 	defer n.wg.Done()
 	defer func() {
 		if conn != nil {
@@ -595,10 +611,10 @@ func (n *Node) listen(conn *pgx.Conn) {
 	backoff := 100 * time.Millisecond
 	for n.ctx.Err() == nil {
 		if conn == nil {
-			c, err := n.listenConn(n.ctx)
+			c, err := n.listenConn(n.ctx, direct)
 			if err != nil {
 				if n.ctx.Err() == nil {
-					n.log.Warn("cluster: reconnect listener", "err", err)
+					n.log.Warn("cluster: reconnect listener", "direct", direct, "err", err)
 				}
 				wait := n.clock.NewTimer(backoff)
 				select {
@@ -610,20 +626,26 @@ func (n *Node) listen(conn *pgx.Conn) {
 				continue
 			}
 			conn, backoff = c, 100*time.Millisecond
-			n.hub.Resync("")
-			n.broadcast(n.ctx, message{T: "hello"}) // the others send events again
+			if !direct {
+				n.hub.Resync("")
+				n.broadcast(n.ctx, message{T: "hello"}) // the others send events again
+			}
 		}
 		lctx, lcancel := context.WithCancel(n.ctx)
 		n.lmu.Lock()
-		n.lcancel = lcancel
+		if n.lcancel == nil {
+			n.lcancel = map[bool]context.CancelFunc{}
+		}
+		n.lcancel[direct] = lcancel
 		n.lmu.Unlock()
 		note, err := conn.WaitForNotification(lctx)
 		lcancel()
 		if err != nil {
 			if n.ctx.Err() == nil {
-				// Without its session the node counts as dead to the others, who may take its
+				// Without its sessions the node counts as dead to the others (the direct one is
+				// its life line; without the events its pages go stale), who may take its
 				// conversations over: stop them here before listening again.
-				n.log.Warn("cluster: listener lost its connection; stopping this process's conversations", "err", err)
+				n.log.Warn("cluster: listener lost its connection; stopping this process's conversations", "direct", direct, "err", err)
 				_ = conn.Close(context.Background())
 				conn = nil
 				n.fence()
@@ -635,13 +657,14 @@ func (n *Node) listen(conn *pgx.Conn) {
 	}
 }
 
-// restartListener makes the listener drop its connection and listen on a new one (the
-// heartbeat found its session gone from the database's view while the socket looked alive).
+// restartListener makes the listeners drop their connections and listen on new ones (the
+// heartbeat found the node's session gone from the database's view while the socket looked
+// alive).
 func (n *Node) restartListener() {
 	n.lmu.Lock()
 	defer n.lmu.Unlock()
-	if n.lcancel != nil {
-		n.lcancel()
+	for _, cancel := range n.lcancel {
+		cancel()
 	}
 }
 
