@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"regexp"
-	"strings"
 	"unicode/utf8"
 
 	"parley/internal/store"
+	"parley/internal/tools"
 )
 
 // This file makes what the model, tools and browsers produce storable before it reaches the
@@ -29,26 +29,11 @@ var safeID = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9_.:-]{0,127}$`)
 // usableID reports whether a model's tool_call_id can be kept as the call's id.
 func usableID(id string) bool { return len(id) <= maxIDBytes && safeID.MatchString(id) }
 
-// storable returns s as text every store keeps: valid UTF-8 without NUL bytes.
-func storable(s string) string {
-	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
-		return s
-	}
-	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
-}
+// storable returns s as text every store keeps (tools.StorableText).
+func storable(s string) string { return tools.StorableText(s) }
 
-// bounded is storable(s) cut to at most n bytes (on a rune boundary), with "…" when cut.
-func bounded(s string, n int) string {
-	s = storable(s)
-	if len(s) <= n {
-		return s
-	}
-	cut := n - len("…")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
+// bounded is storable(s) cut to at most n bytes (tools.BoundedText).
+func bounded(s string, n int) string { return tools.BoundedText(s, n) }
 
 // storableJSON returns raw as JSON every store keeps: valid UTF-8, and no NUL character even
 // escaped (PostgreSQL's text and jsonb refuse it). raw is returned as it is when it already is.

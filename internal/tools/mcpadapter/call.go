@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -373,26 +372,10 @@ func cleanValue(v any) any {
 	return v
 }
 
-// clean makes s text every store keeps: valid UTF-8 without NUL (each becomes U+FFFD).
-func clean(s string) string {
-	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
-		return s
-	}
-	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
-}
+// clean makes s text every store keeps (tools.StorableText); bounded also cuts it to n bytes.
+func clean(s string) string { return tools.StorableText(s) }
 
-// bounded is clean(s) cut to at most n bytes on a rune boundary, with "…" when cut.
-func bounded(s string, n int) string {
-	s = clean(s)
-	if len(s) <= n {
-		return s
-	}
-	cut := n - len("…")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
+func bounded(s string, n int) string { return tools.BoundedText(s, n) }
 
 // progress forwards a progress notification to its call. The SDK's reader must not wait on the
 // conversation, so a line that finds the call's queue full is dropped (and counted).
