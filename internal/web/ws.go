@@ -120,23 +120,27 @@ func (k *socket) enqueue(f frame) bool {
 	}
 }
 
-// writeLoop writes queued frames and pings, each with a timeout.
+// writeLoop writes queued frames and pings, each with a timeout. It stops between writes when
+// ctx ends; a write under way is not cancelled with it (it is bounded by writeTimeout): a
+// cancelled write tears the connection down, and the close that follows would lose the status
+// that tells the page why.
 func (k *socket) writeLoop(ctx context.Context) error {
 	ping := k.s.clock.NewTimer(pingInterval)
 	defer ping.Stop()
+	wbase := context.WithoutCancel(ctx)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case b := <-k.send:
-			wctx, cancel := context.WithTimeout(ctx, writeTimeout)
+			wctx, cancel := context.WithTimeout(wbase, writeTimeout)
 			err := k.conn.Write(wctx, websocket.MessageText, b)
 			cancel()
 			if err != nil {
 				return err
 			}
 		case <-ping.C():
-			pctx, cancel := context.WithTimeout(ctx, writeTimeout)
+			pctx, cancel := context.WithTimeout(wbase, writeTimeout)
 			err := k.conn.Ping(pctx)
 			cancel()
 			if err != nil {

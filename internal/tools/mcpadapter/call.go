@@ -229,7 +229,7 @@ func (s *server) callFunc(remote string) tools.Func {
 		params.SetProgressToken(token)
 		res, err := cs.CallTool(context.WithValue(ctx, inflightKey{}, in), params)
 		if err != nil {
-			return nil, s.callError(ctx, in, err)
+			return nil, s.callError(ctx, cs, in, err)
 		}
 		return result(res)
 	}
@@ -238,7 +238,7 @@ func (s *server) callFunc(remote string) tools.Func {
 // callError turns a failed call into what the loop understands: the deadline's or the stop's
 // own error, a question that could not be asked, the server's refusal, or a retryable
 // transport failure (after which the supervisor reconnects).
-func (s *server) callError(ctx context.Context, in *inflight, err error) error {
+func (s *server) callError(ctx context.Context, cs *mcp.ClientSession, in *inflight, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("mcp call: %w", ctx.Err())
 	}
@@ -260,7 +260,11 @@ func (s *server) callError(ctx context.Context, in *inflight, err error) error {
 		}
 		return fault.New(kind, fmt.Sprintf("the MCP server %s refused the call: %s", s.cfg.Name, bounded(clean(rpc.Message), 1000)), map[string]any{"code": rpc.Code})
 	}
-	ring(s.broken)
+	// Only a failure on the session in use rings: a call that failed on a session the
+	// supervisor already replaced must not tear the fresh one down.
+	if cur, _ := s.current(); cur == cs {
+		ring(s.broken)
+	}
 	e := fault.New(fault.KindNetwork, fmt.Sprintf("the connection to the MCP server %s failed during the call: %s", s.cfg.Name, bounded(clean(err.Error()), 500)), map[string]any{"server": s.cfg.Name})
 	e.Retryable = true
 	return e

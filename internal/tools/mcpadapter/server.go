@@ -314,6 +314,11 @@ func (s *server) backoff(failures int) time.Duration {
 // watch serves a connected session until it ends: it relists on a list change and reconnects
 // after a failed call or ping. It always closes the session and waits for it.
 func (s *server) watch(ctx context.Context, cs *mcp.ClientSession) error {
+	// A ring left by a call on the previous session is about that one, not this.
+	select {
+	case <-s.broken:
+	default:
+	}
 	closed := make(chan error, 1)
 	go func() { closed <- cs.Wait() }()
 	ping := s.m.opts.Clock.NewTimer(s.m.opts.PingEvery)
