@@ -228,6 +228,11 @@ func TestToolCallCardStates(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			out, doc := render(t, ToolCallCard(page(tc.viewr), tc.call))
 			assertInert(t, doc)
+			// A browser call says, to a page without JavaScript, that it needs it.
+			clientWaits := tc.call.Status == "awaiting" && tc.call.PendingKind == tools.PendingClientExec
+			if got := strings.Contains(out, `data-parley="noscript-client"`); got != clientWaits {
+				t.Errorf("needs-JavaScript notice %v, want %v", got, clientWaits)
+			}
 			card, n := doc.One(`[data-parley="tool-call"]`)
 			if n != 1 {
 				t.Fatalf("cards = %d", n)
@@ -671,7 +676,13 @@ func TestStatusLineSaysWhatTheTurnWaitsForAndOffersStop(t *testing.T) {
 	for _, tc := range tests {
 		p := page(tc.who)
 		p.OwnerID = owner().UserID
-		_, doc := render(t, StatusLine(p, tc.v))
+		html, doc := render(t, StatusLine(p, tc.v))
+		// Without JavaScript nothing follows the turn: the page says to reload while the
+		// assistant works (and only then: a wait for a person needs no reload to answer it).
+		working := tc.v.Status == agent.StatusGenerating || tc.v.Status == agent.StatusDispatching
+		if got := strings.Contains(html, `<noscript><span class="noscript-notice" data-parley="noscript-reload">`); got != working {
+			t.Errorf("%s: reload notice for pages without JavaScript %v, want %v", tc.name, got, working)
+		}
 		words, _ := doc.One(`[data-parley="status-text"]`)
 		if words == nil || viewstest.Text(words) != tc.words {
 			t.Errorf("%s: words %v, want %q", tc.name, words, tc.words)
