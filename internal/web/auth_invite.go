@@ -199,11 +199,7 @@ func (s *Server) invite(c echo.Context) error {
 	render := func(status int) error {
 		return s.render(c, status, views.InvitePage(s.layoutData(c, "Join Parley"), f, token, string(inv.Role)))
 	}
-	if !validName.MatchString(name) {
-		f.Error = badName
-		return render(http.StatusUnprocessableEntity)
-	}
-	hash, problem, err := s.newPassword(ctx, c.FormValue("password"))
+	hash, problem, err := s.newAccount(ctx, name, c.FormValue("password"))
 	if err != nil {
 		return err
 	}

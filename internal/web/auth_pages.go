@@ -189,6 +189,15 @@ func (s *Server) newPassword(ctx context.Context, password string) (hash []byte,
 	return hash, "", err
 }
 
+// newAccount checks a new account's name and hashes its password (newPassword); problem is
+// what the form shows when either is refused. Sign-up, the setup link and invitations share it.
+func (s *Server) newAccount(ctx context.Context, name, password string) (hash []byte, problem string, err error) {
+	if !validName.MatchString(name) {
+		return nil, badName, nil
+	}
+	return s.newPassword(ctx, password)
+}
+
 // subnetOf is the subnet an address counts in for sign-in limits: its /24 (IPv4) or /64 (IPv6).
 func subnetOf(ip string) string {
 	a, err := netip.ParseAddr(ip)
@@ -298,11 +307,7 @@ func (s *Server) signup(c echo.Context) error {
 	}
 	name := strings.TrimSpace(c.FormValue("username"))
 	f := views.AuthForm{Username: name}
-	if !validName.MatchString(name) {
-		f.Error = badName
-		return s.renderSignup(c, http.StatusUnprocessableEntity, f)
-	}
-	hash, problem, err := s.newPassword(ctx, c.FormValue("password"))
+	hash, problem, err := s.newAccount(ctx, name, c.FormValue("password"))
 	if err != nil {
 		return err
 	}
@@ -383,11 +388,7 @@ func (s *Server) setup(c echo.Context) error {
 	render := func(status int) error {
 		return s.render(c, status, views.SetupPage(s.layoutData(c, "Set up Parley"), f, token))
 	}
-	if !validName.MatchString(name) {
-		f.Error = badName
-		return render(http.StatusUnprocessableEntity)
-	}
-	hash, problem, err := s.newPassword(ctx, c.FormValue("password"))
+	hash, problem, err := s.newAccount(ctx, name, c.FormValue("password"))
 	if err != nil {
 		return err
 	}
