@@ -144,21 +144,12 @@ func (a *actor) resolveAsk(c *call, r Resolution, by Principal) (then func(), er
 	if reply == nil {
 		return nil, errStale(c.id)
 	}
-	ans := tools.Answer{Action: r.Action}
-	switch r.Action {
-	case "accept":
-		content, err := tools.DecodeJSON(nonEmpty(r.Content))
-		if err != nil {
-			return nil, fault.InvalidAt("the answer is not valid JSON", "/content", err.Error())
-		}
-		if verr := a.validateAnswer(c, content); verr != nil {
-			return nil, verr
-		}
-		ans.Content, _ = content.(map[string]any)
-	case "decline", "cancel":
-	default:
-		return nil, fault.InvalidAt("an answer needs an action", "/action", `must be "accept", "decline" or "cancel"`)
+	content, err := a.answerContent(c, r)
+	if err != nil {
+		return nil, err
 	}
+	ans := tools.Answer{Action: r.Action}
+	ans.Content, _ = content.(map[string]any)
 	now := a.now()
 	if err := a.commit(store.Batch{
 		Entries: []store.Entry{{Type: entryAnswer, ToolCallID: c.id, Actor: by.UserID,

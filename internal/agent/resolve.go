@@ -178,14 +178,10 @@ func auditAction(decision string, right Right) string {
 	return decision
 }
 
-func (a *actor) resolveElicitation(c *call, r Resolution, by Principal) (then func(), err error) {
-	if !MayAnswer(by, a.st.conv.OwnerID) {
-		return nil, permissionDenied("only the conversation's owner answers its questions")
-	}
-	var (
-		env    json.RawMessage
-		status = store.CallResolved
-	)
+// answerContent checks an answer to a question, whoever asked it (the model's form or a running
+// call's): its action, and for accept its content against the question's schema (nil for
+// decline and cancel).
+func (a *actor) answerContent(c *call, r Resolution) (any, error) {
 	switch r.Action {
 	case "accept":
 		content, err := tools.DecodeJSON(nonEmpty(r.Content))
@@ -195,6 +191,27 @@ func (a *actor) resolveElicitation(c *call, r Resolution, by Principal) (then fu
 		if verr := a.validateAnswer(c, content); verr != nil {
 			return nil, verr
 		}
+		return content, nil
+	case "decline", "cancel":
+		return nil, nil
+	}
+	return nil, fault.InvalidAt("an answer needs an action", "/action", `must be "accept", "decline" or "cancel"`)
+}
+
+func (a *actor) resolveElicitation(c *call, r Resolution, by Principal) (then func(), err error) {
+	if !MayAnswer(by, a.st.conv.OwnerID) {
+		return nil, permissionDenied("only the conversation's owner answers its questions")
+	}
+	var (
+		env    json.RawMessage
+		status = store.CallResolved
+	)
+	content, err := a.answerContent(c, r)
+	if err != nil {
+		return nil, err
+	}
+	switch r.Action {
+	case "accept":
 		env = tools.BoundEnvelope(tools.OKEnvelope(map[string]any{"action": "accept", "content": content}), a.maxBytes(c.tool))
 	case "decline", "cancel":
 		msg := "the user declined to answer"
@@ -203,8 +220,6 @@ func (a *actor) resolveElicitation(c *call, r Resolution, by Principal) (then fu
 		}
 		env = tools.ErrorEnvelope(fault.New(fault.KindDeclined, msg, map[string]any{"action": r.Action}))
 		status = store.CallErrored
-	default:
-		return nil, fault.InvalidAt("an answer needs an action", "/action", `must be "accept", "decline" or "cancel"`)
 	}
 	if err := a.closeCall(c, closing{envelope: env, status: status, decision: r.Action, by: by.UserID, audit: r.Action,
 		urgent: true, // the person's request waits for it
