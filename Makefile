@@ -4,16 +4,17 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 export TEST_DATABASE_URL
 
 #
-.PHONY: loadtest docker-check docker-binary test check generate generate-check lint fmt-check vet staticcheck run bench services
+.PHONY: loadtest approvals docker-check docker-binary test check generate generate-check lint fmt-check vet staticcheck run bench services
 
 ## test: start or install what the tests need, check generated code, format and vet, then run every test with -race
 test: services check docker-check
 	$(GO) test -race -count=1 -timeout 25m ./...
 
-## services: PostgreSQL for the store tests, Chromium for the browser tests
+## services: PostgreSQL for the store tests, Chromium and axe-core (npm) for the browser tests
 services:
 	@scripts/ensure-postgres.sh
 	@scripts/ensure-chromium.sh
+	@scripts/ensure-axe.sh >/dev/null
 
 ## check: generated files fresh, gofmt clean, go vet and staticcheck clean
 check: generate-check fmt-check vet staticcheck
@@ -41,9 +42,14 @@ lint: check
 run:
 	$(GO) run ./cmd/web
 
-## bench: every benchmark (PostgreSQL must answer); figures go in docs/benchmarks.md
+## bench: every benchmark (PostgreSQL must answer) and the approvals workload; figures go in docs/benchmarks.md
 bench: services
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 -timeout 30m ./...
+	@scripts/approvals.sh
+
+## approvals: issue 18's workload (200 awaiting conversations approved by 16 clients); ROUNDS=3, PEERS=../shared/peers for Eino and ADK-Go alternating, PPROF=DIR for profiles
+approvals: services
+	@scripts/approvals.sh
 
 ## docker-binary: build the binary exactly as the Dockerfile does (CI has no Docker engine)
 docker-binary:

@@ -3,6 +3,7 @@ package views
 import (
 	"net/url"
 	"strconv"
+	"time"
 )
 
 // GrantRow is one remembered approval as the grants page lists it.
@@ -78,4 +79,111 @@ func shortID(id string) string {
 		return id[:10] + "…"
 	}
 	return id
+}
+
+// shortDuration writes d in the largest whole unit that fits: "40 s", "12 min", "3 h", "2 d".
+func shortDuration(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return strconv.Itoa(int(max(d, 0)/time.Second)) + " s"
+	case d < time.Hour:
+		return strconv.Itoa(int(d/time.Minute)) + " min"
+	case d < 48*time.Hour:
+		return strconv.Itoa(int(d/time.Hour)) + " h"
+	}
+	return strconv.Itoa(int(d/(24*time.Hour))) + " d"
+}
+
+// inboxAge is how long an entry has waited, in words.
+func inboxAge(now time.Time, e InboxEntry) string {
+	if e.At.IsZero() {
+		return ""
+	}
+	return "waiting " + shortDuration(now.Sub(e.At))
+}
+
+// inboxDeadline is the time left to decide an entry against its deadline (the approval's
+// timeout or expiry), in words; "" when it has none.
+func inboxDeadline(now time.Time, e InboxEntry) string {
+	if e.Call.ExpiresAt == nil {
+		return ""
+	}
+	left := e.Call.ExpiresAt.Sub(now)
+	if left <= 0 {
+		return "past its deadline"
+	}
+	s := shortDuration(left) + " left to decide"
+	if e.Call.Escalated {
+		s += " (escalated)"
+	}
+	return s
+}
+
+// inboxUrgency is "due-soon" when less than a fifth of an entry's time to decide remains (or
+// none does), else "".
+func inboxUrgency(now time.Time, e InboxEntry) string {
+	if e.Call.ExpiresAt == nil || e.At.IsZero() {
+		return ""
+	}
+	total, left := e.Call.ExpiresAt.Sub(e.At), e.Call.ExpiresAt.Sub(now)
+	if left <= 0 || (total > 0 && left*5 < total) {
+		return "due-soon"
+	}
+	return ""
+}
+
+// BulkItem is the value of an inbox entry's bulk checkbox: the conversation and the call,
+// separated by a space (conversation ids hold none).
+func BulkItem(conversationID, toolCallID string) string { return conversationID + " " + toolCallID }
+
+// inboxReturn is where an inbox form returns to: the inbox with its filters.
+func inboxReturn(f InboxFilter) string { return "/inbox" + f.Query() }
+
+// bulkHeading sums up a bulk decision: how many of the items it applied to.
+func bulkHeading(d InboxPage) string {
+	ok := 0
+	for _, r := range d.Bulk {
+		if r.OK {
+			ok++
+		}
+	}
+	verb := "Approved"
+	if d.BulkDecision == "deny" {
+		verb = "Denied"
+	}
+	return verb + " " + strconv.Itoa(ok) + " of " + strconv.Itoa(len(d.Bulk)) + " selected"
+}
+
+// orUnknown is s, or "unknown call" when it is empty.
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown call"
+	}
+	return s
+}
+
+// contextLabel is the link to an entry's conversation: read-only unless it is the viewer's own.
+func contextLabel(d InboxPage, e InboxEntry) string {
+	if e.OwnerID == d.Viewer.Principal.UserID {
+		return "Open the conversation"
+	}
+	return "Read the conversation (read-only)"
+}
+
+// inboxNewest identifies the newest entry (its conversation and call), so the page can tell a
+// new approval from a list that changed otherwise; "" when the inbox is empty.
+func inboxNewest(d InboxPage) string {
+	if len(d.Entries) == 0 {
+		return ""
+	}
+	return BulkItem(d.Entries[0].ConversationID, d.Entries[0].Call.ID)
+}
+
+// newestOf is the newest entry (the zero entry when the inbox is empty): its tool and requester
+// are all a browser notification of it says.
+func newestOf(d InboxPage) InboxEntry {
+	if len(d.Entries) == 0 {
+		return InboxEntry{}
+	}
+	return d.Entries[0]
 }

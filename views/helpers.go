@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"hash/fnv"
 	"io"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"parley/internal/agent"
 
 	"github.com/a-h/templ"
+	"golang.org/x/net/idna"
 )
 
 func titleOr(t string) string {
@@ -138,3 +140,54 @@ func rowsFor(s string) int {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// urlHost is the host a URL-mode question's link goes to, as the person should read it before
+// opening it ("" when it has none: the agent accepts only http(s) links with a host).
+// The host is shown as the browser's address bar will show it: in ASCII (punycode), so a name
+// spelled with look-alike letters ("аррle.com" in Cyrillic) does not read as another.
+func urlHost(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	host, err := idna.Lookup.ToASCII(u.Hostname())
+	if err != nil {
+		return ""
+	}
+	if port := u.Port(); port != "" {
+		return net.JoinHostPort(host, port)
+	}
+	return host
+}
+
+// SnippetPart is a piece of a search excerpt: text, matched (highlighted) or not.
+type SnippetPart struct {
+	Text  string
+	Match bool
+}
+
+// SnippetParts splits an excerpt (agent.SearchMatch.Snippet) at its markers; the parts are
+// plain text, escaped where they are shown. A marker without its pair ends the highlight.
+func SnippetParts(s string) []SnippetPart {
+	var parts []SnippetPart
+	for s != "" {
+		i := strings.Index(s, agent.SnippetMark)
+		if i < 0 {
+			parts = append(parts, SnippetPart{Text: strings.ReplaceAll(s, agent.SnippetEnd, "")})
+			break
+		}
+		if i > 0 {
+			parts = append(parts, SnippetPart{Text: strings.ReplaceAll(s[:i], agent.SnippetEnd, "")})
+		}
+		s = s[i+len(agent.SnippetMark):]
+		j := strings.Index(s, agent.SnippetEnd)
+		if j < 0 {
+			j = len(s)
+		}
+		if m := strings.ReplaceAll(s[:j], agent.SnippetMark, ""); m != "" {
+			parts = append(parts, SnippetPart{Text: m, Match: true})
+		}
+		s = s[min(j+len(agent.SnippetEnd), len(s)):]
+	}
+	return parts
+}

@@ -160,6 +160,15 @@ func Markdown(src string) templ.Component {
 	})
 }
 
+// StreamingMarkdown renders the text streamed so far by the same rule as Markdown, without the
+// cache: each partial text is rendered once, and keeping them would evict the logged messages.
+func StreamingMarkdown(src string) templ.Component {
+	return templ.ComponentFunc(func(_ context.Context, w io.Writer) error {
+		_, err := io.WriteString(w, renderMarkdown(src))
+		return err
+	})
+}
+
 // mdCache holds the most recently rendered messages, evicting the least recently used beyond
 // its size; keys are the Markdown sources themselves (a hash would need collision handling).
 var mdCache = newLRU(2048)

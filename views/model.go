@@ -129,16 +129,73 @@ type InboxEntry struct {
 	OwnerID           string
 	Call              agent.CallView
 	At                time.Time
+	// Claim is who is looking at it, when someone is (nil: nobody).
+	Claim *InboxClaim
+}
+
+// InboxClaim is a reviewer's claim of an inbox entry ("rita is looking at this").
+type InboxClaim struct {
+	By   string // the holder's name
+	Mine bool   // the viewer holds it
+}
+
+// InboxFilter is the inbox's filters, as the URL's query carries them (?tool=&requester=&age=):
+// the tool's name, the requester's name (exact, case-insensitive) and the least age ("" or a
+// duration such as 1h). Zero fields match everything.
+type InboxFilter struct {
+	Tool      string
+	Requester string
+	Age       string
+}
+
+// Query is the filter as a URL query ("" when it filters nothing), "?" included.
+func (f InboxFilter) Query() string {
+	q := url.Values{}
+	for k, v := range map[string]string{"tool": f.Tool, "requester": f.Requester, "age": f.Age} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if len(q) == 0 {
+		return ""
+	}
+	return "?" + q.Encode()
+}
+
+// InboxAges are the age filter's choices: value and words.
+var InboxAges = [][2]string{{"", "any age"}, {"5m", "older than 5 min"}, {"1h", "older than 1 hour"}, {"24h", "older than 1 day"}}
+
+// BulkResult is what happened to one item of a bulk decision.
+type BulkResult struct {
+	ConversationID string
+	ToolCallID     string
+	Tool           string
+	OK             bool
+	Kind           string // the error's kind when not OK: stale, permission_denied, not_found …
+	Message        string
 }
 
 // InboxPage is the reviewer inbox.
 type InboxPage struct {
 	CSRF    string
 	Viewer  Viewer
-	Entries []InboxEntry
+	Entries []InboxEntry // as filtered
 	Form    *FormState
 	// Names maps user ids (an M-of-N call's approvers) to the names shown.
 	Names map[string]string
+	// Filter is the inbox's filters; Total counts the entries before filtering (the pending
+	// count); Tools and Requesters are the names the unfiltered entries hold, for the filters'
+	// suggestions.
+	Filter     InboxFilter
+	Total      int
+	Tools      []string
+	Requesters []string
+	// Now is the time ages and deadlines are shown against.
+	Now time.Time
+	// Bulk is the outcome of a bulk decision, item by item (nil: none was made).
+	Bulk []BulkResult
+	// BulkDecision is that decision (approve or deny).
+	BulkDecision string
 }
 
 // Item is one entry of a conversation's timeline: a message or a tool call, in log order.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -504,7 +505,7 @@ func TestConversationPageFrame(t *testing.T) {
 			t.Errorf("%s matched %d times", s, n)
 		}
 	}
-	if s, _ := doc.One(`[id="streaming"]`); viewstest.Text(s) != "Hel" {
+	if s, _ := doc.One(`[data-parley="message-streaming"] [class="message-body markdown"]`); viewstest.Text(s) != "Hel" {
 		t.Errorf("streaming text = %q", viewstest.Text(s))
 	}
 	p.Demo = false
@@ -695,5 +696,124 @@ func TestStatusLineSaysWhatTheTurnWaitsForAndOffersStop(t *testing.T) {
 	html, doc := render(t, StatusLine(page(owner()), v))
 	if q, _ := doc.One(`[data-parley="queued"] [data-role="user"][data-queued="true"]`); q == nil || !strings.Contains(html, "&lt;b&gt;next") {
 		t.Errorf("the queued message is not shown, escaped: %s", html)
+	}
+}
+
+func TestURLQuestionShowsTheLinkAsTextWithItsHost(t *testing.T) {
+	link := `https://auth.example.test/authorize?x=1&next=<script>`
+	c := agent.CallView{ID: "q", Name: "m__ask_url", Executor: tools.Server, Status: "awaiting", PendingKind: tools.PendingElicitation,
+		Prompt: &tools.Prompt{Message: "Authorize the test app", Schema: json.RawMessage(`{"type":"object","properties":{}}`), URL: link}}
+	_, doc := render(t, ToolCallCard(page(owner()), c))
+	assertInert(t, doc)
+	form, n := doc.One(`form[data-parley="elicitation"][data-mode="url"]`)
+	if n != 1 {
+		t.Fatalf("url question forms = %d", n)
+	}
+	if a, _ := viewstest.Attr(form, "action"); a != "/conversations/c1/calls/q/resolve" {
+		t.Errorf("action = %q", a)
+	}
+	host, _ := doc.One(`[data-parley="url-host"]`)
+	if got := viewstest.Text(host); got != "auth.example.test" {
+		t.Errorf("host = %q", got)
+	}
+	text, _ := doc.One(`code[data-parley="url-text"]`)
+	if got := viewstest.Text(text); got != link {
+		t.Errorf("link text = %q", got)
+	}
+	open, n := doc.One(`a[data-parley="url-open"]`)
+	if n != 1 {
+		t.Fatalf("open links = %d", n)
+	}
+	for k, want := range map[string]string{"href": link, "target": "_blank", "rel": "noopener noreferrer"} {
+		if v, _ := viewstest.Attr(open, k); v != want {
+			t.Errorf("open link %s = %q, want %q", k, v, want)
+		}
+	}
+	for _, sel := range []string{`button[name="action"][value="accept"]`, `button[name="action"][value="cancel"]`, `button[name="action"][value="decline"]`} {
+		if len(viewstest.In(form, sel)) != 1 {
+			t.Errorf("missing %s", sel)
+		}
+	}
+	if got := strings.TrimSpace(viewstest.Text(viewstest.In(form, `button[value="accept"]`)[0])); got != "Done" {
+		t.Errorf("accept button says %q", got)
+	}
+	if len(viewstest.In(form, `input[name^="f."]`)) != 0 {
+		t.Errorf("a URL question has form fields")
+	}
+	// A reviewer looking on sees the link but may not open it from here or answer.
+	_, doc = render(t, ToolCallCard(page(reviewer()), c))
+	if _, n := doc.One(`a[data-parley="url-open"]`); n != 0 {
+		t.Errorf("a reviewer got the Open link")
+	}
+	if _, n := doc.One(`[data-parley="waiting-for"]`); n != 1 {
+		t.Errorf("a reviewer is not told it waits for the owner")
+	}
+	// A link that is not http(s) is never made live, even if a view model carried one.
+	c.Prompt.URL = "javascript:alert(1)"
+	_, doc = render(t, ToolCallCard(page(owner()), c))
+	assertInert(t, doc)
+}
+
+// TestStreamingRendersMarkdownSafely: the streaming bubble is the logged message's bubble, its
+// text rendered by the same rule (Markdown through the sanitizer), hostile HTML shown as text.
+func TestStreamingRendersMarkdownSafely(t *testing.T) {
+	src := "Some **bold** and <script>alert(1)</script> [x](javascript:alert(1))\n\n| a | b |\n|---|---|\n| 1 | 2 |"
+	var b strings.Builder
+	if err := Streaming(src).Render(context.Background(), &b); err != nil {
+		t.Fatal(err)
+	}
+	got := b.String()
+	for _, want := range []string{`data-parley="message-streaming"`, `class="message-body markdown"`, "<strong>bold</strong>", "&lt;script&gt;", "<table>"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("streaming render lacks %q:\n%s", want, got)
+		}
+	}
+	for _, bad := range []string{"<script", "javascript:"} {
+		if strings.Contains(got, bad) {
+			t.Errorf("streaming render holds %q:\n%s", bad, got)
+		}
+	}
+	if !strings.Contains(got, RenderMarkdown(src)) {
+		t.Errorf("the streaming render differs from the logged message's")
+	}
+	b.Reset()
+	if err := Streaming("").Render(context.Background(), &b); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "<article") || !strings.Contains(b.String(), "streaming-empty") {
+		t.Errorf("empty streaming area = %s", b.String())
+	}
+}
+
+// TestSnippetParts: an excerpt splits at its markers; stray or unpaired markers never reach the
+// text, and a highlight without its end runs to the end.
+func TestSnippetParts(t *testing.T) {
+	m, e := agent.SnippetMark, agent.SnippetEnd
+	for _, tc := range []struct {
+		in   string
+		want []SnippetPart
+	}{
+		{"plain", []SnippetPart{{"plain", false}}},
+		{"a " + m + "b" + e + " c", []SnippetPart{{"a ", false}, {"b", true}, {" c", false}}},
+		{m + "x" + e + m + "y" + e, []SnippetPart{{"x", true}, {"y", true}}},
+		{"stray" + e + " " + m + "open", []SnippetPart{{"stray ", false}, {"open", true}}},
+		{m + e + "<b>", []SnippetPart{{"<b>", false}}},
+	} {
+		if got := SnippetParts(tc.in); !slices.Equal(got, tc.want) {
+			t.Errorf("SnippetParts(%q) = %+v, want %+v", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestURLHostIsShownAsTheAddressBarShowsIt: look-alike letters are shown in punycode.
+func TestURLHostIsShownAsTheAddressBarShowsIt(t *testing.T) {
+	for raw, want := range map[string]string{
+		"https://аррle.com/login":        "xn--le-6kc8da.com",
+		"https://Example.COM:8443/x":     "example.com:8443",
+		"http://127.0.0.1:8080/callback": "127.0.0.1:8080",
+	} {
+		if got := urlHost(raw); got != want {
+			t.Errorf("urlHost(%q) = %q, want %q", raw, got, want)
+		}
 	}
 }

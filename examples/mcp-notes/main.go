@@ -88,5 +88,8 @@ func main() {
 		return
 	}
 	fmt.Fprintln(os.Stderr, "mcp-notes listening on", *addr)
-	log.Fatal(http.ListenAndServe(*addr, mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)))
+	// Stateless: the SDK serves the 2026-07-28 protocol over HTTP only so, and under it a question
+	// travels with its call (an input-required result), so Parley can keep it across a restart.
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Stateless: true})
+	log.Fatal(http.ListenAndServe(*addr, h))
 }

@@ -80,10 +80,12 @@ type (
 // a caller blocks until its context is done when it is full), internal (results of the work it
 // started) and clientsChanged (a coalescing doorbell).
 type actor struct {
-	m              *Manager
-	id             string
-	log            *slog.Logger // the manager's logger with conversation_id
-	mailbox        chan *request
+	m       *Manager
+	id      string
+	log     *slog.Logger // the manager's logger with conversation_id
+	mailbox chan *request
+	// announcing are the notifications the next commit makes (notify.go: announce).
+	announcing     []announcement
 	internal       chan any
 	clientsChanged chan struct{}
 	// done is closed when the actor stops taking requests (hibernation, shutdown, a failed
@@ -126,11 +128,14 @@ type actor struct {
 	queued     []string
 	doneClosed bool
 	// pending is the count of awaiting calls by kind last reported to the manager (metrics).
-	pending map[string]int
+	pending pendingByKind
 	cancel  cancelState // cancel.go
 	// asks are the running calls waiting for their owner's answer, by call (elicit.go).
 	asks map[string]chan askReply
-	tr   traceState // observe.go
+	// abandoned: runs a graceful stop cancelled while their question waited (elicit.go); what
+	// they report is dropped, and the revived actor resumes or re-asks from the log.
+	abandoned map[string]bool
+	tr        traceState // observe.go
 }
 
 func newActor(m *Manager, id string) *actor {
@@ -367,7 +372,7 @@ func (a *actor) handleInternal(msg any) {
 		a.inflight--
 		delete(a.running, m.id)
 		delete(a.asks, m.id)
-		if a.discard {
+		if a.discard || a.abandoned[m.id] {
 			return
 		}
 		a.onToolDone(m)

@@ -60,6 +60,9 @@ const (
 	EventError     EventType = "turn_error" // a turn ended with an error (Text)
 	// EventClientExec asks the owner's browsers to run a client tool (ToolCallID, Data: {"tool","args"}).
 	EventClientExec EventType = "client_exec"
+	// EventInbox says something only the inbox shows changed (a claim, claims.go). It is
+	// published with no conversation, so only inbox followers (Subscribe "") get it.
+	EventInbox EventType = "inbox"
 	// EventResync is the last event a lagging subscriber gets before its channel closes: it must
 	// reload the view and subscribe again.
 	EventResync EventType = "resync"
@@ -171,6 +174,7 @@ type PendingView struct {
 	Kind      tools.PendingKind `json:"kind"`
 	Prompt    any               `json:"prompt"`
 	Schema    json.RawMessage   `json:"schema,omitempty"`
+	URL       string            `json:"url,omitempty"` // a URL-mode question's link (never fetched by Parley)
 	ExpiresAt *time.Time        `json:"expires_at,omitempty"`
 	// An approval's quorum (API.md "Approval governance"): the distinct approvals it needs and
 	// those given so far; Escalated when admins may now decide it.
@@ -223,7 +227,23 @@ type Summary struct {
 	Status    string
 	CreatedAt time.Time
 	UpdatedAt time.Time
+	// Match is set by Search when a message matched (nil when only the title did, or in a list).
+	Match *SearchMatch
 }
+
+// SearchMatch is the message a search found in a conversation: its sequence and an excerpt in
+// plain text, the matched words between SnippetMark and SnippetEnd (escape it).
+type SearchMatch struct {
+	Seq     int64
+	Snippet string
+}
+
+// The markers around the matched words of a SearchMatch's excerpt (control characters no
+// stored message holds in an excerpt: the stores remove them from the indexed text).
+const (
+	SnippetMark = store.SnippetMark
+	SnippetEnd  = store.SnippetEnd
+)
 
 // PendingApproval is an approval that waits for a principal's decision (the inbox), with the
 // conversation it belongs to.

@@ -9,6 +9,7 @@ import (
 	"parley/internal/fault"
 	"parley/internal/metrics"
 	"parley/internal/store"
+	"parley/internal/telemetry"
 )
 
 // This file is how Managers of several processes on one database share the conversations: at
@@ -66,6 +67,9 @@ type Inbound struct {
 	// Fence stops every actor of this process at once: it may no longer own them (its
 	// heartbeat could not be written in time, so others may have taken them over).
 	Fence func()
+	// Owned tells that node published an event of the conversation: its actor ran there a
+	// moment ago. It is kept as an owner hint (never as the truth).
+	Owned func(convID, node string)
 }
 
 // Cluster settings (Config): how often a process looks for conversations left without a live
@@ -88,6 +92,9 @@ type wireRequest struct {
 	// Deadline is when the sender stops waiting (Unix milliseconds): the owner does not take a
 	// request past it, so a request that timed out was not done behind the sender's back.
 	Deadline int64 `json:"deadline,omitempty"`
+	// Trace is the caller's span as W3C trace context (telemetry.Carry), so the owner's work
+	// continues the caller's trace; absent when tracing is off.
+	Trace map[string]string `json:"trace,omitempty"`
 }
 
 // wireResponse is the owner's answer. Moved means the owner did not take the request (it no
@@ -204,7 +211,7 @@ func (m *Manager) forward(ctx context.Context, owner, convID string, req *reques
 	defer cancel()
 	deadline, _ := fctx.Deadline()
 	body, err := json.Marshal(wireRequest{Conv: convID, Kind: req.kind, By: req.by, Text: req.text, CallID: req.callID, Res: req.res,
-		Deadline: deadline.UnixMilli()})
+		Deadline: deadline.UnixMilli(), Trace: telemetry.Carry(req.origin.span)})
 	if err != nil {
 		return response{}, false, m.internalError("encode forwarded request", err)
 	}
@@ -292,7 +299,8 @@ func (m *Manager) serveForward(ctx context.Context, body []byte) []byte {
 		}
 		return mustJSON(out)
 	}
-	req := &request{kind: w.Kind, by: w.By, text: w.Text, callID: w.CallID, res: w.Res, reply: make(chan response, 1)}
+	req := &request{kind: w.Kind, by: w.By, text: w.Text, callID: w.CallID, res: w.Res, reply: make(chan response, 1),
+		origin: origin{span: telemetry.Carried(w.Trace), at: m.cfg.Clock.Now()}}
 	for range maxHops {
 		a, owner, err := m.acquire(ctx, w.Conv, false)
 		if owner != "" || fault.KindOf(err) == fault.KindServiceUnavailable {

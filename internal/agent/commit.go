@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"time"
 
 	"parley/internal/store"
@@ -30,6 +29,7 @@ func (a *actor) commit(b store.Batch, touched []string) error {
 		b.Entries[i].CreatedAt = now
 		if err := a.st.apply(b.Entries[i], a.m.cfg.Tools); err != nil {
 			a.broken = true
+			a.announcing = nil
 			return a.internalError("apply entry", err)
 		}
 	}
@@ -37,6 +37,8 @@ func (a *actor) commit(b store.Batch, touched []string) error {
 	if a.st.status != prevStatus {
 		b.Status = a.st.status
 	}
+	notes := a.announcements() // of the calls as this commit leaves them
+	a.queueNotifications(&b, notes)
 	for _, id := range touched {
 		if c := a.st.calls[id]; c != nil {
 			b.Calls = append(b.Calls, a.row(c, now))
@@ -55,6 +57,7 @@ func (a *actor) commit(b store.Batch, touched []string) error {
 	}
 	a.st.lastSeq = last
 	a.failures = writeFailure{}
+	a.notifyAll(notes)
 	for _, e := range b.Entries {
 		e.CreatedAt = e.CreatedAt.UTC().Truncate(time.Microsecond) // the store's resolution
 		a.logged = append(a.logged, e)
@@ -111,16 +114,13 @@ func (a *actor) settle() {
 // cannot drift; it stays with the manager while the actor hibernates, since the calls are still
 // pending in the store.
 func (a *actor) reportPending() {
-	var now map[string]int
+	var now pendingByKind
 	for _, c := range a.st.currentCalls() {
 		if c.status == store.CallAwaiting && c.kind != "" {
-			if now == nil {
-				now = map[string]int{}
-			}
-			now[string(c.kind)]++
+			now.add(c.kind)
 		}
 	}
-	if maps.Equal(now, a.pending) {
+	if now == a.pending {
 		return
 	}
 	a.pending = now

@@ -99,6 +99,13 @@ type Config struct {
 	// Notifier is told when an approval is requested, escalated or decided (notify.go); nil:
 	// nobody is.
 	Notifier Notifier
+	// NotifyOutbox makes notifications durable: each is queued in the store's notification
+	// outbox in the transaction of the change it announces (store.Batch.Notify), for a sender
+	// to deliver (package notify); Notifier, when set, is then told only so that it looks now.
+	NotifyOutbox bool
+	// ClaimTTL is how long a reviewer's inbox claim ("rita is looking at this") lasts unless
+	// renewed or released (claims.go). Default DefaultClaimTTL.
+	ClaimTTL time.Duration
 }
 
 // DefaultSystem is the system prompt when the host sets none. Tool results and the user's
@@ -134,6 +141,7 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.IdleTimeout, 5*time.Minute)
 	def(&c.ExpiryPoll, time.Second)
 	def(&c.ExpiryLease, 30*time.Second)
+	def(&c.ClaimTTL, DefaultClaimTTL)
 	def(&c.RetryBase, 500*time.Millisecond)
 	def(&c.RetryMax, 30*time.Second)
 	def(&c.OrphanScan, DefaultOrphanScan)

@@ -52,8 +52,13 @@ func (m *Manager) Delete(ctx context.Context, convID string, by Principal) error
 	return err
 }
 
-// Search lists by's conversations whose title contains query (ignoring case), newest first, at
-// most 200. An empty query lists them all, as List does.
+// Search lists by's conversations whose title contains query (ignoring case) or one of whose
+// messages holds every word of query (full-text, each word also as a prefix:
+// store.FindConversations), newest first, at most 200, a message match with its excerpt. Only
+// by's own conversations are searched (a reviewer's read-only view of someone else's is not a
+// conversation of theirs). An empty query lists them all, as List does. A query over 200
+// characters, with more than 16 words, or holding a control character (NUL included) is
+// invalid_args on "q"; punctuation and query operators are text.
 func (m *Manager) Search(ctx context.Context, by Principal, query string) ([]Summary, error) {
 	query = strings.TrimSpace(query)
 	if query == "" {
@@ -62,18 +67,47 @@ func (m *Manager) Search(ctx context.Context, by Principal, query string) ([]Sum
 	if by.UserID == "" {
 		return nil, nil
 	}
+	if !utf8.ValidString(query) || strings.ContainsFunc(query, unicode.IsControl) {
+		return nil, fault.InvalidField("q", "a search cannot hold control characters")
+	}
 	if utf8.RuneCountInString(query) > maxTitleRunes {
 		return nil, fault.InvalidField("q", "a search has at most 200 characters")
 	}
-	list, err := m.cfg.Store.SearchConversations(ctx, by.UserID, storable(query), maxSearchResults)
+	if len(store.SearchWords(query)) > store.MaxSearchWords {
+		return nil, fault.InvalidField("q", "a search has at most 16 words")
+	}
+	hits, err := m.cfg.Store.FindConversations(ctx, by.UserID, query, maxSearchResults)
 	if err != nil {
 		return nil, m.internalError("search conversations", err)
 	}
-	out := make([]Summary, len(list))
-	for i, c := range list {
-		out[i] = summaryOf(c)
+	out := make([]Summary, len(hits))
+	for i, h := range hits {
+		out[i] = summaryOf(h.Conversation)
+		if h.Seq != 0 {
+			out[i].Match = &SearchMatch{Seq: h.Seq, Snippet: boundedSnippet(h.Snippet)}
+		}
 	}
 	return out, nil
+}
+
+// maxSnippetBytes bounds an excerpt, whatever the store made of it.
+const maxSnippetBytes = 600
+
+// boundedSnippet cuts an excerpt to maxSnippetBytes on a rune boundary, closing a mark it cut.
+func boundedSnippet(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= maxSnippetBytes {
+		return s
+	}
+	cut := maxSnippetBytes
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	s = s[:cut]
+	if strings.LastIndex(s, store.SnippetMark) > strings.LastIndex(s, store.SnippetEnd) {
+		s += store.SnippetEnd
+	}
+	return s + " …"
 }
 
 // CleanTitle makes text a title: storable, every run of spaces, line breaks, control and

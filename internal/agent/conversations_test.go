@@ -111,6 +111,32 @@ func TestTitleRenameDeleteSearch(t *testing.T) {
 		if all, _ := e.m.Search(e.ctx, e.owner, "  "); len(all) != 2 {
 			t.Fatalf("an empty search lists %d conversations, want both of the owner's", len(all))
 		}
+		// Search by message: the assistant's "Again." and the first message's second line, with
+		// the message that matched and an excerpt; only the owner's conversations.
+		list, err = e.m.Search(e.ctx, e.owner, "agai")
+		if err != nil || len(list) != 1 || list[0].ID != e.conv || list[0].Match == nil ||
+			!strings.Contains(list[0].Match.Snippet, store.SnippetMark+"Again"+store.SnippetEnd) {
+			t.Fatalf("search by the assistant's text = %+v, %v", list, err)
+		}
+		if list, err := e.m.Search(e.ctx, e.owner, "DETAILS with"); err != nil || len(list) != 1 || list[0].Match == nil || list[0].Match.Seq != 1 {
+			t.Fatalf("search by the first message = %+v, %v", list, err)
+		}
+		for _, who := range []Principal{e.other, e.admin} {
+			if list, err := e.m.Search(e.ctx, who, "again"); err != nil || len(list) != 0 {
+				t.Fatalf("%s's search by message finds %+v, %v", who.UserID, list, err)
+			}
+		}
+		// Hostile searches are invalid_args on q; operators are text.
+		for _, q := range []string{"again\x00", "a\x1bb", strings.Repeat("x", 201), strings.Repeat("w ", 17), "\xff\xfe"} {
+			if _, err := e.m.Search(e.ctx, e.owner, q); kindOf(err) != fault.KindInvalidArgs {
+				t.Errorf("Search(%q) = %v, want invalid_args", q, err)
+			}
+		}
+		for _, q := range []string{`again" OR "x`, "again & !x:*", "NEAR(again)", "*", "'); DROP TABLE entries; --"} {
+			if _, err := e.m.Search(e.ctx, e.owner, q); err != nil {
+				t.Errorf("Search(%q) = %v, want an answer", q, err)
+			}
+		}
 
 		// Delete: the owner alone; then it is gone, and the audit trail says who deleted it.
 		if err := e.m.Delete(e.ctx, e.conv, e.other); kindOf(err) != fault.KindNotFound {
@@ -127,6 +153,9 @@ func TestTitleRenameDeleteSearch(t *testing.T) {
 		}
 		if err := e.m.Delete(e.ctx, e.conv, e.owner); kindOf(err) != fault.KindNotFound {
 			t.Fatalf("a second delete: %v, want not_found", err)
+		}
+		if list, err := e.m.Search(e.ctx, e.owner, "again"); err != nil || len(list) != 0 {
+			t.Fatalf("a deleted conversation is still found: %+v, %v", list, err)
 		}
 		audit, err := e.st.ListAudit(e.ctx, store.AuditFilter{ConversationID: e.conv})
 		if err != nil || len(audit) != 1 || audit[0].Action != "delete_conversation" || audit[0].ActorID != e.owner.UserID || audit[0].Reason != "Offsite planning" {

@@ -1,14 +1,20 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"parley/internal/fault"
 	"parley/internal/store"
 	"parley/internal/tools"
+
+	"golang.org/x/net/idna"
 )
 
 // This file lets a running server call ask its owner a question (an MCP server's elicitation,
@@ -17,8 +23,12 @@ import (
 // goroutine, which carries on. While it waits, the call's run timer is paused and the question's
 // own durable expiry bounds it instead.
 //
-// The question lives in the tool goroutine, not in the log: after a restart it cannot be
-// answered (the server's request died with the connection). The revived actor then fails that
+// The waiting lives in the tool goroutine. A question that carries its tool's resume state
+// (tools.Question.Resume: an MCP server's request state under the 2026-07-28 protocol) is kept
+// with the question in the log, so it survives a restart: the revived conversation shows it
+// still pending, and its answer starts a run of the call that carries on from there
+// (tools.Call.Resumed) instead of asking again. A question without one cannot be answered after
+// a restart (the server's request died with the connection): the revived actor fails that
 // attempt with a clear error and runs the call again with the same idempotency key (askLost);
 // the server asks again.
 
@@ -29,9 +39,25 @@ const (
 )
 
 type questionData struct {
-	Prompt    tools.Prompt `json:"prompt"`
-	Attempt   int          `json:"attempt"`
-	ExpiresAt time.Time    `json:"expires_at"`
+	Prompt    tools.Prompt    `json:"prompt"`
+	Attempt   int             `json:"attempt"`
+	ExpiresAt time.Time       `json:"expires_at"`
+	Resume    json.RawMessage `json:"resume,omitempty"` // the tool's state to carry on from the answer (tools.Question.Resume)
+}
+
+// maxResumeBytes bounds a question's resume state; a larger one is not kept (the question then
+// cannot survive a restart).
+const maxResumeBytes = 128 << 10
+
+// resumeOf is the resume state of q as it can be kept: opaque, so one that a store could not
+// keep byte for byte (invalid JSON, NUL bytes, invalid UTF-8) or that is too large is dropped
+// rather than altered.
+func resumeOf(q tools.Question) json.RawMessage {
+	r := q.Resume
+	if len(r) == 0 || len(r) > maxResumeBytes || !json.Valid(r) || !bytes.Equal(storableJSON(r), r) {
+		return nil
+	}
+	return r
 }
 
 type answerData struct {
@@ -92,7 +118,7 @@ func (a *actor) onAsk(m askMsg) {
 		return
 	}
 	exp := a.now().Add(a.suspensionTimeout(c.tool))
-	d := questionData{Prompt: p, Attempt: m.attempt, ExpiresAt: exp}
+	d := questionData{Prompt: p, Attempt: m.attempt, ExpiresAt: exp, Resume: resumeOf(m.q)}
 	if err := a.commit(store.Batch{
 		Entries:  []store.Entry{{Type: entryQuestion, ToolCallID: c.id, Actor: "system", Data: mustJSON(d)}},
 		Schedule: []store.Expiry{{ConversationID: a.id, ToolCallID: c.id, At: exp}},
@@ -107,20 +133,41 @@ func (a *actor) onAsk(m askMsg) {
 	a.publishCall(c)
 }
 
+// plainLink reports whether a link holds no control, format or space characters: a
+// right-to-left override (U+202E) or a zero-width character would make the card show another
+// address than the one the link opens.
+func plainLink(s string) bool {
+	for _, r := range s {
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || unicode.IsSpace(r) {
+			return false
+		}
+	}
+	return true
+}
+
 // emptyForm is the form of a URL question: nothing to fill in, only accept (done), decline or
 // cancel.
 var emptyForm = json.RawMessage(`{"type":"object","properties":{}}`)
 
 // promptOf checks a tool's question as the page will show it: a form within the restricted
-// elicitation subset, or an http(s) link.
+// elicitation subset, or an http(s) link (shown as text with its host and opened only by the
+// person: Parley never fetches or follows it).
 func promptOf(tool string, q tools.Question) (tools.Prompt, *fault.Error) {
 	msg := bounded(q.Message, 4000)
 	if q.URL != "" {
+		u, err := url.Parse(q.URL)
+		if err != nil || len(q.URL) > 2048 || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil ||
+			!utf8.ValidString(q.URL) || !plainLink(q.URL) {
+			return tools.Prompt{}, fault.New(fault.KindInvalidArgs, "the tool asked the user to open a link that is not a plain http(s) URL", nil)
+		}
+		if _, err := idna.Lookup.ToASCII(u.Hostname()); err != nil {
+			// The card shows the host as the address bar will (punycode): it must have one.
+			return tools.Prompt{}, fault.New(fault.KindInvalidArgs, "the tool asked the user to open a link whose host is not a valid name", nil)
+		}
 		if msg == "" {
 			msg = "The tool asks you to open a page."
 		}
-		msg += "\n\nOpen " + bounded(q.URL, 2048) + " in your browser, then choose Submit when you are done there (or Decline)."
-		return tools.Prompt{Message: msg, Schema: emptyForm, URL: bounded(q.URL, 2048)}, nil
+		return tools.Prompt{Message: msg, Schema: emptyForm, URL: q.URL}, nil
 	}
 	schema := storableJSON(q.Schema)
 	if len(schema) == 0 {
@@ -141,7 +188,7 @@ func (a *actor) resolveAsk(c *call, r Resolution, by Principal) (then func(), er
 		return nil, permissionDenied("only the conversation's owner answers its questions")
 	}
 	reply := a.asks[c.id]
-	if reply == nil {
+	if reply == nil && c.resume == nil {
 		return nil, errStale(c.id)
 	}
 	content, err := a.answerContent(c, r)
@@ -161,9 +208,14 @@ func (a *actor) resolveAsk(c *call, r Resolution, by Principal) (then func(), er
 	}, []string{c.id}); err != nil {
 		return nil, err
 	}
+	a.publishCall(c)
+	if reply == nil {
+		// The run that asked was lost in a restart; the answer (now c.resumed) starts one
+		// that carries on from it.
+		return func() { a.runTool(c) }, nil
+	}
 	delete(a.asks, c.id)
 	reply <- askReply{ans: ans}
-	a.publishCall(c)
 	return nil, nil
 }
 
@@ -179,6 +231,22 @@ func (a *actor) dropAsk(c *call) {
 	reply <- askReply{err: fault.New(fault.KindDeclined, "the question was closed without an answer", nil)}
 	if cancel := a.running[c.id]; cancel != nil {
 		cancel()
+	}
+}
+
+// askAbandon cancels, for a stop, the runs whose question waits, and drops what they report:
+// the question stays in the log as it is, and the revived actor (here or in another process)
+// keeps it pending when it can be resumed, or fails that attempt and runs the call again
+// (askLost).
+func (a *actor) askAbandon() {
+	for id := range a.asks {
+		if cancel := a.running[id]; cancel != nil {
+			if a.abandoned == nil {
+				a.abandoned = map[string]bool{}
+			}
+			a.abandoned[id] = true
+			cancel()
+		}
 	}
 }
 
@@ -229,6 +297,7 @@ func (s *convState) applyAsk(e store.Entry) error {
 		}
 		p, exp := d.Prompt, d.ExpiresAt
 		c.status, c.kind, c.prompt, c.expiresAt = store.CallAwaiting, tools.PendingElicitation, &p, &exp
+		c.resume, c.resumed = d.Resume, nil
 	case entryAnswer:
 		var d answerData
 		if err := json.Unmarshal(e.Data, &d); err != nil {
@@ -236,6 +305,12 @@ func (s *convState) applyAsk(e store.Entry) error {
 		}
 		c.status, c.kind, c.expiresAt = store.CallRunning, "", nil
 		c.decision, c.decidedBy = d.Action, d.By
+		// An answer to a question with resume state lets any later run of this attempt (after
+		// a restart, or a retry) carry on from it rather than be asked again.
+		if c.resume != nil && d.Action != "lost" {
+			c.resumed = &tools.Resumed{State: c.resume, Answer: tools.Answer{Action: d.Action, Content: d.Content}}
+		}
+		c.resume = nil
 	}
 	return nil
 }

@@ -21,12 +21,12 @@ func (a *actor) escalate(c *call) (then func(), err error) {
 		Audit: []store.AuditRecord{{ConversationID: a.id, ToolCallID: c.id, Tool: c.name, ActorID: System.UserID, Action: "escalate",
 			ArgsHash: d.ArgsHash, Detail: mustJSON(map[string]any{"expires_at": exp, "approvers": "admin"}), At: now}},
 	}
+	a.announce(c.id, NotifyEscalated, "", System.UserID, "")
 	if err := a.commit(b, []string{c.id}); err != nil {
 		return nil, err
 	}
 	a.log.Info("approval escalated to admins", "tool_call_id", c.id, "tool", c.name, "expires_at", exp)
 	a.publishCall(c)
-	a.notify(c, NotifyEscalated, "", System.UserID, "")
 	return nil, nil
 }
 

@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"encoding/json"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -131,8 +133,15 @@ func TestEscalatedApprovalExpiresAtItsSecondDeadline(t *testing.T) {
 		e.waitCall("c1", store.CallAwaiting)
 		e.clk.Advance(time.Minute + time.Second)
 		e.next("escalation", func(ev Event) bool { return ev.Type == EventToolCall && ev.ToolCallID == "c1" })
-		e.clk.Advance(time.Minute + time.Second)
+		escalated := e.clk.Now()
+		// The poller re-arms after the actor answered the first expiry, which may be after the
+		// escalation event reached the test: tick past the new deadline rather than jump once.
+		stop := e.tick(time.Second)
 		e.waitCall("c1", store.CallExpired)
+		stop()
+		if waited := e.clk.Now().Sub(escalated); waited < time.Minute {
+			t.Fatalf("expired %v after the escalation, before its new deadline of a minute", waited)
+		}
 		if got := auditActions(t, e, "c1"); !slices.Equal(got, []string{"escalate", "expire"}) {
 			t.Fatalf("audit %v", got)
 		}
@@ -274,6 +283,53 @@ func TestMOfNApprovals(t *testing.T) {
 		}
 		if len(runs.list()) != 1 {
 			t.Fatalf("ran %v", runs.list())
+		}
+	})
+}
+
+// TestNotificationsQueuedWithTheChange: with NotifyOutbox, each approval notification is a row
+// of the store's outbox written by the append that makes the change (there as soon as the call
+// is pending, before any sender ran), with the payload a Notifier would get; the Notifier is
+// still told, as a nudge to deliver.
+func TestNotificationsQueuedWithTheChange(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+		runs := &counter{}
+		mod := func(s *tools.Spec) { s.Rules = nil; s.ApprovalTimeout = time.Hour }
+		nf := &notes{}
+		prov := newScripted(callTools(tc{"c1", "pay", smallPay}), say("nobody decided"))
+		e := newEnv(t, open, prov, func(store.Store) []*tools.Tool { return []*tools.Tool{payTool(t, runs, mod)} },
+			func(c *Config) { c.Notifier, c.NotifyOutbox = nf, true })
+		outbox := func() []Notification {
+			t.Helper()
+			rows, err := e.st.ClaimNotify(e.ctx, e.clk.Now().Add(24*time.Hour), time.Millisecond, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []Notification
+			for _, r := range rows {
+				var n Notification
+				if err := json.Unmarshal(r.Payload, &n); err != nil || !strings.HasPrefix(r.ID, "ntf_") {
+					t.Fatalf("outbox row %s %s: %v", r.ID, r.Payload, err)
+				}
+				out = append(out, n)
+			}
+			return out
+		}
+		e.send("pay")
+		e.waitCall("c1", store.CallAwaiting)
+		got := outbox()
+		if len(got) != 1 || got[0].Type != NotifyRequested || got[0].ToolCallID != "c1" || got[0].Tool != "pay" || got[0].ExpiresAt == nil {
+			t.Fatalf("the outbox after the call asked: %+v", got)
+		}
+		e.clk.Advance(2 * time.Hour)
+		e.waitCall("c1", store.CallExpired)
+		e.waitStatus(store.StatusIdle)
+		got = outbox()
+		if len(got) != 2 || got[1].Type != NotifyDecided || got[1].Decision != "expire" {
+			t.Fatalf("the outbox after the expiry: %+v", got)
+		}
+		if types := nf.types("c1"); !slices.Equal(types, []string{NotifyRequested, NotifyDecided}) {
+			t.Fatalf("the Notifier was told %v", types)
 		}
 	})
 }

@@ -260,6 +260,25 @@ func (e *env) waitCall(id, status string) Event {
 	})
 }
 
+// tick advances the fake clock by step every few milliseconds until the returned stop is
+// called: for a deadline whose timer is armed by another goroutine (the expiry poller re-arms
+// only after the actor answered it) at a moment the test cannot see.
+func (e *env) tick(step time.Duration) (stop func()) {
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(10 * time.Millisecond):
+				e.clk.Advance(step)
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
+}
+
 func (e *env) send(text string) {
 	e.t.Helper()
 	if err := e.m.Send(e.ctx, e.conv, e.owner, text); err != nil {

@@ -44,12 +44,27 @@ func NewHub(buffer int) *Hub {
 }
 
 // sub is one subscriber: its channel, delivered in publish order until it is closed.
+//
+// The channel holds at most directSlots events; a subscriber that falls further behind keeps the
+// rest in backlog (at most size events in all: past that it is dropped with EventResync, as
+// before), and a drainer goroutine, started only while there is a backlog, feeds them into the
+// channel in order. Most subscribers (every open page has one) never lag, so each costs a small
+// channel rather than a buffer of size events allocated up front (an Event is ~140 bytes).
 type sub struct {
+	h      *Hub
 	c      chan Event
 	size   int
 	convID string
-	closed bool // guarded by Hub.mu
+	// Guarded by Hub.mu:
+	closed   bool    // takes no more events; c is closed once the backlog is delivered
+	backlog  []Event // events waiting for room in c, oldest first
+	draining bool    // a drainer owns the backlog's delivery and closing c
+	stop     chan struct{}
+	stopped  bool // the subscriber left (Subscription.Close): the drainer drops the backlog
 }
+
+// directSlots is the room of a subscriber's channel; the backlog takes the rest.
+const directSlots = 8
 
 // Subscribe implements Events with the hub's buffer size.
 func (h *Hub) Subscribe(convID string) *Subscription { return h.subscribeSize(convID, h.buffer) }
@@ -59,8 +74,7 @@ func (h *Hub) Dropped() int64 { return h.dropped.Load() }
 
 // subscribeSize subscribes with a buffer of n events.
 func (h *Hub) subscribeSize(convID string, n int) *Subscription {
-	// One extra slot so the resync notice always fits after the buffer filled up.
-	s := &sub{c: make(chan Event, n+1), size: n, convID: convID}
+	s := &sub{h: h, c: make(chan Event, min(n, directSlots)+1), size: n, convID: convID}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if convID == "" {
@@ -76,16 +90,25 @@ func (h *Hub) subscribeSize(convID string, n int) *Subscription {
 	return &Subscription{C: s.c, close: func() {
 		h.mu.Lock()
 		defer h.mu.Unlock()
+		s.stopped = true
 		h.removeLocked(s)
+		if s.draining && s.stop != nil {
+			close(s.stop)
+			s.stop = nil
+		}
 	}}
 }
 
+// removeLocked takes s out of the hub: it gets no more events, and its channel is closed after
+// what it was already given (at once when nothing waits in a backlog).
 func (h *Hub) removeLocked(s *sub) {
 	if s.closed {
 		return
 	}
 	s.closed = true
-	close(s.c)
+	if !s.draining {
+		close(s.c)
+	}
 	if s.convID == "" {
 		delete(h.global, s)
 		return
@@ -111,13 +134,54 @@ func (h *Hub) Publish(e Event) {
 }
 
 func (h *Hub) sendLocked(s *sub, e Event) {
-	if len(s.c) < s.size {
-		s.c <- e // cannot block: only publishers (serialized by mu) fill the buffer
+	if len(s.c)+len(s.backlog) < s.size {
+		h.putLocked(s, e)
 		return
 	}
-	s.c <- Event{ConversationID: e.ConversationID, Seq: e.Seq, Type: EventResync}
+	h.putLocked(s, Event{ConversationID: e.ConversationID, Seq: e.Seq, Type: EventResync})
 	h.dropped.Add(1)
 	h.removeLocked(s)
+}
+
+// putLocked queues e for s in order: into the channel when it has room and nothing waits before
+// it, else into the backlog, starting its drainer.
+func (h *Hub) putLocked(s *sub, e Event) {
+	if !s.draining && len(s.c) < cap(s.c) {
+		s.c <- e // cannot block: only publishers (serialized by mu) fill the channel
+		return
+	}
+	s.backlog = append(s.backlog, e)
+	if !s.draining {
+		s.draining = true
+		s.stop = make(chan struct{})
+		go h.drain(s, s.stop)
+	}
+}
+
+// drain feeds s's backlog into its channel until it is empty (then it ends: a later lag starts
+// another), or until the subscriber leaves. It closes the channel when s was removed meanwhile.
+// Its owner is the subscription: Subscription.Close stops it.
+func (h *Hub) drain(s *sub, stop chan struct{}) {
+	for {
+		h.mu.Lock()
+		if s.stopped || len(s.backlog) == 0 {
+			s.draining = false
+			s.backlog = nil
+			if s.closed {
+				close(s.c)
+			}
+			h.mu.Unlock()
+			return
+		}
+		e := s.backlog[0]
+		s.backlog[0] = Event{}
+		s.backlog = s.backlog[1:]
+		h.mu.Unlock()
+		select {
+		case s.c <- e:
+		case <-stop:
+		}
+	}
 }
 
 // Resync sends EventResync to the subscribers of convID (of every conversation, and the
@@ -127,7 +191,7 @@ func (h *Hub) Resync(convID string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	resync := func(s *sub, conv string) {
-		s.c <- Event{ConversationID: conv, Type: EventResync} // the extra slot always has room
+		h.putLocked(s, Event{ConversationID: conv, Type: EventResync}) // the channel's extra slot or the backlog
 		h.removeLocked(s)
 	}
 	if convID != "" {
@@ -146,16 +210,25 @@ func (h *Hub) Resync(convID string) {
 	}
 }
 
-// Close closes every subscription (the manager is shutting down).
+// Close closes every subscription (the manager is shutting down). A subscriber that lagged past
+// its channel's room loses the backlog beyond it: no drainer outlives the hub.
 func (h *Hub) Close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	end := func(s *sub) {
+		h.removeLocked(s)
+		if s.draining && s.stop != nil {
+			s.stopped = true
+			close(s.stop)
+			s.stop = nil
+		}
+	}
 	for _, set := range h.byConv {
 		for s := range set {
-			h.removeLocked(s)
+			end(s)
 		}
 	}
 	for s := range h.global {
-		h.removeLocked(s)
+		end(s)
 	}
 }

@@ -39,6 +39,9 @@ func (a *actor) beginStop(hard bool) {
 	if a.llmCancel != nil {
 		a.llmCancel()
 	}
+	// A run waiting for its question's answer would hold the stop until the answer or the
+	// question's expiry: it is given up like a hard stop's (askAbandon).
+	a.askAbandon()
 	if hard {
 		a.discard = true
 		for _, cancel := range a.running {

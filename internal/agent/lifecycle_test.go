@@ -384,7 +384,7 @@ func TestTwoManagersOnOneStoreStayConsistent(t *testing.T) {
 		e.send("email bob")
 		e.waitCall("c1", store.CallAwaiting)
 
-		e.startManager() // a second process: its Start revives the awaiting conversation
+		e.startManager() // a second process: its Resolve revives the awaiting conversation on demand
 		second := e.m
 		if _, err := second.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "approve"}, e.owner); err != nil {
 			t.Fatalf("approve on the second manager: %v", err)

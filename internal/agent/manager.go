@@ -38,7 +38,7 @@ type Manager struct {
 	presenceSeq int64
 	// pending counts awaiting calls by kind per conversation, as its actor last reported them;
 	// kept while the actor hibernates (the calls are still pending). Guarded by mu.
-	pending map[string]map[string]int
+	pending map[string]pendingByKind
 	// modelSlots holds a token per model call in flight (MaxModelCalls): a call waits for room.
 	modelSlots chan struct{}
 	// failures counts the consecutive failed appends of each conversation in this process, and
@@ -73,14 +73,14 @@ func New(cfg Config) *Manager {
 		quit:       make(chan struct{}),
 		actors:     map[string]*actor{},
 		clients:    map[string]int{},
-		pending:    map[string]map[string]int{},
+		pending:    map[string]pendingByKind{},
 		failures:   map[string]writeFailure{},
 		modelSlots: make(chan struct{}, cfg.MaxModelCalls),
 	}
 }
 
-// Start revives every conversation the store lists as active (so interrupted turns continue and
-// client calls get their grace) and starts the expiry poller. Call it once.
+// Start revives the conversations whose turn must go on by itself (reviveAtStart: interrupted
+// turns continue, client calls get their grace) and starts the expiry poller. Call it once.
 func (m *Manager) Start(ctx context.Context) error {
 	m.mu.Lock()
 	if m.closed || m.started {
@@ -97,6 +97,7 @@ func (m *Manager) Start(ctx context.Context) error {
 		m.cluster.Serve(Inbound{
 			Forward: m.serveForward,
 			Ring:    m.ringLocal,
+			Owned:   m.setHint,
 			Rescan: func() {
 				select {
 				case rescan <- struct{}{}:
@@ -107,16 +108,8 @@ func (m *Manager) Start(ctx context.Context) error {
 		})
 		m.wg.Add(1)
 		go m.scanOrphans(rescan)
-	} else {
-		active, err := m.cfg.Store.ListActive(ctx)
-		if err != nil {
-			return errors.Join(errors.New("agent: list active conversations"), err)
-		}
-		for _, c := range active {
-			if _, err := m.ensureStarted(c.ID); err != nil {
-				return err
-			}
-		}
+	} else if err := m.reviveAtStart(ctx); err != nil {
+		return err
 	}
 	timer := m.cfg.Clock.NewTimer(m.cfg.ExpiryPoll)
 	m.wg.Add(1)
@@ -289,9 +282,7 @@ func (m *Manager) Stats() Stats {
 	live, attached := len(m.actors), len(m.clients)
 	pending := map[string]int{}
 	for _, byKind := range m.pending {
-		for k, n := range byKind {
-			pending[k] += n
-		}
+		byKind.addTo(pending)
 	}
 	m.mu.Unlock()
 	return Stats{LiveActors: live, ActorStarts: m.starts.Load(), Hibernations: m.hibernations.Load(),
@@ -305,11 +296,11 @@ func (m *Manager) metricsSnapshot() metrics.Snapshot {
 		Dropped: map[string]int64{"subscriber": st.DroppedSubscribers}}
 }
 
-// setPending records a conversation's awaiting calls by kind (nil or empty: none).
-func (m *Manager) setPending(id string, byKind map[string]int) {
+// setPending records a conversation's awaiting calls by kind (zero: none).
+func (m *Manager) setPending(id string, byKind pendingByKind) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if len(byKind) == 0 {
+	if byKind == (pendingByKind{}) {
 		delete(m.pending, id)
 		return
 	}

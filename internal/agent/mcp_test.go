@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -25,9 +26,16 @@ import (
 // named "m".
 func mcpEnv(t *testing.T, open func(testing.TB, clock.Clock) store.Store, prov *scripted, mod func(*mcpadapter.Config)) *env {
 	t.Helper()
+	return mcpEnvWith(t, open, prov, mcptest.NewServer(false), nil, mod)
+}
+
+// mcpEnvWith is mcpEnv with the server srv served with opts. A stateful handler (nil opts)
+// speaks the protocol before 2026-07-28 (the SDK serves 2026-07-28 over HTTP only
+// statelessly), where a server's question comes on the session.
+func mcpEnvWith(t *testing.T, open func(testing.TB, clock.Clock) store.Store, prov *scripted, srv *mcp.Server, opts *mcp.StreamableHTTPOptions, mod func(*mcpadapter.Config)) *env {
+	t.Helper()
 	e := newEnv(t, open, prov, emailTools, nil)
-	srv := mcptest.NewServer(false)
-	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, opts))
 	t.Cleanup(hs.Close)
 	cfg := mcpadapter.Config{Name: "m", Transport: mcpadapter.HTTP, URL: hs.URL, AllowPrivateNetwork: true}
 	if mod != nil {
@@ -137,11 +145,50 @@ func TestMCPQuestionTimesOut(t *testing.T) {
 	})
 }
 
-func TestMCPQuestionLostInARestartIsAskedAgain(t *testing.T) {
+func TestMCPQuestionSurvivesARestart(t *testing.T) {
 	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
 		prov := newScripted(callTools(tc{"q1", "m__ask", `{}`}), say("Thanks."))
-		e := mcpEnv(t, open, prov, func(c *mcpadapter.Config) { c.Approval = map[string]tools.Approval{"ask": tools.Auto} })
+		e := mcpEnvWith(t, open, prov, mcptest.NewServer(false), &mcp.StreamableHTTPOptions{Stateless: true},
+			func(c *mcpadapter.Config) { c.Approval = map[string]tools.Approval{"ask": tools.Auto} })
 		e.send("greet me")
+		before := e.waitPending("q1", tools.PendingElicitation)
+		e.crash()
+		e.startManager()
+		// Under the 2026-07-28 protocol the server's request state is all it needs to carry on:
+		// kept with the question, the question is still pending after the restart (same attempt,
+		// same expiry), and its answer resumes the call without the server asking again.
+		p := e.waitPending("q1", tools.PendingElicitation)
+		if c := e.call("q1"); c.Attempts != 1 || p.Prompt != before.Prompt || !p.ExpiresAt.Equal(*before.ExpiresAt) {
+			t.Fatalf("after the restart: call %+v, pending %+v (before %+v)", c, p, before)
+		}
+		if _, err := e.m.Resolve(e.ctx, e.conv, "q1", Resolution{Action: "accept", Content: json.RawMessage(`{"name":3}`)}, e.owner); kindOf(err) != fault.KindInvalidArgs {
+			t.Fatalf("an answer off the schema: %v", err)
+		}
+		if _, err := e.m.Resolve(e.ctx, e.conv, "q1", Resolution{Action: "accept", Content: json.RawMessage(`{"name":"Ada"}`)}, e.other); kindOf(err) != fault.KindNotFound {
+			t.Fatalf("another member answered: %v", err)
+		}
+		if _, err := e.m.Resolve(e.ctx, e.conv, "q1", Resolution{Action: "accept", Content: json.RawMessage(`{"name":"Ada"}`)}, e.owner); err != nil {
+			t.Fatalf("answer: %v", err)
+		}
+		e.waitStatus(store.StatusIdle)
+		if msg := toolMessages(prov.requests()[1])[0]; !strings.Contains(msg.Content, "hello Ada") {
+			t.Fatalf("the model got %s", msg.Content)
+		}
+		if c := e.call("q1"); c.Attempts != 1 || c.Status != store.CallResolved {
+			t.Fatalf("call %+v", c)
+		}
+	})
+}
+
+func TestMCPQuestionLostInARestartIsAskedAgain(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+		// A server on an older protocol asks on the session: nothing to keep, the question dies
+		// with the connection.
+		prov := newScripted(callTools(tc{"q1", "m__ask_named", `{"item":"car"}`}), say("Thanks."))
+		e := mcpEnvWith(t, open, prov, mcptest.NewLegacyServer(), nil, func(c *mcpadapter.Config) {
+			c.Approval = map[string]tools.Approval{"ask_named": tools.Auto}
+		})
+		e.send("colour my car")
 		e.waitPending("q1", tools.PendingElicitation)
 		e.crash()
 		e.startManager()
@@ -151,11 +198,11 @@ func TestMCPQuestionLostInARestartIsAskedAgain(t *testing.T) {
 		if c := e.call("q1"); c.Attempts != 2 {
 			t.Fatalf("attempts %d, want 2", c.Attempts)
 		}
-		if _, err := e.m.Resolve(e.ctx, e.conv, "q1", Resolution{Action: "accept", Content: json.RawMessage(`{"name":"Ada"}`)}, e.owner); err != nil {
+		if _, err := e.m.Resolve(e.ctx, e.conv, "q1", Resolution{Action: "accept", Content: json.RawMessage(`{"colour":"red"}`)}, e.owner); err != nil {
 			t.Fatalf("answer: %v", err)
 		}
 		e.waitStatus(store.StatusIdle)
-		if msg := toolMessages(prov.requests()[1])[0]; !strings.Contains(msg.Content, "hello Ada") {
+		if msg := toolMessages(prov.requests()[1])[0]; !strings.Contains(msg.Content, "car is red") {
 			t.Fatalf("the model got %s", msg.Content)
 		}
 	})
@@ -217,6 +264,83 @@ func TestMCPServerThatNeverAnswersTimesOut(t *testing.T) {
 		e.waitStatus(store.StatusIdle)
 		msg := toolMessages(prov.requests()[1])[0]
 		if errKind(t, envelope(t, msg.Content)) != string(fault.KindTimeout) {
+			t.Fatalf("the model got %s", msg.Content)
+		}
+	})
+}
+
+func TestMCPTwoQuestionsInFlightFromOneServer(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+		prov := newScripted(callTools(tc{"q1", "m__ask", `{}`}, tc{"q2", "m__ask", `{}`}), say("Thanks."))
+		e := mcpEnvWith(t, open, prov, mcptest.NewServer(false), &mcp.StreamableHTTPOptions{Stateless: true},
+			func(c *mcpadapter.Config) { c.Approval = map[string]tools.Approval{"ask": tools.Auto} })
+		e.send("greet us both")
+		// Each call has its own pending question at the same time, answered on its own.
+		e.waitPending("q1", tools.PendingElicitation)
+		e.waitPending("q2", tools.PendingElicitation)
+		for id, name := range map[string]string{"q2": "Grace", "q1": "Ada"} {
+			if _, err := e.m.Resolve(e.ctx, e.conv, id, Resolution{Action: "accept", Content: json.RawMessage(`{"name":"` + name + `"}`)}, e.owner); err != nil {
+				t.Fatalf("answer %s: %v", id, err)
+			}
+		}
+		e.waitStatus(store.StatusIdle)
+		got := map[string]string{}
+		for _, msg := range toolMessages(prov.requests()[1]) {
+			got[msg.ToolCallID] = msg.Content
+		}
+		if !strings.Contains(got["q1"], "hello Ada") || !strings.Contains(got["q2"], "hello Grace") {
+			t.Fatalf("the model got %v", got)
+		}
+	})
+}
+
+func TestMCPURLQuestion(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+		prov := newScripted(callTools(tc{"u1", "m__ask_url", `{}`}), say("Done."), callTools(tc{"u2", "m__ask_bad_url", `{}`}), say("Refused."))
+		e := mcpEnv(t, open, prov, func(c *mcpadapter.Config) {
+			c.Approval = map[string]tools.Approval{"ask_url": tools.Auto, "ask_bad_url": tools.Auto}
+		})
+		e.send("authorize")
+		p := e.waitPending("u1", tools.PendingElicitation)
+		if p.URL != "https://auth.example.test/authorize?x=1" || !strings.Contains(fmt.Sprint(p.Prompt), "Authorize the test app") {
+			t.Fatalf("pending %+v", p)
+		}
+		// "Done" is an accept with nothing to fill in, through the one Resolve.
+		if _, err := e.m.Resolve(e.ctx, e.conv, "u1", Resolution{Action: "accept", Content: json.RawMessage(`{}`)}, e.owner); err != nil {
+			t.Fatalf("done: %v", err)
+		}
+		e.waitStatus(store.StatusIdle)
+		if msg := toolMessages(prov.requests()[1])[0]; !strings.Contains(msg.Content, "url: accept") {
+			t.Fatalf("the model got %s", msg.Content)
+		}
+		// A link that is not http(s) is never shown: the call ends with a tool error.
+		e.send("click this")
+		e.waitStatus(store.StatusIdle)
+		if c := e.call("u2"); c.Status != store.CallErrored {
+			t.Fatalf("call %+v", c)
+		}
+		msgs := toolMessages(prov.requests()[3])
+		msg := msgs[len(msgs)-1]
+		if env := envelope(t, msg.Content); errKind(t, env) != string(fault.KindCommandFailed) || !strings.Contains(msg.Content, "not an http(s) URL") {
+			t.Fatalf("the model got %s", msg.Content)
+		}
+	})
+}
+
+func TestMCPQuestionKeptAcrossARestartStillExpires(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+		prov := newScripted(callTools(tc{"q1", "m__ask", `{}`}), say("You did not answer."))
+		e := mcpEnvWith(t, open, prov, mcptest.NewServer(false), &mcp.StreamableHTTPOptions{Stateless: true},
+			func(c *mcpadapter.Config) { c.Approval = map[string]tools.Approval{"ask": tools.Auto} })
+		e.send("greet me")
+		e.waitPending("q1", tools.PendingElicitation)
+		e.crash()
+		e.startManager()
+		e.waitPending("q1", tools.PendingElicitation)
+		e.clk.Advance(11 * time.Minute)
+		e.waitCall("q1", store.CallExpired)
+		e.waitStatus(store.StatusIdle)
+		if msg := toolMessages(prov.requests()[1])[0]; !strings.Contains(msg.Content, "did not respond") {
 			t.Fatalf("the model got %s", msg.Content)
 		}
 	})

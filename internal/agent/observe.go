@@ -44,8 +44,8 @@ import (
 // orphaned. The start is known durably (the tool_call entry's time, in the log), so the span
 // always has its true duration; when this process did not see the call suspend (it was
 // revived since), the span says so (parley.suspension.since_from_log) and hangs under the
-// request that ended it. Requests forwarded from another process do not carry their caller's
-// trace.
+// request that ended it. A request forwarded from another process carries its caller's span
+// (W3C trace context in the forwarded request), so its work continues the caller's trace there.
 
 // origin is where a request came from: the caller's span and when it reached the agent.
 type origin struct {

@@ -40,8 +40,7 @@ func (a *actor) checkQuorum(c *call, r Resolution, by Principal) (final bool, er
 		}
 	}
 	if present(r.Args) && canonicalHash(r.Args) != canonicalHash(c.args) {
-		return false, fault.InvalidAt("a call that needs several approvers cannot be edited", "/args",
-			"approve the arguments as they are, or deny the call")
+		return false, errQuorumEdit()
 	}
 	if r.Remember != nil {
 		return false, fault.InvalidAt("a call that needs several approvers cannot be remembered", "/remember", "grants never cover M-of-N tools")
@@ -67,4 +66,11 @@ func (a *actor) approvePartly(c *call, by Principal, right Right) (then func(), 
 	a.publishCall(c)
 	a.log.Info("approval recorded; more needed", "tool_call_id", c.id, "approvals", len(c.approvals), "needed", c.approvalsNeeded())
 	return nil, nil
+}
+
+// errQuorumEdit refuses edited arguments of a call that needs several approvers: people
+// approving one after the other must approve the same thing.
+func errQuorumEdit() *fault.Error {
+	return fault.InvalidAt("a call that needs several approvers cannot be edited", "/args",
+		"approve the arguments as they are, or deny the call")
 }

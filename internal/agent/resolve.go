@@ -22,7 +22,7 @@ func (a *actor) handleResolve(req *request) (then func(), err error) {
 	}
 	c := a.st.calls[req.callID]
 	if c == nil {
-		return nil, fault.New(fault.KindNotFound, "no such tool call", map[string]any{"tool_call_id": req.callID})
+		return nil, errNoSuchCall(req.callID)
 	}
 	kind, err := req.res.Kind()
 	if err != nil {
@@ -32,9 +32,7 @@ func (a *actor) handleResolve(req *request) (then func(), err error) {
 		return nil, errStale(req.callID)
 	}
 	if kind != c.kind {
-		return nil, fault.New(fault.KindInvalidArgs,
-			fmt.Sprintf("this call awaits %s, not %s: %s", kindWords(c.kind), kindWords(kind), resolutionHint),
-			map[string]any{"pending_kind": string(c.kind), "sent_kind": string(kind)})
+		return nil, errWrongKind(c.kind, kind)
 	}
 	switch c.kind {
 	case tools.PendingApproval:
@@ -54,13 +52,41 @@ func permissionDenied(msg string) *fault.Error {
 	return fault.New(fault.KindPermissionDenied, msg, nil)
 }
 
-func (a *actor) resolveApproval(c *call, r Resolution, by Principal) (then func(), err error) {
-	right := DecideRight(by, a.st.conv.OwnerID, c.approvers)
+// errWrongKind refuses an answer of the kind sent to a call that awaits another kind.
+func errWrongKind(pending, sent tools.PendingKind) *fault.Error {
+	return fault.New(fault.KindInvalidArgs,
+		fmt.Sprintf("this call awaits %s, not %s: %s", kindWords(pending), kindWords(sent), resolutionHint),
+		map[string]any{"pending_kind": string(pending), "sent_kind": string(sent)})
+}
+
+// errNoSuchCall is not_found for a call the conversation does not have.
+func errNoSuchCall(id string) *fault.Error {
+	return fault.New(fault.KindNotFound, "no such tool call", map[string]any{"tool_call_id": id})
+}
+
+// errToolGone refuses edited arguments of a call whose tool is not registered any more.
+func errToolGone(name string) *fault.Error {
+	return fault.Errorf(fault.KindInvalidArgs, "the tool %s is no longer registered; its arguments cannot be edited", name)
+}
+
+// decideRight is DecideRight with its refusal: permission_denied, worded for who may decide,
+// when by has no right to decide an approval gated by approvers in a conversation owned by
+// ownerID. Resolve and Preview (preview.go) both ask it.
+func decideRight(by Principal, ownerID string, approvers tools.Approvers) (Right, error) {
+	right := DecideRight(by, ownerID, approvers)
 	switch {
-	case right == NoRight && c.approvers == tools.ByReviewer:
-		return nil, permissionDenied("this call needs a reviewer's approval, and not the owner's")
+	case right == NoRight && approvers == tools.ByReviewer:
+		return right, permissionDenied("this call needs a reviewer's approval, and not the owner's")
 	case right == NoRight:
-		return nil, permissionDenied("only the conversation's owner may decide this call")
+		return right, permissionDenied("only the conversation's owner may decide this call")
+	}
+	return right, nil
+}
+
+func (a *actor) resolveApproval(c *call, r Resolution, by Principal) (then func(), err error) {
+	right, err := decideRight(by, a.st.conv.OwnerID, c.approvers)
+	if err != nil {
+		return nil, err
 	}
 	now := a.now()
 	d := decisionData{By: by.UserID, Role: string(by.Role), Via: by.Via, Reason: r.Reason}
@@ -89,7 +115,7 @@ func (a *actor) resolveApproval(c *call, r Resolution, by Principal) (then func(
 		// Arguments sent as they were (a card's field, unchanged) are a plain approval.
 		if present(r.Args) && canonicalHash(r.Args) != canonicalHash(c.args) {
 			if c.tool == nil {
-				return nil, fault.Errorf(fault.KindInvalidArgs, "the tool %s is no longer registered; its arguments cannot be edited", c.name)
+				return nil, errToolGone(c.name)
 			}
 			parsed, verr := c.tool.ValidateArgs(r.Args)
 			if verr != nil {
@@ -127,11 +153,11 @@ func (a *actor) resolveApproval(c *call, r Resolution, by Principal) (then func(
 		b.Audit = append(b.Audit, grantAudit(*grant, c, now))
 	}
 	b.Urgent = true // the person's request waits for it
+	a.announce(c.id, NotifyDecided, d.Decision, by.UserID, "")
 	if err := a.commit(b, []string{c.id}); err != nil {
 		return nil, err
 	}
 	a.publishCall(c)
-	a.notify(c, NotifyDecided, d.Decision, by.UserID, "")
 	return func() {
 		switch {
 		case c.finished():
@@ -153,6 +179,7 @@ func (a *actor) deny(c *call, r Resolution, by Principal, right Right, d decisio
 	if r.Reason != "" {
 		msg += ": " + r.Reason
 	}
+	a.announce(c.id, NotifyDecided, "deny", by.UserID, r.Reason)
 	if err := a.closeCall(c, closing{
 		before:   []store.Entry{{Type: store.EntryDecision, Data: mustJSON(d)}},
 		envelope: tools.ErrorEnvelope(fault.New(fault.KindDenied, msg, map[string]any{"reason": r.Reason})),
@@ -165,7 +192,6 @@ func (a *actor) deny(c *call, r Resolution, by Principal, right Right, d decisio
 	}); err != nil {
 		return nil, err
 	}
-	a.notify(c, NotifyDecided, "deny", by.UserID, r.Reason)
 	return a.advance, nil
 }
 
@@ -303,6 +329,9 @@ func (a *actor) handleExpire(req *request) (then func(), err error) {
 		tools.PendingClientExec:  "the browser did not report a result in time",
 	}[c.kind]
 	kind := c.kind // the result clears it
+	if kind == tools.PendingApproval {
+		a.announce(c.id, NotifyDecided, "expire", System.UserID, "")
+	}
 	if err := a.closeCall(c, closing{
 		before:   []store.Entry{{Type: store.EntryExpiry, Data: mustJSON(map[string]any{"kind": string(c.kind)})}},
 		envelope: tools.ErrorEnvelope(fault.New(fault.KindTimeout, what, map[string]any{"pending": string(c.kind)})),
@@ -315,9 +344,6 @@ func (a *actor) handleExpire(req *request) (then func(), err error) {
 	}
 	metrics.ExpiriesFired.Inc()
 	a.log.Info("suspended call expired", "tool_call_id", c.id, "tool", c.name, "pending", string(kind))
-	if kind == tools.PendingApproval {
-		a.notify(c, NotifyDecided, "expire", System.UserID, "")
-	}
 	return a.advance, nil
 }
 

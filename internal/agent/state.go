@@ -126,6 +126,10 @@ type call struct {
 	nextAttempt *time.Time
 	progress    []string
 
+	// a running server call's question (elicit.go)
+	resume  json.RawMessage // the pending question's resume state; nil when it cannot survive a restart
+	resumed *tools.Resumed  // the answered question a run carries on from
+
 	decision  string
 	decidedBy string
 	reason    string

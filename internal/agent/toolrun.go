@@ -114,6 +114,7 @@ func (a *actor) runTool(c *call) {
 	clk := a.cfg().Clock
 	call := tools.Call{
 		ConversationID: a.id, ToolCallID: c.id, UserID: a.st.conv.OwnerID, Attempt: attempt, Logger: a.log.With("tool_call_id", c.id),
+		Resumed: c.resumed,
 		Progress: func(msg string) {
 			select {
 			case a.internal <- toolProgress{id: c.id, text: msg}:

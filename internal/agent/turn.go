@@ -70,7 +70,8 @@ func (a *actor) handleSend(req *request) (then func(), err error) {
 // --- the turn loop --------------------------------------------------------------------------
 
 // resume continues whatever the log says was under way: awaiting calls stay awaiting (their
-// expiries are in the store), server calls that started without a result are re-dispatched with
+// expiries are in the store; a question a server call asked stays when it can be resumed, see
+// elicit.go), server calls that started without a result are re-dispatched with
 // the same tool_call_id, a client call with no socket gets a fresh grace, and a turn whose LLM
 // step has no assistant message yet retries that step.
 func (a *actor) resume() {
@@ -84,7 +85,7 @@ func (a *actor) resume() {
 		switch {
 		case c.status == store.CallAwaiting && c.kind == tools.PendingClientExec:
 			a.checkClient(c)
-		case c.askedMidCall() && a.asks[c.id] == nil:
+		case c.askedMidCall() && a.asks[c.id] == nil && c.resume == nil:
 			a.askLost(c)
 		case c.status == store.CallRunning && c.nextAttempt == nil:
 			a.runTool(c)
@@ -442,6 +443,9 @@ func (a *actor) recordResponse(dr *draft) {
 	if st.llmFailed > 0 {
 		b.DoneSteps = []string{step}
 	}
+	for _, id := range touched {
+		a.announceIfAsks(id)
+	}
 	if err := a.commit(b, touched); err != nil {
 		if !a.conflicted {
 			a.m.noteFailure(a.id, writeFailure{count: a.failures.count + 1, answer: true})
@@ -462,8 +466,6 @@ func (a *actor) recordResponse(dr *draft) {
 		case c.kind == tools.PendingClientExec:
 			a.publishClientExec(c)
 			a.checkClient(c)
-		case c.kind == tools.PendingApproval:
-			a.notify(c, NotifyRequested, "", "", "")
 		}
 	}
 	a.advance()

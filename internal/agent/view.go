@@ -55,7 +55,7 @@ func pendingView(c *call) PendingView {
 		p.ApprovalsNeeded, p.Approvals, p.Escalated = c.approvalsNeeded(), c.approvalViews(), c.escalated
 	}
 	if c.kind == tools.PendingElicitation && c.prompt != nil {
-		p.Schema = c.prompt.Schema
+		p.Schema, p.URL = c.prompt.Schema, c.prompt.URL
 	}
 	return p
 }
@@ -82,6 +82,9 @@ func pendingPrompt(c *call) any {
 		}
 		return p
 	case tools.PendingElicitation:
+		if c.prompt != nil && c.prompt.URL != "" {
+			return c.prompt.Message + "\n\nOpen " + c.prompt.URL + " in your browser, then answer accept when you are done there (or decline, or cancel)."
+		}
 		if c.prompt != nil {
 			return c.prompt.Message
 		}

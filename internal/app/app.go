@@ -120,7 +120,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 	acfg := agent.Config{Store: a.store, Provider: provider, Tools: reg, Clock: a.clock, Logger: a.log,
 		MaxTokens: cfg.MaxTokens, System: cfg.SystemPrompt, MaxCallsPerAnswer: cfg.MaxCallsPerAnswer, MaxToolRuns: cfg.MaxToolRuns,
 		ContextBudget: cfg.ContextBudget, MaxModelCalls: cfg.MaxModelCalls, MaxIterations: cfg.MaxIterations,
-		DailyTokens: int64(cfg.DailyTokens), OrphanScan: cfg.OrphanScan, Tracer: a.tracer}
+		DailyTokens: int64(cfg.DailyTokens), OrphanScan: cfg.OrphanScan, Tracer: a.tracer, ClaimTTL: cfg.InboxClaimTTL}
 	if pg, ok := a.store.(*pgstore.Store); ok {
 		// Every process on PostgreSQL is a node of a cluster, alone or not (internal/cluster).
 		a.node = cluster.New(cluster.Config{Pool: pg.Pool(), Logger: a.log, TTL: cfg.NodeTTL})
@@ -129,11 +129,11 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 		}
 		acfg.Cluster, acfg.Events = a.node, a.node
 	}
-	if a.notifier, err = newNotifier(cfg, a.clock, a.log); err != nil {
+	if a.notifier, err = newNotifier(cfg, a.store, a.clock, a.log); err != nil {
 		return nil, err
 	}
 	if a.notifier != nil {
-		acfg.Notifier = a.notifier
+		acfg.Notifier, acfg.NotifyOutbox = a.notifier, true
 	}
 	a.manager = agent.New(acfg)
 	a.web = web.New(web.Config{

@@ -34,11 +34,16 @@ func start(t *testing.T, databaseURL string) *running {
 }
 
 // startIn starts an App on dataDir, creating the user first when newUser.
-func startIn(t *testing.T, databaseURL, dataDir string, newUser bool) *running {
+func startIn(t *testing.T, databaseURL, dataDir string, newUser bool, extraEnv ...map[string]string) *running {
 	t.Helper()
 	env := map[string]string{
 		"PARLEY_ADDR": "127.0.0.1:0", "PARLEY_DATA_DIR": dataDir, "DATABASE_URL": databaseURL,
 		"PARLEY_MODEL": "demo", "PARLEY_SHUTDOWN_TIMEOUT": "10s",
+	}
+	for _, extra := range extraEnv {
+		for k, v := range extra {
+			env[k] = v
+		}
 	}
 	getenv := func(k string) string { return env[k] }
 	ctx := context.Background()

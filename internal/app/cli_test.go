@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"parley/internal/store/pgtest"
 )
@@ -26,6 +27,7 @@ func TestFromEnv(t *testing.T) {
 		{"PARLEY_SHUTDOWN_TIMEOUT", "5", "PARLEY_SHUTDOWN_TIMEOUT"},
 		{"PARLEY_DEMO_PACE", "-1ms", "PARLEY_DEMO_PACE"},
 		{"PARLEY_DEMO_PACE", "fast", "PARLEY_DEMO_PACE"},
+		{"PARLEY_INBOX_CLAIM_TTL", "600", "PARLEY_INBOX_CLAIM_TTL"},
 	} {
 		_, err := FromEnv(func(k string) string {
 			if k == tc.k {
@@ -45,6 +47,9 @@ func TestFromEnv(t *testing.T) {
 	}
 	if c, err := FromEnv(func(k string) string { return map[string]string{"PARLEY_DEMO_PACE": "0"}[k] }); err != nil || c.DemoPace == nil || *c.DemoPace != 0 {
 		t.Fatalf("PARLEY_DEMO_PACE=0: %+v %v", c, err)
+	}
+	if c, err := FromEnv(func(k string) string { return map[string]string{"PARLEY_INBOX_CLAIM_TTL": "15m"}[k] }); err != nil || c.InboxClaimTTL != 15*time.Minute {
+		t.Fatalf("PARLEY_INBOX_CLAIM_TTL=15m: %+v %v", c, err)
 	}
 	if c, err := FromEnv(func(k string) string { return map[string]string{"PARLEY_TEST_TOOLS": "true"}[k] }); err != nil || c.TestTools == nil || !*c.TestTools {
 		t.Fatalf("PARLEY_TEST_TOOLS=true: %+v %v", c, err)

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -35,6 +36,13 @@ func TestAppsShareOnePostgreSQL(t *testing.T) {
 	var callID string
 	for id := range v.Pending {
 		callID = id
+	}
+	// The plan of an edit, asked of b, which does not own the conversation: read through its
+	// owner, the dry run here, nothing written.
+	plan := "/api/v1/conversations/" + conv + "/calls/" + callID + "/plan"
+	if status, body := b.call(t, "POST", plan, `{"arguments":{"to":"carol@example.com","subject":"lunch","body":"Noon?"}}`); status != 200 ||
+		!strings.Contains(fmt.Sprint(body["plan"]), "Would send an email to carol@example.com") {
+		t.Fatalf("plan preview on b: %d %v", status, body)
 	}
 	resolve := "/api/v1/conversations/" + conv + "/calls/" + callID + "/resolve"
 	if status, body := c.call(t, "POST", resolve, `{"decision":"approve"}`); status != 200 || body["ok"] != true {

@@ -67,6 +67,9 @@ type Config struct {
 	// OrphanScan is how often a process looks for conversations whose process died
 	// (PARLEY_ORPHAN_SCAN, a Go duration; agent.DefaultOrphanScan).
 	OrphanScan time.Duration
+	// InboxClaimTTL is how long a reviewer's inbox claim lasts unless renewed or released
+	// (PARLEY_INBOX_CLAIM_TTL, a Go duration; agent.DefaultClaimTTL, 10 minutes).
+	InboxClaimTTL time.Duration
 	// Getenv reads other variables (webhook secrets named by the tools file).
 	Getenv func(string) string
 }
@@ -150,6 +153,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 	duration("PARLEY_NODE_TTL", &c.NodeTTL)
 	duration("PARLEY_ORPHAN_SCAN", &c.OrphanScan)
+	duration("PARLEY_INBOX_CLAIM_TTL", &c.InboxClaimTTL)
 	if v := getenv("PARLEY_SHUTDOWN_TIMEOUT"); v != "" && err == nil {
 		d, perr := time.ParseDuration(v)
 		if perr != nil || d <= 0 {

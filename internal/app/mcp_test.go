@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -10,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,13 +23,28 @@ import (
 	"parley/internal/tools/mcpadapter/mcptest"
 )
 
-// TestMCPServerEndToEnd runs the app with a real MCP server (streamable HTTP) in its tools file:
-// /readyz shows it, the model calls its tool that asks a question, the question is answered
-// through the JSON API, and the answer reaches the server, whose result reaches the model.
+// TestMCPServerEndToEnd runs the app with a real MCP server (streamable HTTP, the 2026-07-28
+// protocol) in its tools file: /readyz shows it, the model calls its tool that asks a question,
+// the app restarts while the question waits, the question is still there and is answered
+// through the JSON API, and the answer reaches the server (with its request state), whose
+// result reaches the model: the call was not run again.
 func TestMCPServerEndToEnd(t *testing.T) {
 	srv := mcptest.NewServer(false)
-	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
-	defer hs.Close()
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Stateless: true})
+	// Counts the calls that start afresh (without answers): one, if the restart did not run the
+	// call again.
+	var fresh atomic.Int32
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != nil {
+			b, _ := io.ReadAll(r.Body)
+			if bytes.Contains(b, []byte(`"tools/call"`)) && !bytes.Contains(b, []byte(`"inputResponses"`)) {
+				fresh.Add(1)
+			}
+			r.Body = io.NopCloser(bytes.NewReader(b))
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(hs.Close) // after the app's stop (cleanups run last first)
 	dir := t.TempDir()
 	toolsPath := filepath.Join(dir, "tools.json")
 	file := fmt.Sprintf(`{"tools": [], "mcp_servers": [{"name": "m", "transport": "http", "url": %q,
@@ -54,20 +72,27 @@ func TestMCPServerEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	prov := llmtest.New(llmtest.Calls(llmtest.Call("q1", "m__ask", map[string]any{})), llmtest.Reply("Nice to meet you."))
-	a, err := New(ctx, cfg, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), PasswordCost: bcrypt.MinCost, Provider: prov})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- a.Run(runCtx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
+	start := func() *running {
+		a, err := New(ctx, cfg, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), PasswordCost: bcrypt.MinCost, Provider: prov})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}()
-	r := &running{url: a.URL(), token: strings.TrimSpace(out.String()), app: a}
+		runCtx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- a.Run(runCtx) }()
+		var once sync.Once
+		var runErr error
+		stop := func() error {
+			once.Do(func() {
+				cancel()
+				runErr = <-done
+			})
+			return runErr
+		}
+		t.Cleanup(func() { _ = stop() })
+		return &running{url: a.URL(), token: strings.TrimSpace(out.String()), app: a, stop: stop}
+	}
+	r := start()
 
 	code, body := r.call(t, "GET", "/readyz", "")
 	servers, _ := body["details"].(map[string]any)["mcp_servers"].([]any)
@@ -78,28 +103,38 @@ func TestMCPServerEndToEnd(t *testing.T) {
 	conv := body["id"].(string)
 	r.call(t, "POST", "/api/v1/conversations/"+conv+"/messages", `{"text":"greet me"}`)
 	deadline := time.Now().Add(20 * time.Second)
-	for {
-		_, v := r.call(t, "GET", "/api/v1/conversations/"+conv, "")
-		if p, ok := v["pending"].(map[string]any)["q1"].(map[string]any); ok && p["kind"] == "elicitation" {
-			if p["prompt"] != "What is your name?" {
-				t.Fatalf("pending %v", p)
+	waitQuestion := func() {
+		t.Helper()
+		for {
+			_, v := r.call(t, "GET", "/api/v1/conversations/"+conv, "")
+			if p, ok := v["pending"].(map[string]any)["q1"].(map[string]any); ok && p["kind"] == "elicitation" {
+				if p["prompt"] != "What is your name?" {
+					t.Fatalf("pending %v", p)
+				}
+				return
 			}
-			break
+			if time.Now().After(deadline) {
+				t.Fatalf("no question: %v", v)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no question: %v", v)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
+	waitQuestion()
+	// Parley restarts on the same database while the question waits.
+	if err := r.stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	r = start()
+	waitQuestion()
 	if code, body := r.call(t, "POST", "/api/v1/conversations/"+conv+"/calls/q1/resolve", `{"action":"accept","content":{"name":"Ada"}}`); code != 200 {
 		t.Fatalf("resolve %d %v", code, body)
 	}
 	for {
 		_, v := r.call(t, "GET", "/api/v1/conversations/"+conv, "")
 		if v["status"] == "idle" {
-			calls := v["tool_calls"].([]any)
-			if res := fmt.Sprint(calls[0].(map[string]any)["result"]); !strings.Contains(res, "hello Ada") {
-				t.Fatalf("result %s", res)
+			call := v["tool_calls"].([]any)[0].(map[string]any)
+			if res := fmt.Sprint(call["result"]); !strings.Contains(res, "hello Ada") || fresh.Load() != 1 {
+				t.Fatalf("call %v after %d fresh calls of the tool", call, fresh.Load())
 			}
 			break
 		}

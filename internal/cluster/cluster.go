@@ -123,12 +123,19 @@ type Node struct {
 	seq     atomic.Uint64   // makes every payload unique (PostgreSQL folds identical ones)
 
 	waitMu  sync.Mutex
-	waiting map[uint64]chan []byte // forwarded requests awaiting their reply; guarded by waitMu
+	waiting map[uint64]chan message // forwarded requests awaiting their reply; guarded by waitMu
 	nextReq atomic.Uint64
 
 	serving chan struct{} // semaphore of forwarded requests being served
 
-	stats struct{ notifications, forwarded, served, heartbeats atomic.Int64 }
+	stats struct{ notifications, forwarded, served, heartbeats, claims, deafRestarts atomic.Int64 }
+
+	// The heartbeat pings the node's own channel with each beat (pingSent, in the same
+	// statement) and the direct listener records the pings it hears (pingHeard): a listener
+	// that stopped hearing while its session still looks alive to the database is restarted.
+	pingSent, pingHeard atomic.Uint64
+	deaf                atomic.Bool // tests: the listener ignores pings
+	lastPing, prevPing  uint64      // the pings of the last two beats; owned by the heartbeat
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -165,7 +172,7 @@ func New(cfg Config) *Node {
 	return &Node{
 		src: cfg.Pool, conns: cfg.Conns, log: cfg.Logger.With("node", id), clock: cfg.Clock, ttl: cfg.TTL, id: id,
 		hub: agent.NewHub(cfg.SubscriberBuffer), out: make(chan agent.Event, outQueue),
-		dropped: map[string]bool{}, waiting: map[uint64]chan []byte{}, serving: make(chan struct{}, maxServing),
+		dropped: map[string]bool{}, waiting: map[uint64]chan message{}, serving: make(chan struct{}, maxServing),
 		ctx: ctx, cancel: cancel,
 	}
 }
@@ -176,12 +183,15 @@ type Stats struct {
 	Forwarded     int64 // requests forwarded to another process
 	Served        int64 // requests served for another process
 	Heartbeats    int64 // heartbeat writes
+	Claims        int64 // claims asked of the database (a request that landed here without an owner hint)
+	DeafRestarts  int64 // listener restarts because it stopped hearing the node's own pings
 }
 
 // Stats returns the node's counters.
 func (n *Node) Stats() Stats {
 	return Stats{Notifications: n.stats.notifications.Load(), Forwarded: n.stats.forwarded.Load(),
-		Served: n.stats.served.Load(), Heartbeats: n.stats.heartbeats.Load()}
+		Served: n.stats.served.Load(), Heartbeats: n.stats.heartbeats.Load(), Claims: n.stats.claims.Load(),
+		DeafRestarts: n.stats.deafRestarts.Load()}
 }
 
 // Self implements agent.Cluster.
@@ -315,6 +325,7 @@ func (n *Node) Claim(ctx context.Context, convID string) (string, error) {
 	if n.fenced.Load() {
 		return "", errRejoining
 	}
+	n.stats.claims.Add(1)
 	var owner *string
 	err := n.pool.QueryRow(ctx, `SELECT parley_claim($1, $2, $3::interval)`, convID, n.id, n.interval()).Scan(&owner)
 	var pe *pgconn.PgError
@@ -435,7 +446,7 @@ func (n *Node) RemoteClients(ctx context.Context, convID string) (int, error) {
 
 // message is one notification's payload.
 type message struct {
-	T    string          `json:"t"`              // req, rep, ev, ring, left, hello, resync
+	T    string          `json:"t"`              // req, rep, ev, evs (events packed in an array), ring, left, hello, resync
 	From string          `json:"from,omitempty"` // the sending node
 	N    uint64          `json:"n,omitempty"`    // unique per sender: identical payloads are not folded
 	ID   uint64          `json:"id,omitempty"`   // a request and its reply
@@ -448,7 +459,7 @@ type message struct {
 func (n *Node) Forward(ctx context.Context, node string, body []byte) ([]byte, error) {
 	n.stats.forwarded.Add(1)
 	id := n.nextReq.Add(1)
-	reply := make(chan []byte, 1)
+	reply := make(chan message, 1)
 	n.waitMu.Lock()
 	n.waiting[id] = reply
 	n.waitMu.Unlock()
@@ -466,8 +477,10 @@ func (n *Node) Forward(ctx context.Context, node string, body []byte) ([]byte, e
 	defer check.Stop()
 	for {
 		select {
-		case b := <-reply:
-			return b, nil
+		case msg := <-reply:
+			// A reply too large for a notification waits in cluster_mail: read here, so the
+			// listener never waits on the database.
+			return n.body(ctx, msg, true)
 		case <-ctx.Done():
 			return nil, fmt.Errorf("forward to %s: %w", node, ctx.Err())
 		case <-n.ctx.Done():
@@ -492,7 +505,14 @@ func (n *Node) serve(msg message) {
 	out := []byte(`{"moved":true}`)
 	if in := n.in.Load(); in != nil && in.Forward != nil {
 		ctx, cancel := context.WithTimeout(n.ctx, agent.DefaultForwardTimeout)
-		out = in.Forward(ctx, msg.Body)
+		// A request too large for a notification waits in cluster_mail: read here, off the
+		// listener. One that cannot be read was not taken: the sender is told so at once.
+		if body, err := n.body(ctx, msg, true); err != nil {
+			n.log.Warn("cluster: forwarded request", "err", err)
+			out = unreadable
+		} else {
+			out = in.Forward(ctx, body)
+		}
 		cancel()
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(n.ctx), 5*time.Second)
@@ -501,6 +521,10 @@ func (n *Node) serve(msg message) {
 		n.log.Warn("cluster: reply to a forwarded request", "to", msg.From, "err", err)
 	}
 }
+
+// unreadable is the reply to a request whose body could not be read (its cluster_mail row was
+// gone): an agent wireResponse with a service_unavailable error.
+var unreadable = []byte(`{"err":{"kind":"` + string(fault.KindServiceUnavailable) + `","message":"the request could not be read by the process that runs the conversation; try again"}}`)
 
 // notify sends msg on channel, through cluster_mail when it is too large: the one reader of a
 // request or reply deletes the row; the rows of broadcasts (many readers) are swept.
@@ -683,6 +707,9 @@ func (n *Node) receive(note *pgconn.Notification) {
 		return
 	}
 	if msg.From == n.id {
+		if msg.T == "ping" && !n.deaf.Load() {
+			n.pingHeard.Store(msg.N)
+		}
 		return
 	}
 	if n.peers.Load() == 0 {
@@ -691,12 +718,6 @@ func (n *Node) receive(note *pgconn.Notification) {
 	in := n.in.Load()
 	switch msg.T {
 	case "req":
-		body, err := n.body(n.ctx, msg, true)
-		if err != nil {
-			n.log.Warn("cluster: forwarded request", "err", err)
-			return
-		}
-		msg.Body, msg.Mail = body, 0
 		select {
 		case n.serving <- struct{}{}:
 		case <-n.ctx.Done():
@@ -705,36 +726,44 @@ func (n *Node) receive(note *pgconn.Notification) {
 		n.wg.Add(1)
 		go n.serve(msg)
 	case "rep":
-		body, err := n.body(n.ctx, msg, true)
-		if err != nil {
-			n.log.Warn("cluster: forwarded reply", "err", err)
-			return
-		}
 		n.waitMu.Lock()
 		reply := n.waiting[msg.ID]
 		n.waitMu.Unlock()
 		if reply != nil {
 			select {
-			case reply <- body:
+			case reply <- msg:
 			default:
 			}
 		}
-	case "ev":
+	case "ev", "evs":
 		body, err := n.body(n.ctx, msg, false)
 		if err != nil {
 			n.log.Warn("cluster: event", "err", err)
 			n.hub.Resync(msg.Conv)
 			return
 		}
-		var w wireEvent
-		if err := json.Unmarshal(body, &w); err != nil {
+		var events []wireEvent
+		if msg.T == "ev" {
+			events = make([]wireEvent, 1)
+			err = json.Unmarshal(body, &events[0])
+		} else {
+			err = json.Unmarshal(body, &events)
+		}
+		if err != nil {
 			n.log.Warn("cluster: undecodable event", "err", err)
 			n.hub.Resync(msg.Conv)
 			return
 		}
-		e := w.Event
-		e.Entries = w.Entries
-		n.hub.Publish(e)
+		for i, w := range events {
+			e := w.Event
+			e.Entries = w.Entries
+			// The sender runs the conversation's actor: a hint of its owner, which saves the
+			// next request landing here the claim's round trip.
+			if in != nil && in.Owned != nil && (i == 0 || e.ConversationID != events[i-1].ConversationID) {
+				in.Owned(e.ConversationID, msg.From)
+			}
+			n.hub.Publish(e)
+		}
 	case "resync":
 		n.hub.Resync(msg.Conv)
 	case "ring":
@@ -798,6 +827,7 @@ func (n *Node) heartbeat() {
 		if n.fenced.Load() {
 			n.rejoin(conn)
 		}
+		n.checkPing()
 		if err := n.countPeersOn(conn); err != nil && n.ctx.Err() == nil {
 			n.log.Warn("cluster: count peers", "err", err)
 		}
@@ -820,9 +850,16 @@ func (n *Node) beat(conn **pgx.Conn, timeout time.Duration) (bool, error) {
 		*conn = c
 	}
 	n.stats.heartbeats.Add(1)
+	// The beat also pings this node's own channel, in the same statement (no round trip, no
+	// write of its own): the listener should hear it before the next beat (checkPing).
+	ping, seq := n.sealedPing()
 	var alive bool
-	err := (*conn).QueryRow(ctx, `UPDATE cluster_nodes SET heartbeat_at = now() WHERE id = $1
-		RETURNING parley_node_alive(id, $2::interval)`, n.id, n.interval()).Scan(&alive)
+	err := (*conn).QueryRow(ctx, `WITH beat AS (UPDATE cluster_nodes SET heartbeat_at = now() WHERE id = $1
+		RETURNING parley_node_alive(id, $2::interval) AS alive)
+		SELECT beat.alive FROM beat, (SELECT pg_notify($3, $4)) AS ping`, n.id, n.interval(), n.channel(), ping).Scan(&alive)
+	if err == nil {
+		n.pingSent.Store(seq)
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil // swept: deemed dead
 	}
@@ -832,6 +869,30 @@ func (n *Node) beat(conn **pgx.Conn, timeout time.Duration) (bool, error) {
 		return false, err
 	}
 	return alive, nil
+}
+
+// sealedPing returns a ping for the node's own channel and its sequence number.
+func (n *Node) sealedPing() (string, uint64) {
+	seq := n.seq.Add(1)
+	plain, _ := json.Marshal(message{T: "ping", From: n.id, N: seq})
+	return n.seal(plain), seq
+}
+
+// checkPing runs after a beat: when the ping of two beats ago (ample time) was not heard, the
+// listener is deaf — its connection may hang while the database still sees the session, so the
+// others keep forwarding requests that it never receives. It is restarted, which fences the
+// node until it re-joins, and the others' requests go to whoever claims next.
+func (n *Node) checkPing() {
+	sent, heard := n.pingSent.Load(), n.pingHeard.Load()
+	if n.prevPing != 0 && heard < n.prevPing {
+		n.stats.deafRestarts.Add(1)
+		n.log.Error("cluster: the listener did not hear this node's own ping; restarting it")
+		n.restartListener()
+		n.pingHeard.Store(sent) // a fresh start: the next check waits two beats again
+		n.prevPing = 0
+		return
+	}
+	n.prevPing, n.lastPing = n.lastPing, sent
 }
 
 // rejoin ends a fence once the database answers and sees the node beat: the row exists again,

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/goleak"
 
 	"parley/internal/agent"
@@ -21,6 +23,7 @@ import (
 	"parley/internal/store"
 	"parley/internal/store/pgstore"
 	"parley/internal/store/pgtest"
+	"parley/internal/telemetry"
 	"parley/internal/tools"
 )
 
@@ -116,6 +119,7 @@ func (c *countingRuns) list() []string {
 type procOptions struct {
 	expiry time.Duration
 	runs   *countingRuns
+	tracer *telemetry.Tracer
 }
 
 func (w *world) start(o procOptions) *proc {
@@ -140,7 +144,7 @@ func (w *world) start(o procOptions) *proc {
 	}
 	p.m = agent.New(agent.Config{Store: st, Provider: w.model, Tools: reg, Logger: logger,
 		Cluster: p.node, Events: p.node, OrphanScan: 200 * time.Millisecond, ClientGrace: 300 * time.Millisecond,
-		ExpiryPoll: 50 * time.Millisecond})
+		ExpiryPoll: 50 * time.Millisecond, Tracer: o.tracer})
 	if err := p.m.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -672,5 +676,150 @@ func TestRenameAndDeleteAnywhere(t *testing.T) {
 			t.Fatal("a kept the deleted conversation's actor")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestNonOwnerAsksNoClaim: a process that saw a conversation's events knows its owner and
+// forwards a request without asking the database; one that did not claims, and a claim that
+// finds a live owner only reads (it takes no row lock: no transaction to commit and flush).
+func TestNonOwnerAsksNoClaim(t *testing.T) {
+	w := newWorld(t)
+	a, b := w.start(procOptions{}), w.start(procOptions{})
+	conv := a.conversation(w.ann)
+	sub, err := b.m.Subscribe(context.Background(), conv, w.ann)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	w.model.Push(llmtest.Calls(llmtest.Call("n1", "note", map[string]any{"text": "milk"})), llmtest.Reply("Noted."))
+	if err := a.m.Send(context.Background(), conv, w.ann, "note milk"); err != nil {
+		t.Fatal(err)
+	}
+	// b hears a's events of the conversation (they go to every process).
+	next(t, sub, "awaiting on b", func(e agent.Event) bool { return e.Type == agent.EventStatus && e.Status == store.StatusAwaiting })
+	claims := b.node.Stats().Claims
+	if _, err := b.m.Resolve(context.Background(), conv, "n1", agent.Resolution{Decision: "approve"}, w.ann); err != nil {
+		t.Fatalf("approve on b: %v", err)
+	}
+	if got := b.node.Stats().Claims - claims; got != 0 {
+		t.Fatalf("b asked the database for %d claims, want 0 (it knew the owner from the events)", got)
+	}
+	a.await(conv, w.ann, "finished", saying("Noted."))
+
+	owner, err := b.node.Claim(context.Background(), conv)
+	if err != nil || owner != a.node.Self() {
+		t.Fatalf("claim on b = %q, %v; want a", owner, err)
+	}
+	var xmax string
+	if err := b.st.Pool().QueryRow(context.Background(), `SELECT xmax::text FROM conversation_owners WHERE conversation_id = $1`, conv).Scan(&xmax); err != nil {
+		t.Fatal(err)
+	}
+	if xmax != "0" {
+		t.Fatalf("the owner row's xmax = %s after a claim that found a live owner: it locked the row", xmax)
+	}
+}
+
+// TestForwardedRequestKeepsItsTrace: a resolve that lands on a non-owner is forwarded with its
+// caller's span, and the owner's resolve span continues that trace as its child.
+func TestForwardedRequestKeepsItsTrace(t *testing.T) {
+	w := newWorld(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	a, b := w.start(procOptions{tracer: telemetry.FromProvider(tp, time.Now)}), w.start(procOptions{})
+	conv := a.conversation(w.ann)
+	w.model.Push(llmtest.Calls(llmtest.Call("n1", "note", map[string]any{"text": "milk"})), llmtest.Reply("Noted."))
+	if err := a.m.Send(context.Background(), conv, w.ann, "note milk"); err != nil {
+		t.Fatal(err)
+	}
+	a.await(conv, w.ann, "awaiting n1", awaiting("n1"))
+
+	ctx, caller := tp.Tracer("test").Start(context.Background(), "POST resolve")
+	if _, err := b.m.Resolve(ctx, conv, "n1", agent.Resolution{Decision: "approve"}, w.ann); err != nil {
+		t.Fatalf("approve on b: %v", err)
+	}
+	caller.End()
+	a.await(conv, w.ann, "finished", saying("Noted."))
+	for _, s := range rec.Ended() {
+		if strings.HasPrefix(s.Name(), "resolve") {
+			if s.Parent().SpanID() != caller.SpanContext().SpanID() || s.SpanContext().TraceID() != caller.SpanContext().TraceID() {
+				t.Fatalf("the owner's %q span: trace %s parent %s, want the caller's trace %s and span %s", s.Name(),
+					s.SpanContext().TraceID(), s.Parent().SpanID(), caller.SpanContext().TraceID(), caller.SpanContext().SpanID())
+			}
+			if !s.Parent().IsRemote() {
+				t.Fatalf("the resolve span's parent is not marked remote")
+			}
+			return
+		}
+	}
+	t.Fatalf("no resolve span on the owner among %d spans", len(rec.Ended()))
+}
+
+// TestDeafListenerIsRestarted: a listener that stops hearing the node's own pings (its
+// connection hangs while the database still sees the session) is restarted within a few beats,
+// the node re-joins, and a request forwarded to it afterwards is answered. A healthy node never
+// restarts its listener for this.
+func TestDeafListenerIsRestarted(t *testing.T) {
+	w := newWorld(t)
+	a, b := w.start(procOptions{}), w.start(procOptions{})
+	time.Sleep(testTTL + testTTL/6) // three beats: a ping is first checked at the third
+	if n := a.node.Stats().DeafRestarts + b.node.Stats().DeafRestarts; n != 0 {
+		t.Fatalf("healthy nodes restarted their listeners %d times", n)
+	}
+	a.node.Deafen(true)
+	deadline := time.Now().Add(5 * testTTL)
+	for a.node.Stats().DeafRestarts == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("a deaf listener was not restarted within %v", 5*testTTL)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	a.node.Deafen(false)
+	deadline = time.Now().Add(5 * testTTL)
+	for a.node.Fenced() {
+		if time.Now().After(deadline) {
+			t.Fatal("a did not re-join")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	conv := a.conversation(w.ann)
+	w.model.Push(llmtest.Reply("Heard."))
+	if err := b.m.Send(context.Background(), conv, w.ann, "hello"); err != nil {
+		t.Fatalf("a message on b after a's restart: %v", err)
+	}
+	a.await(conv, w.ann, "answered", saying("Heard."))
+}
+
+// TestLargeRequestsAndRepliesCrossThroughMail: a message and a view too large for a
+// notification travel through cluster_mail, and no mail is left behind.
+func TestLargeRequestsAndRepliesCrossThroughMail(t *testing.T) {
+	w := newWorld(t)
+	a, b := w.start(procOptions{}), w.start(procOptions{})
+	conv := a.conversation(w.ann)
+	w.model.Push(llmtest.Reply("Read it."))
+	if err := a.m.Send(context.Background(), conv, w.ann, "first"); err != nil {
+		t.Fatal(err)
+	}
+	a.await(conv, w.ann, "first answer", saying("Read it."))
+	long := strings.Repeat("a long message ", 2000) // 30 KB
+	w.model.Push(llmtest.Reply("Read that too."))
+	if err := b.m.Send(context.Background(), conv, w.ann, long); err != nil {
+		t.Fatalf("a 30 KB message on b: %v", err)
+	}
+	v := b.await(conv, w.ann, "the long message's answer, seen through b", saying("Read that too."))
+	if got, want := asJSON(t, v), asJSON(t, a.view(conv, w.ann)); !reflect.DeepEqual(got, want) {
+		t.Fatal("the view through b differs from a's")
+	}
+	if !strings.Contains(fmt.Sprint(asJSON(t, v)), long) {
+		t.Fatal("the long message is not in the view")
+	}
+	var left, used int
+	if err := a.st.Pool().QueryRow(context.Background(), `SELECT (SELECT count(*) FROM cluster_mail), (SELECT last_value FROM cluster_mail_id_seq)`).Scan(&left, &used); err != nil {
+		t.Fatal(err)
+	}
+	// The message's request and at least one view's reply went through the mail, and their one
+	// reader deleted them; events' mail (read by every process) is swept later.
+	if used < 2 || left > used-2 {
+		t.Fatalf("cluster_mail: %d rows written, %d left", used, left)
 	}
 }

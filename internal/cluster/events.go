@@ -132,9 +132,11 @@ func holdDeltas(batch []agent.Event, held map[string]agent.Event) []agent.Event 
 	return out
 }
 
-// encode turns events into notifications, after the resyncs owed for dropped ones. An event
-// too large for a notification leaves its entries out (the receivers read them from the log);
-// one still too large goes through cluster_mail.
+// encode turns events into notifications, after the resyncs owed for dropped ones. Events that
+// go out together are packed into as few notifications as fit (each notification is a commit
+// on PostgreSQL's one notification queue and a wake-up of every listener). An event too large
+// for a notification leaves its entries out (the receivers read them from the log); one still
+// too large goes alone, through cluster_mail.
 func (n *Node) encode(events []agent.Event) []message {
 	var msgs []message
 	n.dropMu.Lock()
@@ -148,6 +150,7 @@ func (n *Node) encode(events []agent.Event) []message {
 	clear(n.dropped)
 	n.dropAll = false
 	n.dropMu.Unlock()
+	var p packer
 	for _, e := range events {
 		b, err := json.Marshal(wireEvent{Event: e, Entries: e.Entries})
 		if err == nil && len(b) > maxPayload {
@@ -155,11 +158,56 @@ func (n *Node) encode(events []agent.Event) []message {
 		}
 		if err != nil {
 			n.log.Warn("cluster: encode event", "err", err)
+			msgs = p.flush(msgs)
 			msgs = append(msgs, message{T: "resync", Conv: e.ConversationID})
 			continue
 		}
-		msgs = append(msgs, message{T: "ev", Conv: e.ConversationID, Body: b})
+		if len(b) > maxPack {
+			msgs = p.flush(msgs)
+			msgs = append(msgs, message{T: "ev", Conv: e.ConversationID, Body: b})
+			continue
+		}
+		if p.size+len(b)+1 > maxPack {
+			msgs = p.flush(msgs)
+		}
+		p.add(e.ConversationID, b)
 	}
+	return p.flush(msgs)
+}
+
+// maxPack bounds the events packed into one notification, leaving room under maxPayload for
+// the message around them.
+const maxPack = maxPayload - 256
+
+// packer gathers encoded events into one "evs" message: a JSON array, in order.
+type packer struct {
+	body []byte
+	size int
+	conv string // the events' conversation while they share one, else ""
+	n    int
+}
+
+func (p *packer) add(conv string, b []byte) {
+	if p.n == 0 {
+		p.body, p.conv = append(p.body[:0], '['), conv
+	} else {
+		p.body = append(p.body, ',')
+		if conv != p.conv {
+			p.conv = ""
+		}
+	}
+	p.body = append(p.body, b...)
+	p.size, p.n = len(p.body)+1, p.n+1
+}
+
+// flush appends the packed events to msgs as one message and empties the packer.
+func (p *packer) flush(msgs []message) []message {
+	if p.n == 0 {
+		return msgs
+	}
+	body := append(p.body, ']')
+	msgs = append(msgs, message{T: "evs", Conv: p.conv, Body: json.RawMessage(append([]byte(nil), body...))})
+	p.body, p.size, p.conv, p.n = p.body[:0], 0, "", 0
 	return msgs
 }
 

@@ -1,10 +1,12 @@
 package cluster
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
 	"parley/internal/agent"
+	"parley/internal/store"
 )
 
 func TestHoldDeltas(t *testing.T) {
@@ -30,5 +32,62 @@ func TestHoldDeltas(t *testing.T) {
 	out = holdDeltas([]agent.Event{delta("y", 2, big)}, held)
 	if len(out) != 1 || out[0].Text != "jour" || held["y"].Text != big {
 		t.Fatalf("past deltaMerge: out %d events, held %d bytes", len(out), len(held["y"].Text))
+	}
+}
+
+// Events sent together are packed into few notifications, in order, each under the payload
+// bound; one too large goes alone (without its entries when they are what makes it large).
+func TestEncodePacksEvents(t *testing.T) {
+	n := New(Config{})
+	var events []agent.Event
+	for i := range 60 {
+		conv := "x"
+		if i%3 == 0 {
+			conv = "y"
+		}
+		events = append(events, agent.Event{ConversationID: conv, Seq: int64(i), Type: agent.EventMessage, Text: strings.Repeat("t", 200)})
+	}
+	big := agent.Event{ConversationID: "x", Seq: 60, Type: agent.EventMessage,
+		Entries: []store.Entry{{Seq: 60, Data: json.RawMessage(`"` + strings.Repeat("e", 2*maxPayload) + `"`)}}}
+	events = append(events, big, agent.Event{ConversationID: "y", Seq: 61, Type: agent.EventStatus, Status: store.StatusIdle})
+	msgs := n.encode(events)
+	if len(msgs) > 6 {
+		t.Fatalf("%d events went as %d notifications: not packed", len(events), len(msgs))
+	}
+	var got []agent.Event
+	for _, m := range msgs {
+		if len(m.Body) > maxPack && m.T == "evs" {
+			t.Fatalf("a pack of %d bytes, over %d", len(m.Body), maxPack)
+		}
+		var ws []wireEvent
+		switch m.T {
+		case "evs":
+			if err := json.Unmarshal(m.Body, &ws); err != nil {
+				t.Fatal(err)
+			}
+		case "ev":
+			ws = make([]wireEvent, 1)
+			if err := json.Unmarshal(m.Body, &ws[0]); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Fatalf("unexpected message %q", m.T)
+		}
+		for _, w := range ws {
+			e := w.Event
+			e.Entries = w.Entries
+			got = append(got, e)
+		}
+	}
+	if len(got) != len(events) {
+		t.Fatalf("%d events out, %d in", len(got), len(events))
+	}
+	for i := range got {
+		if got[i].Seq != events[i].Seq || got[i].ConversationID != events[i].ConversationID || got[i].Text != events[i].Text {
+			t.Fatalf("event %d = %+v, want %+v", i, got[i], events[i])
+		}
+	}
+	if got[60].Entries != nil {
+		t.Fatal("the oversized event kept its entries")
 	}
 }

@@ -12,3 +12,7 @@ func (n *Node) Fence() { n.fence() }
 
 // Fenced reports whether the node has not re-joined since its last fence.
 func (n *Node) Fenced() bool { return n.fenced.Load() }
+
+// Deafen makes the listener ignore the node's own pings, as a listener whose connection hangs
+// would.
+func (n *Node) Deafen(on bool) { n.deaf.Store(on) }

@@ -310,11 +310,9 @@ type streamEvent struct {
 	} `json:"data"`
 }
 
-// stream opens the conversation's event stream and delivers its live events (log entries and
-// text deltas are skipped). The channel closes when the stream ends or ctx does. Its buffer is
-// bounded; when it is full the reader waits for the conversation's goroutine, its only
-// consumer, so nothing is dropped.
-func (c *client) stream(ctx context.Context, id string) (<-chan streamEvent, error) {
+// openEvents opens the conversation's event stream (a 200, or an error with the status and the
+// start of the body).
+func (c *client) openEvents(ctx context.Context, id string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, "GET", strings.TrimRight(c.cfg.BaseURL, "/")+"/api/v1/conversations/"+id+"/events", nil)
 	if err != nil {
 		return nil, err
@@ -330,7 +328,39 @@ func (c *client) stream(ctx context.Context, id string) (<-chan streamEvent, err
 		resp.Body.Close()
 		return nil, fmt.Errorf("open event stream of %s: status %d: %s", id, resp.StatusCode, bytes.TrimSpace(data))
 	}
-	out := make(chan streamEvent, 64)
+	return resp, nil
+}
+
+// stream opens the conversation's event stream and delivers its live events (log entries and
+// text deltas are skipped). The channel closes when the stream ends or ctx does. Its buffer is
+// bounded; when it is full the reader waits for the conversation's goroutine, its only
+// consumer, so nothing is dropped.
+func (c *client) stream(ctx context.Context, id string) (<-chan streamEvent, error) {
+	return sseEvents(ctx, c, id, func(name string, data []byte) (streamEvent, bool) {
+		if name == "entry" || name == "text_delta" || name == "progress" {
+			return streamEvent{}, false
+		}
+		var ev streamEvent
+		if err := json.Unmarshal(data, &ev); err != nil {
+			return streamEvent{}, false
+		}
+		if ev.Type == "" {
+			ev.Type = name
+		}
+		return ev, true
+	})
+}
+
+// sseEvents opens the conversation's event stream and delivers what decode makes of each event
+// with a data line (its name and data), skipping those it refuses. The channel closes when the
+// stream or ctx ends; its buffer is bounded (64) and a full buffer makes the reader wait for its
+// consumer: nothing is dropped, the server sees back-pressure.
+func sseEvents[T any](ctx context.Context, c *client, id string, decode func(name string, data []byte) (T, bool)) (<-chan T, error) {
+	resp, err := c.openEvents(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan T, 64)
 	go func() {
 		defer close(out)
 		defer resp.Body.Close()
@@ -338,27 +368,21 @@ func (c *client) stream(ctx context.Context, id string) (<-chan streamEvent, err
 		sc.Buffer(make([]byte, 64<<10), 4<<20)
 		var name string
 		for sc.Scan() {
-			line := sc.Text()
+			line := sc.Bytes()
 			switch {
-			case strings.HasPrefix(line, "event: "):
-				name = strings.TrimPrefix(line, "event: ")
-			case strings.HasPrefix(line, "data: "):
-				if name == "entry" || name == "text_delta" || name == "progress" {
+			case bytes.HasPrefix(line, []byte("event: ")):
+				name = string(line[len("event: "):])
+			case bytes.HasPrefix(line, []byte("data: ")):
+				ev, ok := decode(name, line[len("data: "):])
+				if !ok {
 					continue
-				}
-				var ev streamEvent
-				if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &ev); err != nil {
-					continue
-				}
-				if ev.Type == "" {
-					ev.Type = name
 				}
 				select {
 				case out <- ev:
 				case <-ctx.Done():
 					return
 				}
-			case line == "":
+			case len(line) == 0:
 				name = ""
 			}
 		}

@@ -5,8 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/santhosh-tekuri/jsonschema/v5"
 	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v5"
 )
 
 func TestAnswerSatisfiesFormSchemas(t *testing.T) {

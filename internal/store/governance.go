@@ -29,6 +29,27 @@ type Grant struct {
 	RevokedAt      *time.Time
 }
 
+// Claim is a reviewer's "I am looking at this" on a pending approval, until ExpiresAt or until
+// they release it. It informs the other reviewers; it blocks nobody's decision.
+type Claim struct {
+	ConversationID string
+	ToolCallID     string
+	UserID         string
+	ClaimedAt      time.Time
+	ExpiresAt      time.Time
+}
+
+// NotifyMessage is one notification in the outbox: its payload (JSON), posted to the
+// operator's webhook with ID as the Standard Webhooks webhook-id on every attempt.
+type NotifyMessage struct {
+	ID            string
+	Payload       []byte
+	CreatedAt     time.Time
+	Attempts      int       // failed attempts so far
+	NextAttemptAt time.Time // zero when queued: due at once
+	LastError     string
+}
+
 // AuditTimeFormat is how a record's time enters its hash: UTC, microseconds (both stores'
 // resolution).
 const AuditTimeFormat = "2006-01-02T15:04:05.000000Z"

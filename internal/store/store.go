@@ -9,7 +9,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode"
 )
 
 // Sentinel errors. Implementations wrap them (fmt.Errorf("…: %w", ErrNotFound)) so callers can
@@ -262,6 +264,9 @@ type Batch struct {
 	Audit     []AuditRecord
 	// Grants are remembered approvals the batch makes (governance.go).
 	Grants []Grant
+	// Notify are the notifications announcing what the batch does, queued in the notification
+	// outbox in the same transaction (governance.go: NotifyMessage).
+	Notify []NotifyMessage
 	// Urgent marks an append a person is waiting on: their message or their decision, whose
 	// request answers once it is durable. A store that queues appends (pgstore's group commit)
 	// commits urgent ones first; nothing else changes.
@@ -332,6 +337,14 @@ type Store interface {
 	// SearchConversations returns ownerID's conversations whose title contains query, ignoring
 	// case, most recently updated first, at most limit (0: all).
 	SearchConversations(ctx context.Context, ownerID, query string, limit int) ([]Conversation, error)
+	// FindConversations returns ownerID's conversations whose title contains query (as
+	// SearchConversations) or one of whose messages (user and assistant) holds every word of
+	// query (SearchWords: full-text, each word also as a prefix, ignoring case), most recently
+	// updated first, at most limit (0: all). A hit by message names the most recent such message
+	// and an excerpt of it (Snippet). Only the first MaxIndexedText bytes of a message are
+	// searched. Messages are indexed in the transaction that appends them and leave the index
+	// with their conversation.
+	FindConversations(ctx context.Context, ownerID, query string, limit int) ([]SearchHit, error)
 	// ListActive returns conversations whose status is not idle, for revival at start-up.
 	ListActive(ctx context.Context) ([]Conversation, error)
 	// Append writes b after the entry numbered afterSeq and returns the new last sequence. If the
@@ -383,6 +396,27 @@ type Store interface {
 	ListGrants(ctx context.Context, userID string, now time.Time) ([]Grant, error)
 	RevokeGrant(ctx context.Context, userID, id string, now time.Time, audit AuditRecord) error
 
+	// Inbox claims (governance.go). ClaimCall takes c for its call unless another user holds a
+	// live claim of it: then it returns that claim and ErrConflict. Claiming again one's own
+	// claim renews it. ReleaseClaim ends userID's claim of the call (a missing one is not an
+	// error). ListClaims lists the claims live at now.
+	ClaimCall(ctx context.Context, c Claim) (Claim, error)
+	ReleaseClaim(ctx context.Context, conversationID, toolCallID, userID string) error
+	ListClaims(ctx context.Context, now time.Time) ([]Claim, error)
+
+	// The notification outbox (governance.go: NotifyMessage). Messages are queued by Append
+	// (Batch.Notify) or EnqueueNotify. ClaimNotify claims up to limit messages due at now (their
+	// next attempt has come and no live lease holds them), each for lease, oldest first; with
+	// several processes each message is claimed by one at a time. CompleteNotify removes a
+	// message (delivered, or given up); RetryNotify counts a failed attempt, releases the lease
+	// and makes the message due again at next; ReleaseNotify gives a claim up without counting
+	// an attempt (a sender stopping), so the message is due again at once.
+	EnqueueNotify(ctx context.Context, msgs ...NotifyMessage) error
+	ClaimNotify(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]NotifyMessage, error)
+	CompleteNotify(ctx context.Context, id string) error
+	RetryNotify(ctx context.Context, id string, next time.Time, lastError string) error
+	ReleaseNotify(ctx context.Context, id string) error
+
 	// Ping answers when the store is reachable.
 	Ping(ctx context.Context) error
 	// SchemaVersion reports the schema version the database is at (have) and the one this
@@ -405,4 +439,36 @@ func Ready(ctx context.Context, s Store) error {
 		return fmt.Errorf("store not ready: schema version %d, this binary needs %d: %w", have, want, ErrSchemaBehind)
 	}
 	return nil
+}
+
+// SearchHit is one conversation FindConversations found. Seq is the message that matched (0 when
+// only the title did); Snippet is a short excerpt of it in plain text, each matched word between
+// SnippetMark and SnippetEnd (control characters the message itself cannot hold: they are
+// removed from the text first). Render it escaped.
+type SearchHit struct {
+	Conversation
+	Seq     int64
+	Snippet string
+}
+
+// Snippet markers and bounds.
+const (
+	SnippetMark = "\x02"
+	SnippetEnd  = "\x03"
+	// SnippetWords is about how many words an excerpt holds.
+	SnippetWords = 24
+	// MaxIndexedText bounds the text of one message that is indexed (and excerpted): a long
+	// answer is found by its first 100 000 bytes.
+	MaxIndexedText = 100_000
+	// MaxSearchWords bounds the words of one search.
+	MaxSearchWords = 16
+)
+
+// SearchWords splits a search into the words the full-text index matches: runs of letters and
+// digits, lowercased; everything else (punctuation, quotes, operators of any query syntax)
+// separates words and is never interpreted. FindConversations uses the first MaxSearchWords.
+func SearchWords(query string) []string {
+	return strings.FieldsFunc(strings.ToLower(query), func(r rune) bool {
+		return !unicode.IsLetter(r) && !unicode.IsDigit(r) && !unicode.IsMark(r)
+	})
 }

@@ -179,6 +179,27 @@ func Inject(ctx context.Context, h http.Header) {
 	propagator.Inject(ctx, propagation.HeaderCarrier(h))
 }
 
+// Carry writes a span context as W3C trace-context fields (traceparent and, when set,
+// tracestate), for a request that crosses processes some other way than HTTP; nil when sc is
+// not valid (tracing off, or no span).
+func Carry(sc trace.SpanContext) map[string]string {
+	if !sc.IsValid() {
+		return nil
+	}
+	c := propagation.MapCarrier{}
+	propagator.Inject(trace.ContextWithRemoteSpanContext(context.Background(), sc), c)
+	return c
+}
+
+// Carried reads what Carry wrote: the remote span context, or an invalid one when the fields
+// are missing or malformed (they came from another process: untrusted, and only ever a parent).
+func Carried(fields map[string]string) trace.SpanContext {
+	if len(fields) == 0 {
+		return trace.SpanContext{}
+	}
+	return trace.SpanContextFromContext(propagator.Extract(context.Background(), propagation.MapCarrier(fields)))
+}
+
 // Transport wraps base (http.DefaultTransport when nil) so every request carries the trace
 // context of its own context (Inject). It is for clients whose requests are built elsewhere,
 // such as the model providers' SDKs.

@@ -12,6 +12,19 @@ type Question struct {
 	Message string
 	Schema  json.RawMessage // the form (the restricted elicitation subset); empty for a URL question
 	URL     string          // a URL-mode question's link (http or https)
+	// Resume, when set, is what the tool needs to carry on from this question's answer in a
+	// later run (a restart of Parley lost the goroutine that asked): opaque, storable JSON
+	// kept with the pending question and handed back in Call.Resumed with the answer. A
+	// question without it cannot survive a restart (the attempt fails and the call runs
+	// again). For an MCP server this is the 2026-07-28 protocol's request state.
+	Resume json.RawMessage
+}
+
+// Resumed is a question's Resume state and the answer it got after the run that asked it was
+// lost: the tool carries on from there instead of asking again.
+type Resumed struct {
+	State  json.RawMessage
+	Answer Answer
 }
 
 // Answer is the owner's answer to a Question.

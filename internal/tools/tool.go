@@ -93,6 +93,9 @@ type Call struct {
 	// Ask puts a question to the conversation's owner while the call runs (an MCP server's
 	// elicitation) and waits for the answer; nil where nobody can be asked (see ask.go).
 	Ask AskFunc
+	// Resumed is set when this run continues from a question answered after the run that
+	// asked it was lost (Question.Resume); nil otherwise.
+	Resumed *Resumed
 }
 
 // Key is the call's identity in the whole store, its idempotency key: the same on every

@@ -13,6 +13,7 @@ import (
 	"parley/internal/agent"
 	"parley/internal/fault"
 	"parley/internal/tools"
+	"parley/views"
 )
 
 // maxMessageRunes bounds one message's text.
@@ -20,11 +21,36 @@ const maxMessageRunes = 32_000
 
 // conversationJSON is a conversation in the list.
 type conversationJSON struct {
-	ID        string    `json:"id"`
-	Title     string    `json:"title"`
-	Status    string    `json:"status"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	ID        string     `json:"id"`
+	Title     string     `json:"title"`
+	Status    string     `json:"status"`
+	CreatedAt time.Time  `json:"created_at"`
+	UpdatedAt time.Time  `json:"updated_at"`
+	Match     *matchJSON `json:"match,omitempty"`
+}
+
+// matchJSON is the message a search matched: its seq, an excerpt in plain text and where the
+// matched words are in it ([start, end) byte offsets).
+type matchJSON struct {
+	Seq        int64    `json:"seq"`
+	Snippet    string   `json:"snippet"`
+	Highlights [][2]int `json:"highlights"`
+}
+
+func matchOf(m *agent.SearchMatch) *matchJSON {
+	if m == nil {
+		return nil
+	}
+	out := &matchJSON{Seq: m.Seq, Highlights: [][2]int{}}
+	var b strings.Builder
+	for _, p := range views.SnippetParts(m.Snippet) {
+		if p.Match {
+			out.Highlights = append(out.Highlights, [2]int{b.Len(), b.Len() + len(p.Text)})
+		}
+		b.WriteString(p.Text)
+	}
+	out.Snippet = b.String()
+	return out
 }
 
 // apiCreateConversation: POST /api/v1/conversations {"title"} → 201 {"id"}.
@@ -43,7 +69,8 @@ func (s *Server) apiCreateConversation(c echo.Context) error {
 }
 
 // apiListConversations: GET /api/v1/conversations[?q=…] → the caller's conversations, newest
-// first (those whose title holds q, ignoring case, when it is given).
+// first (those whose title holds q, ignoring case, or one of whose messages holds every word of
+// q, when it is given: then a message match carries "match"; README "Search").
 func (s *Server) apiListConversations(c echo.Context) error {
 	list, err := s.agent.Search(c.Request().Context(), principal(c), c.QueryParam("q"))
 	if err != nil {
@@ -51,7 +78,7 @@ func (s *Server) apiListConversations(c echo.Context) error {
 	}
 	out := make([]conversationJSON, len(list))
 	for i, cv := range list {
-		out[i] = conversationJSON{ID: cv.ID, Title: cv.Title, Status: cv.Status, CreatedAt: cv.CreatedAt, UpdatedAt: cv.UpdatedAt}
+		out[i] = conversationJSON{ID: cv.ID, Title: cv.Title, Status: cv.Status, CreatedAt: cv.CreatedAt, UpdatedAt: cv.UpdatedAt, Match: matchOf(cv.Match)}
 	}
 	return c.JSON(http.StatusOK, map[string]any{"conversations": out})
 }
@@ -160,6 +187,9 @@ func (s *Server) apiCancel(c echo.Context) error {
 func (s *Server) apiResolve(c echo.Context) error {
 	var r agent.Resolution
 	if err := decodeJSON(c, &r, false); err != nil {
+		return err
+	}
+	if err := checkRememberScope(c, r); err != nil {
 		return err
 	}
 	if _, err := s.agent.Resolve(c.Request().Context(), c.Param("id"), c.Param("call"), r, principal(c)); err != nil {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"parley/internal/agent"
 	"parley/internal/fault"
 	"parley/internal/store"
 )
@@ -17,12 +18,14 @@ import (
 // token may only resolve calls — POST …/calls/{call}/resolve — and read what it needs to find
 // them: the caller's pending approvals (GET /api/v1/approvals) and one conversation with its
 // pending calls (GET /api/v1/conversations/{id}). Everything else is 403 permission_denied.
-// What the token's user may resolve is still the agent's policy: the scope only narrows.
+// What the token's user may resolve is still the agent's policy: the scope only narrows. A
+// resolve token may not approve "and remember" (a grant): that needs a full token.
 
 // resolveScopeRoutes are the routes (echo route patterns) a resolve token may use.
 var resolveScopeRoutes = map[string]bool{
 	http.MethodPost + " /api/v1/conversations/:id/calls/:call/resolve": true,
 	http.MethodGet + " /api/v1/approvals":                              true,
+	http.MethodPost + " /api/v1/approvals/resolve":                     true,
 	http.MethodGet + " /api/v1/conversations/:id":                      true,
 }
 
@@ -35,6 +38,30 @@ func scopeAllows(scope, method, route string) bool {
 		return resolveScopeRoutes[method+" "+route]
 	}
 	return false // a scope this binary does not know grants nothing
+}
+
+// scopeMayRemember reports whether a token of scope may approve "and remember" (create a
+// grant): a grant lets later calls run without anyone deciding them, which is more than
+// resolving one call, so a resolve token may not; a full token and a browser may.
+func scopeMayRemember(scope string) bool {
+	return scope == store.ScopeFull || scope == ""
+}
+
+// errRememberScope is the answer to a resolve token that asks for a grant.
+var errRememberScope = fault.New(fault.KindPermissionDenied,
+	"this API token may resolve calls but not remember approvals: approving \"and remember\" needs a full-scope token",
+	map[string]any{"scope": store.ScopeResolve})
+
+// checkRememberScope refuses a resolution that asks for a grant when the request's token may
+// not make one (scopeMayRemember).
+func checkRememberScope(c echo.Context, r agent.Resolution) error {
+	if r.Remember == nil {
+		return nil
+	}
+	if scope, ok := c.Get(keyScope).(string); ok && !scopeMayRemember(scope) {
+		return errRememberScope
+	}
+	return nil
 }
 
 // errResolveScope is the answer to a resolve token outside its scope.

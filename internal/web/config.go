@@ -42,6 +42,11 @@ type Config struct {
 	// PagesPerMinute and PageBurst bound each user's page POSTs and socket upgrades.
 	PagesPerMinute float64
 	PageBurst      int
+	// PreviewsPerMinute and PreviewBurst bound each user's plan previews (an approval card's
+	// plan refreshed as its arguments are edited, page and API: each runs a dry run), apart
+	// from the page budget so typing never spends the Approve click's. Default 120 and 30.
+	PreviewsPerMinute float64
+	PreviewBurst      int
 	// MaxConnsPerUser and MaxConns bound the live connections (sockets and event streams) of
 	// one user and of the whole process; one past them is refused (429, or 503 for the process).
 	MaxConnsPerUser, MaxConns int
@@ -96,6 +101,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PageBurst <= 0 {
 		c.PageBurst = 40
+	}
+	if c.PreviewsPerMinute <= 0 {
+		c.PreviewsPerMinute = 120
+	}
+	if c.PreviewBurst <= 0 {
+		c.PreviewBurst = 30
 	}
 	if c.MaxConnsPerUser <= 0 {
 		c.MaxConnsPerUser = 32

@@ -76,6 +76,36 @@ func TestRenameDeleteSearchOverTheAPIAndThePage(t *testing.T) {
 		if page := readBody(b.do("GET", "/conversations?q=nothing+like+it", "", nil)); !strings.Contains(page, `data-parley="search-empty"`) {
 			t.Fatalf("an empty search result says nothing")
 		}
+		// Search by message text: the API names the message and where the words are in its
+		// excerpt; the page shows the excerpt escaped, the words marked, linked to the message.
+		if err := json.Unmarshal([]byte(readBody(api.api("GET", "/api/v1/conversations?q=sur", ""))), &list); err != nil ||
+			len(list.Conversations) != 1 || list.Conversations[0].Match == nil {
+			t.Fatalf("search by message over the API = %+v, %v", list, err)
+		}
+		if m := list.Conversations[0].Match; m.Seq != 2 || m.Snippet != "Sure." || len(m.Highlights) != 1 || m.Highlights[0] != [2]int{0, 4} {
+			t.Fatalf("the match = %+v, want the answer (seq 2) with \"Sure\" marked", m)
+		}
+		page = readBody(b.do("GET", "/conversations?q=review", "", nil))
+		if !strings.Contains(page, `<mark>review</mark>`) || strings.Contains(page, "<b>") ||
+			!strings.Contains(page, `href="/conversations/`+created.ID+`#msg-1"`) {
+			t.Fatalf("the search page's excerpt is not marked, escaped and linked:\n%s", page)
+		}
+		// Hostile searches: a clear 4xx in the envelope (the page: 400, saying why), never a 500.
+		for _, q := range []string{"a%00b", strings.Repeat("x", 201), strings.Repeat("w+", 17), "%FF"} {
+			res := api.api("GET", "/api/v1/conversations?q="+q, "")
+			if res.StatusCode != http.StatusUnprocessableEntity || decodeEnvelope(t, res).Error.Kind != fault.KindInvalidArgs {
+				t.Errorf("API search %.20q = %d, want 422 invalid_args", q, res.StatusCode)
+			}
+			res = b.do("GET", "/conversations?q="+q, "", nil)
+			if body := readBody(res); res.StatusCode != http.StatusBadRequest || !strings.Contains(body, "This search cannot be run") {
+				t.Errorf("page search %.20q = %d", q, res.StatusCode)
+			}
+		}
+		for _, q := range []string{"%22sure%22+OR+x", "sure+%26+!x%3A*", "NEAR(sure)", "*", "%27)%3B+DROP+TABLE+entries%3B+--"} {
+			if res := api.api("GET", "/api/v1/conversations?q="+q, ""); res.StatusCode != http.StatusOK {
+				t.Errorf("API search %q = %d, want 200", q, res.StatusCode)
+			}
+		}
 
 		// The page's rename form.
 		res = b.postForm("/conversations/"+created.ID+"/rename", url.Values{"title": {"Renamed on the page"}}, b.csrf)

@@ -3,6 +3,7 @@ package web
 import (
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -43,12 +44,25 @@ func TestGrantsAPI(t *testing.T) {
 				t.Fatalf("%s: kind %s, want %s", bad.body, eb.Error.Kind, bad.kind)
 			}
 		}
+		// A resolve-scoped token may resolve but not remember: a grant needs a full token.
+		rt := e.anon()
+		rt.bearer = pageToken(t, e.browser(owner), url.Values{"name": {"resolver"}, "scope": {"resolve"}, "expires_days": {"7"}})
+		res := rt.api("POST", resolve, `{"decision":"approve","remember":{"scope":"user","for_secs":3600}}`)
+		if res.StatusCode != http.StatusForbidden {
+			t.Fatalf("approve and remember with a resolve token: %d %s", res.StatusCode, readBody(res))
+		}
+		if eb := decodeEnvelope(t, res); eb.Error.Kind != fault.KindPermissionDenied || !strings.Contains(eb.Error.Message, "full-scope") {
+			t.Fatalf("approve and remember with a resolve token: %+v", eb.Error)
+		}
+		if d := e.decision(conv.ID, "n1"); d != nil {
+			t.Fatalf("a refused approve-and-remember was recorded: %v", d)
+		}
 		if res := c.api("POST", resolve, `{"decision":"approve","remember":{"scope":"user","for_secs":3600}}`); res.StatusCode != 200 {
 			t.Fatalf("approve and remember: %d %s", res.StatusCode, readBody(res))
 		}
 		e.awaitStatus(conv.ID, store.StatusIdle)
 
-		res := c.api("GET", "/api/v1/grants", "")
+		res = c.api("GET", "/api/v1/grants", "")
 		body := readBody(res)
 		var grants struct {
 			Grants []struct {

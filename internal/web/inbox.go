@@ -5,18 +5,24 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
 
 	"parley/internal/agent"
+	"parley/internal/fault"
 	"parley/views"
 )
 
-// inboxPage: GET /inbox → the pending approvals this user may decide, newest first, across
-// conversations (agent.PendingApprovals); reviewers and admins only (a member gets a 403 page
-// saying their calls wait on their conversations' pages). Decisions post to the conversation's resolve route with
-// return=/inbox, so they go through the same Resolve; /inbox/ws keeps the list live.
+// inboxPage: GET /inbox[?tool=&requester=&age=] → the pending approvals this user may decide,
+// newest first, across conversations (agent.PendingApprovals), filtered by the query
+// (inboxFilter); reviewers and admins only (a member gets a 403 page saying their calls wait on
+// their conversations' pages). Decisions post to the conversation's resolve route with
+// return=/inbox, so they go through the same Resolve; bulk decisions to /inbox/bulk, claims to
+// /inbox/claim; /inbox/ws keeps the list live with the same filters.
 func (s *Server) inboxPage(c echo.Context) error {
 	d, err := s.inboxData(c)
 	if err != nil {
@@ -29,38 +35,132 @@ func (s *Server) inboxPage(c echo.Context) error {
 }
 
 // inboxData loads the inbox of the current user: the approvals that wait for their decision
-// (agent.PendingApprovals), with the names of the people who asked.
+// (agent.PendingApprovals), with the names of the people who asked, their claims, filtered by
+// the request's query.
 func (s *Server) inboxData(c echo.Context) (views.InboxPage, error) {
 	return s.inboxDataFor(c, principal(c))
 }
 
 // inboxDataFor is inboxData for by (the inbox socket's principal as last re-checked).
 func (s *Server) inboxDataFor(c echo.Context, by agent.Principal) (views.InboxPage, error) {
+	ctx := c.Request().Context()
 	u := currentUser(c)
-	list, err := s.agent.PendingApprovals(c.Request().Context(), by)
+	filter, err := inboxFilter(c)
 	if err != nil {
 		return views.InboxPage{}, err
 	}
-	names := map[string]string{}
-	entries := make([]views.InboxEntry, 0, len(list))
-	for _, p := range list {
-		name, ok := names[p.OwnerID]
-		if !ok {
-			owner, err := s.store.UserByID(c.Request().Context(), p.OwnerID)
-			if err != nil {
-				return views.InboxPage{}, fmt.Errorf("load requester %s: %w", p.OwnerID, err)
-			}
-			name = owner.Name
-			names[p.OwnerID] = name
-		}
-		entries = append(entries, views.InboxEntry{
-			ConversationID: p.ConversationID, ConversationTitle: p.Title, Requester: name, OwnerID: p.OwnerID,
-			Call: p.Call, At: p.CreatedAt,
-		})
+	list, err := s.agent.PendingApprovals(ctx, by)
+	if err != nil {
+		return views.InboxPage{}, err
 	}
-	d := views.InboxPage{CSRF: s.csrfToken(c), Viewer: views.Viewer{Principal: by, Name: u.Name}, Entries: entries, Names: map[string]string{u.ID: u.Name}}
-	s.addNames(c.Request().Context(), d.Names, inboxCalls(d))
+	claims, err := s.agent.Claims(ctx, by)
+	if err != nil {
+		return views.InboxPage{}, err
+	}
+	names, err := s.inboxNames(ctx, list, claims, nil)
+	if err != nil {
+		return views.InboxPage{}, err
+	}
+	d := views.InboxPage{CSRF: s.csrfToken(c), Viewer: views.Viewer{Principal: by, Name: u.Name}, Names: map[string]string{u.ID: u.Name}, Filter: filter}
+	fillInbox(&d, list, claims, names, s.agent.Now())
+	s.addNames(ctx, d.Names, inboxCalls(d))
 	return d, nil
+}
+
+// inboxNames returns the names of the approvals' owners and the claims' holders, taking those
+// in known (an earlier snapshot's: names do not change) before reading the store.
+func (s *Server) inboxNames(ctx context.Context, list []agent.PendingApproval, claims []agent.Claim, known map[string]string) (map[string]string, error) {
+	names := make(map[string]string, len(known))
+	need := make([]string, 0, len(list)+len(claims))
+	for _, p := range list {
+		need = append(need, p.OwnerID)
+	}
+	for _, cl := range claims {
+		need = append(need, cl.UserID)
+	}
+	for _, id := range need {
+		if _, ok := names[id]; ok {
+			continue
+		}
+		if n, ok := known[id]; ok {
+			names[id] = n
+			continue
+		}
+		u, err := s.store.UserByID(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("load user %s: %w", id, err)
+		}
+		names[id] = u.Name
+	}
+	return names, nil
+}
+
+// Inbox filter bounds: an age beyond maxInboxAge filters out everything an approval timeout
+// could leave waiting.
+const maxInboxAge = 366 * 24 * time.Hour
+
+// inboxFilter reads the inbox's filters from the query: tool and requester (names, matched
+// whole, case-insensitively) and age (a duration such as 5m, 1h or 24h: approvals waiting at
+// least that long). A malformed age is invalid_args.
+func inboxFilter(c echo.Context) (views.InboxFilter, error) {
+	f := views.InboxFilter{Tool: strings.TrimSpace(c.QueryParam("tool")), Requester: strings.TrimSpace(c.QueryParam("requester")),
+		Age: strings.TrimSpace(c.QueryParam("age"))}
+	if _, err := inboxAge(f); err != nil {
+		return views.InboxFilter{}, err
+	}
+	return f, nil
+}
+
+// inboxAge is f's least age (0: any).
+func inboxAge(f views.InboxFilter) (time.Duration, error) {
+	if f.Age == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(f.Age)
+	if err != nil || d <= 0 || d > maxInboxAge {
+		return 0, fault.InvalidAt("the inbox's age filter is not a duration", "/age", "must be a positive duration such as 5m, 1h or 24h, at most a year")
+	}
+	return d, nil
+}
+
+// fillInbox sets d's entries from mine (the approvals that wait for d's viewer, newest first):
+// every one for the pending count and the filters' suggestions, those that pass d.Filter as
+// the list, each with its requester's name and its claim (claims are of any approval: those of
+// others are left out; they were live when listed, and the feed lists them again when the
+// soonest lapses).
+func fillInbox(d *views.InboxPage, mine []agent.PendingApproval, claims []agent.Claim, names map[string]string, now time.Time) {
+	age, _ := inboxAge(d.Filter) // checked by inboxFilter
+	claimOf := make(map[[2]string]agent.Claim, len(claims))
+	for _, cl := range claims {
+		claimOf[[2]string{cl.ConversationID, cl.ToolCallID}] = cl
+	}
+	tools, requesters := map[string]bool{}, map[string]bool{}
+	d.Entries, d.Tools, d.Requesters = make([]views.InboxEntry, 0, len(mine)), nil, nil
+	for _, p := range mine {
+		name := names[p.OwnerID]
+		if !tools[p.Call.Name] {
+			tools[p.Call.Name] = true
+			d.Tools = append(d.Tools, p.Call.Name)
+		}
+		if !requesters[name] {
+			requesters[name] = true
+			d.Requesters = append(d.Requesters, name)
+		}
+		if (d.Filter.Tool != "" && !strings.EqualFold(d.Filter.Tool, p.Call.Name)) ||
+			(d.Filter.Requester != "" && !strings.EqualFold(d.Filter.Requester, name)) ||
+			(age > 0 && now.Sub(p.CreatedAt) < age) {
+			continue
+		}
+		e := views.InboxEntry{ConversationID: p.ConversationID, ConversationTitle: p.Title, Requester: name, OwnerID: p.OwnerID,
+			Call: p.Call, At: p.CreatedAt}
+		if cl, ok := claimOf[[2]string{p.ConversationID, p.Call.ID}]; ok {
+			e.Claim = &views.InboxClaim{By: names[cl.UserID], Mine: cl.UserID == d.Viewer.Principal.UserID}
+		}
+		d.Entries = append(d.Entries, e)
+	}
+	slices.Sort(d.Tools)
+	slices.Sort(d.Requesters)
+	d.Total, d.Now = len(mine), now
 }
 
 // inboxCalls are the calls an inbox shows.
@@ -73,19 +173,13 @@ func inboxCalls(d views.InboxPage) []agent.CallView {
 }
 
 // inboxView is by's inbox as snap lists it: the approvals that wait for by (agent.InboxOf),
-// with their requesters' names. base carries the page's CSRF token and the viewer's name.
-func inboxView(base views.InboxPage, by agent.Principal, snap *inboxSnapshot) views.InboxPage {
-	mine := agent.InboxOf(by, snap.list)
-	entries := make([]views.InboxEntry, 0, len(mine))
-	for _, p := range mine {
-		entries = append(entries, views.InboxEntry{
-			ConversationID: p.ConversationID, ConversationTitle: p.Title, Requester: snap.names[p.OwnerID], OwnerID: p.OwnerID,
-			Call: p.Call, At: p.CreatedAt,
-		})
-	}
+// with their requesters' names and claims, filtered as base is. base carries the page's CSRF
+// token, the viewer's name and the filters.
+func inboxView(base views.InboxPage, by agent.Principal, snap *inboxSnapshot, now time.Time) views.InboxPage {
 	base.Viewer.Principal = by
-	base.Entries = entries
+	fillInbox(&base, agent.InboxOf(by, snap.list), snap.claims, snap.names, now)
 	base.Form = nil
+	base.Bulk = nil
 	return base
 }
 
@@ -121,12 +215,18 @@ func (s *Server) inboxSocket(c echo.Context) error {
 	last, lastCount := "", -1
 	render := func(ctx context.Context) bool {
 		if countOnly {
-			n := len(d.Entries)
+			n := d.Total
 			if n == lastCount {
 				return true
 			}
+			grew := n > lastCount && lastCount >= 0
 			lastCount = n
-			return k.enqueue(frame{Type: "count", Count: &n})
+			f := frame{Type: "count", Count: &n}
+			if grew && len(d.Entries) > 0 {
+				// What a browser notification of the new approval may say: the tool and who asked.
+				f.Tool, f.Requester = d.Entries[0].Call.Name, d.Entries[0].Requester
+			}
+			return k.enqueue(f)
 		}
 		var buf bytes.Buffer
 		if err := views.InboxList(d).Render(ctx, &buf); err != nil {
@@ -169,7 +269,7 @@ func (s *Server) inboxSocket(c echo.Context) error {
 			if snap == nil {
 				return true // the feed's first snapshot is filtered for the new role
 			}
-			d = inboxView(d, by, snap)
+			d = inboxView(d, by, snap, s.agent.Now())
 			if !countOnly {
 				s.addNames(ctx, d.Names, inboxCalls(d))
 			}
@@ -192,7 +292,7 @@ func (s *Server) inboxSocket(c echo.Context) error {
 					return
 				}
 			case snap = <-feed.c:
-				d = inboxView(d, by, snap)
+				d = inboxView(d, by, snap, s.agent.Now())
 				if !countOnly {
 					s.addNames(ctx, d.Names, inboxCalls(d))
 				}

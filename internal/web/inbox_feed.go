@@ -2,7 +2,6 @@ package web
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,8 +31,9 @@ var InboxRecomputes atomic.Int64
 // inboxSnapshot is every pending approval (newest first) with the names of their owners, as
 // computed once for every socket. It is shared: readers never change it.
 type inboxSnapshot struct {
-	list  []agent.PendingApproval
-	names map[string]string // owner id → name
+	list   []agent.PendingApproval
+	claims []agent.Claim     // live when computed, soonest to expire first
+	names  map[string]string // owner and claimer id → name
 }
 
 // inboxSub is one socket's place in the feed. Its channel holds one snapshot: overflow policy
@@ -131,6 +131,9 @@ func (f *inboxFeed) run() {
 	var events <-chan agent.Event
 	dirty := true             // the inbox may differ from the latest snapshot
 	var wait <-chan time.Time // armed while a computation (or a retry) waits
+	// lapse fires when the soonest claim of the latest snapshot expires: a claim ends by time
+	// alone, with no event, so the feed computes again then.
+	var lapse <-chan time.Time
 	for {
 		if sub == nil && wait == nil {
 			s, err := f.s.agent.Subscribe(ctx, "", agent.System)
@@ -152,6 +155,10 @@ func (f *inboxFeed) run() {
 		case <-ctx.Done():
 			return
 		case <-f.wake:
+		case <-lapse:
+			lapse = nil
+			dirty = true
+			f.markStale()
 		case <-wait:
 			wait = nil
 			if sub == nil {
@@ -184,6 +191,12 @@ func (f *inboxFeed) run() {
 				wait = f.s.clock.After(inboxFeedRetry)
 			default:
 				dirty = false
+				// Armed before the snapshot goes out, so its lapse is measured from no later
+				// than when anyone could see the claim.
+				lapse = nil
+				if len(snap.claims) > 0 {
+					lapse = f.s.clock.After(max(snap.claims[0].Left, 0) + time.Millisecond)
+				}
 				f.publish(snap)
 			}
 		case ev, ok := <-events:
@@ -208,8 +221,8 @@ func (f *inboxFeed) markStale() {
 	f.mu.Unlock()
 }
 
-// compute reads every pending approval once (as the system) and the names of their owners
-// (kept from the previous snapshot: names do not change).
+// compute reads every pending approval and every live claim of one once (as the system), and
+// the names of their owners and claimers (kept from the previous snapshot: names do not change).
 func (f *inboxFeed) compute(ctx context.Context) (*inboxSnapshot, error) {
 	InboxRecomputes.Add(1)
 	if f.recomputed != nil {
@@ -219,28 +232,22 @@ func (f *inboxFeed) compute(ctx context.Context) (*inboxSnapshot, error) {
 	if err != nil {
 		return nil, err
 	}
+	claims, err := f.s.agent.Claims(ctx, agent.System)
+	if err != nil {
+		return nil, err
+	}
+	claims = agent.ClaimsIn(list, claims)
 	f.mu.Lock()
 	var known map[string]string
 	if f.latest != nil {
 		known = f.latest.names
 	}
 	f.mu.Unlock()
-	names := make(map[string]string, len(known))
-	for _, p := range list {
-		if _, ok := names[p.OwnerID]; ok {
-			continue
-		}
-		if n, ok := known[p.OwnerID]; ok {
-			names[p.OwnerID] = n
-			continue
-		}
-		u, err := f.s.store.UserByID(ctx, p.OwnerID)
-		if err != nil {
-			return nil, fmt.Errorf("load requester %s: %w", p.OwnerID, err)
-		}
-		names[p.OwnerID] = u.Name
+	names, err := f.s.inboxNames(ctx, list, claims, known)
+	if err != nil {
+		return nil, err
 	}
-	return &inboxSnapshot{list: list, names: names}, nil
+	return &inboxSnapshot{list: list, claims: claims, names: names}, nil
 }
 
 // publish makes snap the latest and offers it to every socket, replacing one it has not taken
@@ -262,7 +269,7 @@ func (f *inboxFeed) publish(snap *inboxSnapshot) {
 // inboxRelevant reports whether an event may change someone's pending approvals.
 func inboxRelevant(t agent.EventType) bool {
 	switch t {
-	case agent.EventToolCall, agent.EventStatus, agent.EventResync:
+	case agent.EventToolCall, agent.EventStatus, agent.EventResync, agent.EventInbox:
 		return true
 	}
 	return false

@@ -3,6 +3,7 @@ package web
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -36,18 +37,30 @@ func (s *Server) pageRoutes(e *echo.Echo) {
 	g.GET("/conversations/:id/ws", s.conversationSocket)
 	g.GET("/inbox", s.inboxPage)
 	g.GET("/inbox/ws", s.inboxSocket)
+	g.POST("/inbox/bulk", s.inboxBulkPage)
+	g.POST("/inbox/claim", s.inboxClaimPage)
+	// A plan preview spends the previews budget, not the page budget (plan.go).
+	e.POST("/conversations/:id/calls/:call/plan", s.planPage, s.requireUser, s.limitPreviews, noStore)
 }
 
-// conversationsPage: GET /conversations[?q=…] → the user's conversations (those whose title holds
-// q, when it is given) and the new-conversation form.
+// conversationsPage: GET /conversations[?q=…] → the user's conversations (those whose title or
+// messages match q, when it is given: agent.Search, each message match with its excerpt) and the
+// new-conversation form. A search the agent refuses (too long, control characters) is a 400 page
+// saying why, with the search box to fix it.
 func (s *Server) conversationsPage(c echo.Context) error {
 	q := strings.TrimSpace(c.QueryParam("q"))
+	status, notice := http.StatusOK, noticeFor(c.QueryParam("notice"))
 	list, err := s.agent.Search(c.Request().Context(), principal(c), q)
-	if err != nil {
+	var fe *fault.Error
+	switch {
+	case errors.As(err, &fe) && fe.Kind == fault.KindInvalidArgs:
+		status, notice, list = http.StatusBadRequest, "This search cannot be run: "+fe.Message+".", nil
+		q = tools.StorableText(q)
+	case err != nil:
 		return err
 	}
-	return s.renderPage(c, http.StatusOK, "Conversations", views.ConversationsBody(views.ConversationsPage{
-		CSRF: s.csrfToken(c), Conversations: list, Demo: s.cfg.DemoModel, Notice: noticeFor(c.QueryParam("notice")), Query: q,
+	return s.renderPage(c, status, "Conversations", views.ConversationsBody(views.ConversationsPage{
+		CSRF: s.csrfToken(c), Conversations: list, Demo: s.cfg.DemoModel, Notice: notice, Query: q,
 	}))
 }
 

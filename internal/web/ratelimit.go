@@ -78,6 +78,7 @@ type limiters struct {
 	messages *limiter
 	api      *limiter
 	pages    *limiter // page POSTs and socket upgrades
+	previews *limiter // plan previews (plan.go), page and API
 }
 
 func newLimiters(c clock.Clock, cfg Config) *limiters {
@@ -85,6 +86,7 @@ func newLimiters(c clock.Clock, cfg Config) *limiters {
 		messages: newLimiter(c, cfg.MessagesPerMinute, cfg.MessageBurst),
 		api:      newLimiter(c, cfg.APIPerMinute, cfg.APIBurst),
 		pages:    newLimiter(c, cfg.PagesPerMinute, cfg.PageBurst),
+		previews: newLimiter(c, cfg.PreviewsPerMinute, cfg.PreviewBurst),
 	}
 }
 

@@ -98,6 +98,8 @@ var notices = map[string]string{
 	"badtitle": "A title needs some text, at most 200 characters.",
 	"deleted":  "The conversation was deleted.",
 	"busy":     "The assistant is still working here: stop it first, then delete the conversation.",
+	// The inbox's claims (inbox_actions.go).
+	"claimed": "Someone else is looking at that call now; you may still decide it.",
 	// The account page's.
 	"password": "Your password was changed, and every other browser signed in as you was signed out.",
 }

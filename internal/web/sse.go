@@ -110,6 +110,48 @@ func (s *Server) apiEvents(c echo.Context) error {
 		}
 		return true
 	}
+	// live writes one event of the subscription (ok false: it closed); false ends the stream.
+	live := func(ev agent.Event, ok bool) bool {
+		if ok && ev.Type == agent.EventTextDelta {
+			// Deltas that queued up while this stream was writing go out as one event: fewer
+			// writes when the server is busy, no added delay when it is not.
+			var next *agent.Event
+			ev, next, ok = coalesceDeltas(ev, sub.C)
+			if err := st.liveEvent(ev); err != nil {
+				return false
+			}
+			switch {
+			case !ok: // closed while draining: handled below
+			case next == nil:
+				return true
+			default:
+				ev = *next
+			}
+		}
+		if !ok || ev.Type == agent.EventResync {
+			if err := catchUp(); err == nil {
+				_ = st.event("", string(agent.EventResync), []byte(`{}`))
+			}
+			return false
+		}
+		if len(ev.Entries) > 0 {
+			if err := st.carried(ev.Entries); err != nil {
+				return false // the client is gone
+			}
+		}
+		if ev.Seq > st.last {
+			// The event did not carry what it follows (this stream subscribed in between,
+			// or the commit published nothing): read the log.
+			if err := catchUp(); err != nil {
+				s.log.InfoContext(ctx, "event stream ended", "conversation_id", id, "err", err)
+				return false
+			}
+		}
+		if ev.Type == agent.EventMessage {
+			return true // the log entry carries it
+		}
+		return st.liveEvent(ev) == nil
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -132,50 +174,28 @@ func (s *Server) apiEvents(c echo.Context) error {
 			}
 			hb.Reset(s.cfg.SSEHeartbeat)
 		case ev, ok := <-sub.C:
-			if ok && ev.Type == agent.EventTextDelta {
-				// Deltas that queued up while this stream was writing go out as one event: fewer
-				// writes when the server is busy, no added delay when it is not.
-				var next *agent.Event
-				ev, next, ok = coalesceDeltas(ev, sub.C)
-				if err := st.liveEvent(ev); err != nil {
-					return nil
-				}
-				switch {
-				case !ok: // closed while draining: handled below
-				case next == nil:
-					continue
+			// Events already queued go out with this one in a single flush (one write to the
+			// socket instead of one per event); nothing waits for more to arrive.
+			st.hold = true
+			more := live(ev, ok)
+			for n := 1; more && n < maxBatched; n++ {
+				select {
+				case ev, ok = <-sub.C:
+					more = live(ev, ok)
 				default:
-					ev = *next
+					n = maxBatched
 				}
 			}
-			if !ok || ev.Type == agent.EventResync {
-				if err := catchUp(); err == nil {
-					_ = st.event("", string(agent.EventResync), []byte(`{}`))
-				}
-				return nil
-			}
-			if len(ev.Entries) > 0 {
-				if err := st.carried(ev.Entries); err != nil {
-					return nil // the client is gone
-				}
-			}
-			if ev.Seq > st.last {
-				// The event did not carry what it follows (this stream subscribed in between,
-				// or the commit published nothing): read the log.
-				if err := catchUp(); err != nil {
-					s.log.InfoContext(ctx, "event stream ended", "conversation_id", id, "err", err)
-					return nil
-				}
-			}
-			if ev.Type == agent.EventMessage {
-				continue // the log entry carries it
-			}
-			if err := st.liveEvent(ev); err != nil {
+			st.hold = false
+			if err := st.flush(); err != nil || !more {
 				return nil
 			}
 		}
 	}
 }
+
+// maxBatched bounds the events written to a stream between two flushes.
+const maxBatched = 64
 
 // maxCoalesced bounds the text gathered into one text_delta event.
 const maxCoalesced = 16 << 10
@@ -233,11 +253,13 @@ func lastEventID(c echo.Context) (int64, *fault.Error) {
 	return n, nil
 }
 
-// sseStream writes events, each under a write deadline, and flushes after each.
+// sseStream writes events, each under a write deadline, and flushes after each, except while
+// hold is set: then writes stay in the response's buffer until flush sends them at once.
 type sseStream struct {
 	w    io.Writer
 	rc   *http.ResponseController
 	last int64 // the sequence of the last entry sent
+	hold bool  // set while a batch of queued events is written; flush ends it
 }
 
 func (st *sseStream) entry(e store.Entry) error {
@@ -289,5 +311,14 @@ func (st *sseStream) write(s string) error {
 	if _, err := io.WriteString(st.w, s); err != nil {
 		return err
 	}
+	if st.hold {
+		return nil
+	}
+	return st.rc.Flush()
+}
+
+// flush sends what the writes made while hold was set left in the response's buffer.
+func (st *sseStream) flush() error {
+	_ = st.rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
 	return st.rc.Flush()
 }

@@ -27,10 +27,16 @@ const (
 	sendQueueSize = 64
 	writeTimeout  = 5 * time.Second
 	pingInterval  = 25 * time.Second
-	// deltaFlush is the shortest gap between two text frames: a delta after a quiet spell goes
-	// out at once, later ones are gathered until deltaFlush has passed, so a fast model sends at
-	// most ~20 text frames a second per page instead of one per token.
+	// deltaFlush is the shortest gap between two renders of the streaming text: a delta after a
+	// quiet spell is rendered at once, later ones are gathered until the gap has passed, so a
+	// fast model costs at most ~20 renders a second per page instead of one per token.
 	deltaFlush = 50 * time.Millisecond
+	// streamUnit is how much streamed text one deltaFlush pays for. Each render is the whole
+	// text so far (Markdown is not incremental: a later line can turn earlier ones into a table or
+	// a list), so past streamUnit bytes the gap grows with the text (streamGap): the Markdown
+	// rendered and sent per page stays under streamUnit per deltaFlush (~160 KB/s) however long
+	// the answer, and the render of a long answer is not quadratic in its deltas.
+	streamUnit = 8 << 10
 	// maxClientFrame bounds what a page may send (a client tool's result).
 	maxClientFrame = 256 << 10
 )
@@ -61,6 +67,9 @@ type frame struct {
 	Kind       string          `json:"kind,omitempty"`
 	Message    string          `json:"message,omitempty"`
 	Count      *int            `json:"count,omitempty"` // count: the approvals waiting in the viewer's inbox
+	// Requester, with Tool, names the newest approval on a count frame that grew: all a
+	// browser notification says.
+	Requester string `json:"requester,omitempty"`
 }
 
 // clientFrame is a page → server message.
@@ -250,9 +259,10 @@ type convSocket struct {
 
 	revs       map[string]string // element id → data-rev last sent
 	status     string            // status line HTML last sent
-	pending    strings.Builder   // streaming text not yet flushed
+	stream     strings.Builder   // the text streamed so far by the model's call in flight
+	textDirty  bool              // stream has text the page was not sent
 	streamed   bool              // the page's streaming area has text
-	lastText   time.Time         // when the last text frame was queued
+	lastText   time.Time         // when the streaming area was last rendered
 	clientSent map[string]bool   // client_exec frames sent on this socket
 }
 
@@ -296,7 +306,7 @@ func (cs *convSocket) pump(ctx context.Context) {
 			}
 		case <-flush:
 			flush = nil
-			cs.flushText()
+			cs.flushText(ctx)
 		case ev, ok := <-sub.C:
 			if !ok {
 				if !resync {
@@ -311,7 +321,6 @@ func (cs *convSocket) pump(ctx context.Context) {
 					return
 				}
 				flush = nil
-				cs.pending.Reset()
 				if !cs.sync(ctx, true) {
 					return
 				}
@@ -321,23 +330,25 @@ func (cs *convSocket) pump(ctx context.Context) {
 			for {
 				switch ev.Type {
 				case agent.EventTextDelta:
-					// Leading edge: a delta after a quiet spell goes out at once; the ones that
-					// follow within deltaFlush are gathered and sent together when it ends.
-					cs.pending.WriteString(ev.Text)
+					// Leading edge: a delta after a quiet spell is rendered at once; the ones that
+					// follow within the gap are gathered and rendered together when it ends.
+					cs.stream.WriteString(ev.Text)
+					cs.textDirty = true
 					if flush == nil {
-						if since := s.clock.Now().Sub(cs.lastText); since >= deltaFlush {
-							cs.flushText()
+						gap := streamGap(cs.stream.Len())
+						if since := s.clock.Now().Sub(cs.lastText); since >= gap {
+							cs.flushText(ctx)
 						} else {
-							flush = s.clock.After(deltaFlush - since)
+							flush = s.clock.After(gap - since)
 						}
 					}
 				case agent.EventResync:
 					resync = true
 				case agent.EventClientExec:
-					cs.flushText()
+					cs.flushText(ctx)
 					cs.clientExec(ev)
 				default:
-					cs.flushText()
+					cs.flushText(ctx)
 					dirty = true
 				}
 				// Take whatever else is already queued before rendering: a burst of events
@@ -378,16 +389,30 @@ func (cs *convSocket) reauthorize(ctx context.Context) bool {
 	return true
 }
 
-// flushText sends the gathered streaming text as one frame.
-func (cs *convSocket) flushText() {
-	if cs.pending.Len() == 0 {
+// streamGap is the shortest gap between two renders of n bytes of streamed text: deltaFlush,
+// and one more deltaFlush for every further streamUnit, so a long answer is rendered less often
+// (at 80 KiB, every half second) and the work per second stays bounded.
+func streamGap(n int) time.Duration {
+	return deltaFlush * time.Duration(1+n/streamUnit)
+}
+
+// flushText renders the streaming text gathered so far (Markdown, sanitized, as the logged
+// message will be: views.Streaming) and replaces the page's streaming area with it.
+func (cs *convSocket) flushText(ctx context.Context) {
+	if !cs.textDirty {
 		return
 	}
+	cs.textDirty = false
 	// Stamp before queueing: once the frame is out, the page (or a test driving the clock) may
-	// act on it, and the next delta must be measured from this flush.
+	// act on it, and the next delta must be measured from this render.
 	cs.lastText = cs.s.clock.Now()
-	cs.enqueue(frame{Type: "text", Target: "streaming", Text: cs.pending.String()})
-	cs.pending.Reset()
+	var b bytes.Buffer
+	if err := views.Streaming(cs.stream.String()).Render(ctx, &b); err != nil {
+		cs.log.Error("socket: render the streaming text", "err", err)
+		return
+	}
+	h := b.String()
+	cs.enqueue(frame{Type: "html", Op: "replace", Target: "streaming", HTML: &h})
 	cs.streamed = true
 }
 
@@ -428,6 +453,11 @@ func (cs *convSocket) sync(ctx context.Context, connect bool) bool {
 		cs.enqueue(frame{Type: "html", Op: "replace", Target: "status", HTML: &h})
 	}
 	if connect || (v.Streaming == "" && cs.streamed) {
+		// On connect the page gets the text so far and the deltas add to it; once the answer is
+		// logged (nothing streams) the area empties.
+		cs.stream.Reset()
+		cs.stream.WriteString(v.Streaming)
+		cs.textDirty = false
 		var sb bytes.Buffer
 		if err := views.Streaming(v.Streaming).Render(ctx, &sb); err == nil {
 			h := sb.String()

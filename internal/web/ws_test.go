@@ -207,17 +207,25 @@ func TestSocketCoalescesTextAndUpdatesCards(t *testing.T) {
 		release := make(chan struct{})
 		e.say(conv, ann, "email bob", llmtest.Step{Deltas: []string{"Hel", "lo", " there"}, Release: release,
 			ToolCalls: []llm.ToolCall{llmtest.Call("c1", "send_email", emailArgs("bob@example.com"))}})
-		text := func(f frame) bool { return f.Type == "text" }
+		// The streaming area is rendered whole each time, as Markdown through the sanitizer.
+		text := func(f frame) bool { return f.Type == "html" && f.Target == "streaming" && f.Op == "replace" }
+		streamed := func(f frame) string {
+			t.Helper()
+			if !text(f) || f.HTML == nil {
+				t.Fatalf("not a render of the streaming area: %+v", f)
+			}
+			return *f.HTML
+		}
 		// The first delta goes out at once; the server's clock stands still, so the next ones
-		// wait in the coalescing window until the card's change flushes them, as one frame,
+		// wait in the coalescing window until the card's change flushes them, as one render,
 		// before the card.
-		if f := readFrame(t, conn); f.Type != "text" || f.Text != "Hel" || f.Target != "streaming" {
-			t.Fatalf("first text frame = %+v", f)
+		if h := streamed(readFrame(t, conn)); !strings.Contains(h, `data-parley="message-streaming"`) || !strings.Contains(h, "<p>Hel</p>") {
+			t.Fatalf("first streaming render = %s", h)
 		}
 		e.hub.deliver(conv.ID)
 		close(release)
-		if f := readFrame(t, conn); f.Type != "text" || f.Text != "lo there" {
-			t.Fatalf("coalesced text frame = %+v", f)
+		if h := streamed(readFrame(t, conn)); !strings.Contains(h, "<p>Hello there</p>") {
+			t.Fatalf("coalesced streaming render = %s", h)
 		}
 		f := readUntil(t, conn, "card", func(f frame) bool { return f.Type == "html" && f.Target == "call-c1" })
 		if f.Op != "upsert" || f.Parent != "timeline" || f.Rev == "" || !strings.Contains(*f.HTML, `data-parley="approval"`) {
@@ -246,8 +254,8 @@ func TestSocketCoalescesTextAndUpdatesCards(t *testing.T) {
 		// after "!", so nothing else flushes it.
 		e.await(conv.ID, "the next answer under way", func(v agent.View) bool { return v.Streaming == "!" })
 		e.clk.Advance(deltaFlush)
-		if f := readUntil(t, conn, "text", text); f.Text != "!" {
-			t.Errorf("text after the window = %+v", f)
+		if f := readUntil(t, conn, "text", text); !strings.Contains(*f.HTML, "<p>!</p>") {
+			t.Errorf("text after the window = %s", *f.HTML)
 		}
 		close(release2)
 		for f := readFrame(t, conn); !(f.Type == "html" && f.Target == "status" && strings.Contains(*f.HTML, `data-status="idle"`)); f = readFrame(t, conn) {
@@ -408,4 +416,20 @@ func TestSocketCatchesUpAfterLagging(t *testing.T) {
 			t.Errorf("answer frame = %+v", f)
 		}
 	})
+}
+
+// TestStreamGapGrowsWithTheText: short answers are rendered every deltaFlush; past streamUnit
+// the gap grows with the text, so the bytes rendered per second stay bounded.
+func TestStreamGapGrowsWithTheText(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		want time.Duration
+	}{{0, deltaFlush}, {streamUnit - 1, deltaFlush}, {streamUnit, 2 * deltaFlush}, {80 << 10, 11 * deltaFlush}} {
+		if got := streamGap(tc.n); got != tc.want {
+			t.Errorf("streamGap(%d) = %v, want %v", tc.n, got, tc.want)
+		}
+		if rate := float64(tc.n) / streamGap(tc.n).Seconds(); rate > float64(streamUnit)/deltaFlush.Seconds() {
+			t.Errorf("streamGap(%d): %.0f bytes/s rendered, above the bound", tc.n, rate)
+		}
+	}
 }

@@ -3,11 +3,12 @@
 //
 // Server → page frames (JSON text):
 //   {"type":"html","op":"replace|upsert|append|prepend|remove","target":"<id>","parent":"<id>","rev":"…","html":"…"}
-//   {"type":"text","target":"<id>","text":"…"}          (coalesced streaming text, appended)
+//   (the streaming answer is an "html" replace of "streaming": its Markdown rendered so far)
 //   {"type":"client_exec","tool_call_id":"…","tool":"…","args":{…},"ask":true}
 //     (ask: the person allows the run first, in the card's [data-parley="client-consent"])
 //   {"type":"resolved","tool_call_id":"…","ok":true}   or  {…,"ok":false,"kind":"…","message":"…"}
-//   {"type":"count","count":2}   (the count-only inbox socket, /inbox/ws?count=1)
+//   {"type":"count","count":2}   (the count-only inbox socket, /inbox/ws?count=1; when the count
+//     grew, also "tool" and "requester" of the newest approval: all a browser notification says)
 // Page → server:
 //   {"type":"resolve","tool_call_id":"…","result":{…}}  or  {…,"error":{"message":"…"}}
 (function () {
@@ -150,6 +151,9 @@
           const frag = fragment(f.html);
           const node = frag.firstElementChild;
           parent.appendChild(frag);
+          // The logged answer takes the streaming bubble's place in the same task, so the page
+          // never shows both (nor neither) and nothing jumps.
+          if (node instanceof Element && node.querySelector('[data-parley="message"][data-role="assistant"]')) clearStreaming();
           announce(node);
         }
         break;
@@ -168,11 +172,11 @@
     }
   }
 
-  function appendText(f) {
-    const el = document.getElementById(f.target);
+  function clearStreaming() {
+    const el = document.getElementById("streaming");
     if (!el) return;
-    el.classList.remove("streaming-empty");
-    el.appendChild(document.createTextNode(f.text));
+    el.replaceChildren();
+    el.classList.add("streaming-empty");
   }
 
   // ---- code blocks ---------------------------------------------------------------------------
@@ -224,6 +228,33 @@
       setAttr(el, "title", d.toString());
     });
   }
+
+  // countdowns shows, beside a card's deadline, how long is left ("in 4 min 05 s"), from this
+  // device's clock; tickCountdowns runs every second while the page shows one.
+  function countdownText(ms) {
+    if (ms <= 0) return " (time is up)";
+    const s = Math.floor(ms / 1000);
+    const h = Math.floor(s / 3600);
+    const m = Math.floor((s % 3600) / 60);
+    const sec = s % 60;
+    if (h > 0) return " (in " + h + " h " + String(m).padStart(2, "0") + " min)";
+    if (m > 0) return " (in " + m + " min " + String(sec).padStart(2, "0") + " s)";
+    return " (in " + sec + " s)";
+  }
+
+  function countdowns(scope) {
+    const now = Date.now();
+    within(scope, '[data-parley="countdown"][data-deadline]').forEach(function (el) {
+      const d = new Date(attr(el, "data-deadline")).getTime();
+      if (isNaN(d)) return;
+      const text = countdownText(d - now);
+      if (el.textContent !== text) el.textContent = text;
+    });
+  }
+
+  setInterval(function () {
+    if (document.querySelector('[data-parley="countdown"]')) countdowns(document.body);
+  }, 1000);
 
   // ---- following the conversation -----------------------------------------------------------
 
@@ -345,17 +376,15 @@
   Live.prototype.handle = function (f) {
     switch (f.type) {
       case "html":
+        if (f.target === "inbox") keepBulkChecks(f);
         applyHTML(f);
         if (f.target === "inbox") {
           const list = document.getElementById("inbox");
-          if (list) showPending(Number(list.dataset.count));
+          if (list) inboxChanged(list);
         }
         localTimes(document.body);
+        countdowns(document.body);
         codeCopyButtons(document.body);
-        followed();
-        break;
-      case "text":
-        appendText(f);
         followed();
         break;
       case "client_exec":
@@ -561,6 +590,89 @@
     }
   });
 
+  // ---- the approval card's plan, refreshed as its arguments are edited ----------------------
+
+  // An edit of an approval form's arguments (a field "arg.…" or the JSON "args") posts the form,
+  // PLAN_DEBOUNCE_MS after the last keystroke, to the call's plan route (the form's action with
+  // "/plan" for "/resolve"), which answers the card's plan fragment for those arguments. One
+  // request per form is in flight; an edit meanwhile sends again once it is back, and an answer
+  // older than the latest edit is dropped. An error keeps the plan shown, marked stale.
+  const PLAN_DEBOUNCE_MS = 300;
+  const PLAN_TIMEOUT_MS = 10000;
+  const planState = new WeakMap(); // form → {timer, inflight, gen}
+
+  function planTarget(form) {
+    const card = Element.prototype.closest.call(form, '[data-parley="approval"]');
+    return card ? card.querySelector('[data-parley="plan"]') : null;
+  }
+
+  function markPlanStale(form) {
+    const el = planTarget(form);
+    if (el) {
+      el.setAttribute("data-stale", "");
+      el.title = "This plan was not updated for the latest edit.";
+    }
+  }
+
+  function refreshPlan(form) {
+    const st = planState.get(form);
+    st.timer = 0;
+    if (st.inflight) return; // sent again when the one in flight is back
+    if (!document.body.contains(form) || !planTarget(form)) return;
+    const url = String(attr(form, "action") || "").replace(/\/resolve$/, "/plan");
+    if (!/\/plan$/.test(url)) return;
+    const body = new URLSearchParams(new FormData(form));
+    const gen = st.gen;
+    st.inflight = true;
+    withTimeout(
+      fetch(url, {
+        method: "POST",
+        body: body,
+        credentials: "same-origin",
+        headers: { Accept: "text/html, application/json", "X-CSRF-Token": body.get("_csrf") || "" },
+      }).then(function (resp) {
+        const type = resp.headers.get("Content-Type") || "";
+        if (!resp.ok || type.indexOf("text/html") !== 0) throw new Error("no plan");
+        return resp.text();
+      }),
+      PLAN_TIMEOUT_MS,
+      "the plan"
+    )
+      .then(function (html) {
+        if (gen !== st.gen) return; // edited since: the next answer is the one to show
+        const next = fragment(html).querySelector('[data-parley="plan"]');
+        const el = planTarget(form);
+        if (next && el && document.body.contains(form)) el.replaceWith(next);
+      })
+      .catch(function () {
+        if (document.body.contains(form)) markPlanStale(form);
+      })
+      .finally(function () {
+        st.inflight = false;
+        if (gen !== st.gen && !st.timer) refreshPlan(form);
+      });
+  }
+
+  function argsEdited(ev) {
+    const t = ev.target;
+    if (!(t instanceof HTMLInputElement || t instanceof HTMLTextAreaElement || t instanceof HTMLSelectElement)) return;
+    const name = t.getAttribute("name") || "";
+    if (name !== "args" && name.indexOf("arg.") !== 0) return;
+    const form = t.form;
+    if (!form || attr(form, "data-parley-form") !== "resolve" || !planTarget(form)) return;
+    let st = planState.get(form);
+    if (!st) {
+      st = { timer: 0, inflight: false, gen: 0 };
+      planState.set(form, st);
+    }
+    st.gen++;
+    clearTimeout(st.timer);
+    st.timer = setTimeout(function () {
+      refreshPlan(form);
+    }, PLAN_DEBOUNCE_MS);
+  }
+  document.addEventListener("input", argsEdited);
+
   // The pending-approval count on the Inbox link and in the tab title ("(2) Parley"), for
   // reviewers and admins: the server renders it on every page; a count-only inbox socket keeps
   // it live (frames {"type":"count","count":n}), and on the inbox page the list's data-count.
@@ -574,6 +686,97 @@
     });
     const base = document.title.replace(/^\(\d+\) /, "");
     document.title = n > 0 ? "(" + n + ") " + base : base;
+  }
+
+  // The inbox list changed (a socket frame): the pending count is the whole inbox's (data-total;
+  // the list may be filtered), and a new approval at its head is worth a notification.
+  let lastInbox = null;
+  function inboxChanged(list) {
+    const total = Number(list.dataset.total);
+    const newest = list.dataset.newest || "";
+    if (lastInbox && total > lastInbox.total && newest && newest !== lastInbox.newest) {
+      notifyApproval(list.dataset.newestTool, list.dataset.newestRequester);
+    }
+    lastInbox = { total: total, newest: newest };
+    showPending(total);
+  }
+
+  // Checked bulk boxes survive the socket replacing the list (by value: conversation and call).
+  function keepBulkChecks(f) {
+    const checked = new Set();
+    document.querySelectorAll('#inbox input[data-parley="bulk-item"]:checked').forEach(function (b) {
+      checked.add(b.value);
+    });
+    if (checked.size === 0) return;
+    const frag = fragment(f.html);
+    frag.querySelectorAll('input[data-parley="bulk-item"]').forEach(function (b) {
+      if (checked.has(b.value)) b.setAttribute("checked", "");
+    });
+    const box = document.createElement("div");
+    box.appendChild(frag);
+    f.html = box.innerHTML;
+  }
+
+  // Browser notifications of new approvals, for reviewers who turned them on with the inbox's
+  // button (an explicit opt-in, remembered in this browser). Shown only while the tab is hidden,
+  // and saying only the tool's name and who asked: never arguments or conversation content.
+  const notifyKey = "parley.notify";
+  function notifyOn() {
+    try {
+      return "Notification" in window && Notification.permission === "granted" && localStorage.getItem(notifyKey) === "1";
+    } catch {
+      return false;
+    }
+  }
+
+  function notifyApproval(tool, requester) {
+    if (!document.hidden || !notifyOn()) return;
+    const clip = function (s) {
+      return String(s || "").slice(0, 80);
+    };
+    try {
+      new Notification("Approval requested", {
+        body: clip(tool) + (requester ? " — requested by " + clip(requester) : ""),
+        tag: "parley-approval",
+      });
+    } catch {
+      // A browser that refuses to show it (or only shows them from a service worker): the tab
+      // title's count still says it.
+    }
+  }
+
+  function notifyOptIn() {
+    const btn = document.querySelector('[data-parley="notify-optin"]');
+    if (!btn || !("Notification" in window) || Notification.permission === "denied") return;
+    const label = function () {
+      const on = notifyOn();
+      btn.textContent = on ? "Turn off browser notifications" : "Notify me of new approvals";
+      btn.dataset.state = on ? "on" : "off";
+    };
+    label();
+    btn.hidden = false;
+    btn.addEventListener("click", function () {
+      if (notifyOn()) {
+        try {
+          localStorage.removeItem(notifyKey);
+        } catch {
+          // private mode: nothing was stored
+        }
+        label();
+        return;
+      }
+      Promise.resolve(Notification.requestPermission()).then(function (p) {
+        if (p === "granted") {
+          try {
+            localStorage.setItem(notifyKey, "1");
+          } catch {
+            // private mode: on for this page only
+          }
+        }
+        label();
+        if (p === "denied") btn.hidden = true;
+      });
+    });
   }
 
   function pendingSocket(path) {
@@ -592,7 +795,10 @@
         } catch {
           return;
         }
-        if (f && f.type === "count") showPending(f.count);
+        if (f && f.type === "count") {
+          if (typeof f.tool === "string" && f.tool) notifyApproval(f.tool, f.requester);
+          showPending(f.count);
+        }
       });
       ws.addEventListener("close", function (ev) {
         document.documentElement.dataset.parleyPending = "closed";
@@ -607,6 +813,7 @@
 
   function start() {
     localTimes(document.body);
+    countdowns(document.body);
     codeCopyButtons(document.body);
     const root = document.querySelector("[data-ws]");
     if (root) {
@@ -615,7 +822,13 @@
     }
     // The inbox page's own socket carries the list, and with it the count.
     const pendingPath = document.body ? document.body.dataset.pendingWs : "";
-    if (pendingPath && !(root && root.dataset.ws === "/inbox/ws")) pendingSocket(pendingPath);
+    const onInbox = Boolean(root && root.dataset.ws && root.dataset.ws.indexOf("/inbox/ws") === 0);
+    if (pendingPath && !onInbox) pendingSocket(pendingPath);
+    if (onInbox) {
+      const list = document.getElementById("inbox");
+      if (list) lastInbox = { total: Number(list.dataset.total), newest: list.dataset.newest || "" };
+    }
+    notifyOptIn();
   }
 
   if (document.readyState === "loading") {

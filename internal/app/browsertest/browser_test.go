@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,9 +23,11 @@ import (
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/crypto/bcrypt"
 
 	"parley/internal/app"
+	"parley/internal/tools/mcpadapter/mcptest"
 )
 
 // wait bounds every wait for the page; a click → socket → DOM round trip takes ~0.15 s.
@@ -84,15 +87,39 @@ type harness struct {
 	shot     int
 }
 
-func newHarness(t *testing.T) *harness {
+// harnessOption adjusts the app a harness starts: its environment and its users.
+type harnessOption func(env map[string]string, users *[]harnessUser)
+
+// harnessUser is an account the harness creates (password "password-" + name).
+type harnessUser struct{ name, role string }
+
+// withEnv sets variables of the app's environment.
+func withEnv(kv map[string]string) harnessOption {
+	return func(env map[string]string, _ *[]harnessUser) {
+		for k, v := range kv {
+			env[k] = v
+		}
+	}
+}
+
+// withUser adds an account beside ann (member) and rita (reviewer).
+func withUser(name, role string) harnessOption {
+	return func(_ map[string]string, users *[]harnessUser) { *users = append(*users, harnessUser{name, role}) }
+}
+
+func newHarness(t *testing.T, hopts ...harnessOption) *harness {
 	t.Helper()
 	root := repoRoot(t)
 	requireChromium(t, root)
 	env := map[string]string{"PARLEY_ADDR": "127.0.0.1:0", "PARLEY_DATA_DIR": t.TempDir(), "PARLEY_MODEL": "demo",
 		"PARLEY_SHUTDOWN_TIMEOUT": "10s"}
+	users := []harnessUser{{"ann", "member"}, {"rita", "reviewer"}}
+	for _, o := range hopts {
+		o(env, &users)
+	}
 	getenv := func(k string) string { return env[k] }
 	ctx := context.Background()
-	for _, u := range []struct{ name, role string }{{"ann", "member"}, {"rita", "reviewer"}} {
+	for _, u := range users {
 		var out, errOut bytes.Buffer
 		std := app.IO{Stdin: strings.NewReader("password-" + u.name + "\n"), Stdout: &out, Stderr: &errOut}
 		if code := app.Main(ctx, []string{"user", "add", "--name", u.name, "--role", u.role, "--password-stdin"}, getenv, std); code != 0 {
@@ -206,6 +233,18 @@ type tab struct {
 // browserFor opens a tab in a fresh browser context (its own cookies) signed in as name.
 func (h *harness) browserFor(name string) *tab {
 	h.t.Helper()
+	tb := h.signedOut()
+	tb.do(chromedp.Navigate(h.url+"/login"),
+		chromedp.SendKeys(chromedp.CSS(`input[name="username"]`), name),
+		chromedp.SendKeys(chromedp.CSS(`input[name="password"]`), "password-"+name),
+		chromedp.Submit(chromedp.CSS(`input[name="password"]`)))
+	tb.until(`location.pathname === "/conversations"`)
+	return tb
+}
+
+// signedOut opens a tab in a browser context of its own, signed in as nobody.
+func (h *harness) signedOut() *tab {
+	h.t.Helper()
 	ctx, cancel := chromedp.NewContext(h.root, chromedp.WithNewBrowserContext())
 	h.t.Cleanup(cancel)
 	// The tab lives as long as the context of its first action: open it on ctx itself, never on
@@ -214,13 +253,7 @@ func (h *harness) browserFor(name string) *tab {
 		h.t.Fatalf("open tab: %v", err)
 	}
 	h.watch(ctx)
-	tb := &tab{h: h, ctx: ctx}
-	tb.do(chromedp.Navigate(h.url+"/login"),
-		chromedp.SendKeys(chromedp.CSS(`input[name="username"]`), name),
-		chromedp.SendKeys(chromedp.CSS(`input[name="password"]`), "password-"+name),
-		chromedp.Submit(chromedp.CSS(`input[name="password"]`)))
-	tb.until(`location.pathname === "/conversations"`)
-	return tb
+	return &tab{h: h, ctx: ctx}
 }
 
 // another opens a second tab in the same browser context (same cookies).
@@ -293,6 +326,29 @@ func (tb *tab) shot(name string) {
 	}
 }
 
+// readmeShot saves what the tab's viewport shows as test-artifacts/readme-screenshot.png and,
+// when PARLEY_UPDATE_SCREENSHOT=1, as docs/screenshot.png, the README's picture (a plain run
+// leaves the repository alone: the picture holds times and ids that change every run).
+func (tb *tab) readmeShot() {
+	tb.h.t.Helper()
+	ctx, cancel := context.WithTimeout(tb.ctx, 5*time.Second)
+	defer cancel()
+	buf, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		tb.h.t.Errorf("README screenshot: %v", err)
+		return
+	}
+	paths := []string{filepath.Join(tb.h.artifacts, "readme-screenshot.png")}
+	if os.Getenv("PARLEY_UPDATE_SCREENSHOT") == "1" {
+		paths = append(paths, filepath.Join(filepath.Dir(tb.h.artifacts), "docs", "screenshot.png"))
+	}
+	for _, p := range paths {
+		if err := os.WriteFile(p, buf, 0o644); err != nil {
+			tb.h.t.Errorf("write %s: %v", p, err)
+		}
+	}
+}
+
 // newConversation starts a conversation from the list and waits for its live socket.
 func (tb *tab) newConversation(title string) {
 	tb.do(chromedp.Navigate(tb.h.url+"/conversations"),
@@ -326,23 +382,42 @@ func callStatusIs(id, status string) string {
 	return `(() => { const c = document.querySelector(` + q(callSel(id)) + `); return c !== null && c.dataset.status === ` + q(status) + `; })()`
 }
 
+// mcpToolsFile serves the test MCP server (a real one, the SDK's, over streamable HTTP) and
+// returns a tools file naming it "greeter", with its two questioning tools ungated.
+func mcpToolsFile(t *testing.T) string {
+	t.Helper()
+	srv := mcptest.NewServer(false)
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Stateless: true}))
+	t.Cleanup(hs.Close)
+	path := filepath.Join(t.TempDir(), "tools.json")
+	file := fmt.Sprintf(`{"tools": [], "mcp_servers": [{"name": "greeter", "transport": "http", "url": %q, "allow_private_network": true,
+		"tools": {"allow": ["ask", "ask_url"], "approval": {"ask": "auto", "ask_url": "auto"}}}]}`, hs.URL)
+	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 func TestBrowser(t *testing.T) {
-	h := newHarness(t)
+	// One person sends every message of this long session within a minute: a burst above the
+	// default budget keeps the limit (tested in the web layer) out of the way.
+	h := newHarness(t, withEnv(map[string]string{"PARLEY_TOOLS": mcpToolsFile(t), "PARLEY_MESSAGE_BURST": "40"}))
 	defer h.checkConsole()
 	ann := h.browserFor("ann")
 	ann.shot("conversations")
+	ann.checkA11y(t, "conversations list")
 
 	t.Run("chat streams the demo model's answer", func(t *testing.T) {
 		ann.newConversation("Streaming")
-		// Count text frames landing in the streaming area, to see the answer arrive in pieces.
+		// Count renders of the streaming bubble, to see the answer arrive in pieces.
 		eval[bool](ann, `(() => { window.__streamFrames = 0; new MutationObserver(ms => { for (const m of ms) {
-			if (m.target.id === "streaming") for (const n of m.addedNodes) if (n.nodeType === 3) window.__streamFrames++; } })
+			for (const n of m.addedNodes) if (n.id === "streaming" && n.querySelector('[data-parley="message-streaming"]')) window.__streamFrames++; } })
 			.observe(document.body, {childList: true, subtree: true}); return true; })()`)
 		ann.say("hello there")
 		ann.until(`document.querySelector('[data-parley="message"][data-role="user"]') !== null`)
 		ann.until(`document.querySelector('[data-parley="message"][data-role="assistant"]') !== null`)
 		if n := eval[int](ann, `window.__streamFrames`); n < 2 {
-			t.Errorf("the answer arrived in %d text frame(s), want it streamed in several", n)
+			t.Errorf("the answer arrived in %d render(s), want it streamed in several", n)
 		}
 		ann.until(`document.querySelector('[data-parley="status"]').dataset.status === "idle"`)
 		ann.shot("chat-streamed")
@@ -380,7 +455,21 @@ func TestBrowser(t *testing.T) {
 		ann.say("email bob@example.com about lunch")
 		id := ann.newestCallID("send_email", "approval")
 		ann.until(`document.querySelector(` + q(callSel(id)+` [data-parley="approval"] [data-parley="plan"]`) + `) !== null`)
+		// The deadline in local time, with a countdown that ticks.
+		deadline := callSel(id) + ` [data-parley="deadline"]`
+		cd := `document.querySelector(` + q(deadline+` [data-parley="countdown"]`) + `).textContent`
+		ann.until(`/^ \(in \d+ (h \d\d min|min \d\d s|s)\)$/.test(` + cd + `)`)
+		if txt := eval[string](ann, `document.querySelector(`+q(deadline+` time`)+`).textContent`); strings.Contains(txt, "UTC") {
+			t.Errorf("the deadline is not in local time: %q", txt)
+		}
+		first := eval[string](ann, cd)
+		ann.until(cd + ` !== ` + q(first))
 		ann.shot("approval-card")
+		// The README's picture: the request, the assistant's answer and the card's top (the plan).
+		eval[bool](ann, `(document.querySelector('[data-parley="message"][data-role="user"]').scrollIntoView({block: "start"}), window.scrollBy(0, -12), true)`)
+		ann.readmeShot()
+		eval[bool](ann, `(window.scrollTo(0, document.documentElement.scrollHeight), true)`)
+		ann.checkA11y(t, "conversation with an approval card")
 		ann.do(chromedp.Click(chromedp.CSS(callSel(id) + ` button[name="decision"][value="approve"]`)))
 		ann.until(callStatusIs(id, "resolved"))
 		ann.until(`document.querySelector('[data-parley="status"]').dataset.status === "idle"`)
@@ -403,15 +492,58 @@ func TestBrowser(t *testing.T) {
 		ann.say("ask me a few questions")
 		id := ann.newestCallID("ask_user", "elicitation")
 		form := callSel(id) + ` form[data-parley="elicitation"]`
+		ann.until(`/^ \(in /.test(document.querySelector(` + q(callSel(id)+` [data-parley="deadline"] [data-parley="countdown"]`) + `).textContent)`)
 		ann.do(chromedp.Click(chromedp.CSS(form + ` button[name="action"][value="accept"]`)))
 		ann.until(`document.querySelector(` + q(form+` [data-field="name"] [data-parley="field-error"]`) + `) !== null`)
 		ann.shot("question-invalid")
+		ann.checkA11y(t, "conversation with a question form and its errors")
 		ann.do(chromedp.SendKeys(chromedp.CSS(form+` div[data-field="name"] input`), "Ann"),
 			chromedp.SetValue(chromedp.CSS(form+` div[data-field="favourite_colour"] select`), "green"),
 			chromedp.Click(chromedp.CSS(form+` button[name="action"][value="accept"]`)))
 		ann.until(callStatusIs(id, "resolved"))
 		ann.until(`document.querySelector(` + q(callSel(id)) + `).innerText.includes("green")`)
 		ann.shot("question-answered")
+	})
+
+	t.Run("an MCP server's questions answered from the page", func(t *testing.T) {
+		ann.newConversation("MCP")
+		idle := `document.querySelector('[data-parley="status"]').dataset.status === "idle"`
+		// The server asks mid-call; the card is its form, and the answer reaches the server,
+		// whose result shows on the same card.
+		ann.say("ask the greeter to greet me")
+		id := ann.newestCallID("greeter__ask", "elicitation")
+		form := callSel(id) + ` form[data-parley="elicitation"]`
+		ann.until(`document.querySelector(` + q(form) + `).innerText.includes("What is your name?")`)
+		ann.shot("mcp-question")
+		ann.do(chromedp.SendKeys(chromedp.CSS(form+` div[data-field="name"] input`), "Ann"),
+			chromedp.Click(chromedp.CSS(form+` button[name="action"][value="accept"]`)))
+		ann.until(callStatusIs(id, "resolved"))
+		ann.until(`document.querySelector(` + q(callSel(id)) + `).innerText.includes("hello Ann")`)
+		ann.until(idle)
+		// Declined: the server hears it and decides the result.
+		ann.say("ask the greeter to greet me")
+		id2 := ann.newestCallID("greeter__ask", "elicitation")
+		ann.do(chromedp.Click(chromedp.CSS(callSel(id2) + ` form[data-parley="elicitation"] button[name="action"][value="decline"]`)))
+		ann.until(callStatusIs(id2, "resolved"))
+		ann.until(`document.querySelector(` + q(callSel(id2)) + `).innerText.includes("no name: decline")`)
+		ann.until(idle)
+		// A URL-mode question: the link as text with its host, Open in a new tab, then Done.
+		ann.say("ask the greeter for a url")
+		id3 := ann.newestCallID("greeter__ask_url", "elicitation")
+		card := callSel(id3)
+		if host := eval[string](ann, `document.querySelector(`+q(card+` [data-parley="url-host"]`)+`).textContent`); host != "auth.example.test" {
+			t.Errorf("host shown %q", host)
+		}
+		open := eval[map[string]string](ann, `(() => { const a = document.querySelector(`+q(card+` a[data-parley="url-open"]`)+`);
+			return {href: a.href, target: a.target, rel: a.rel}; })()`)
+		if open["href"] != "https://auth.example.test/authorize?x=1" || open["target"] != "_blank" || open["rel"] != "noopener noreferrer" {
+			t.Errorf("open link %v", open)
+		}
+		ann.shot("mcp-url-question")
+		ann.do(chromedp.Click(chromedp.CSS(card + ` button[name="action"][value="accept"]`)))
+		ann.until(callStatusIs(id3, "resolved"))
+		ann.until(`document.querySelector(` + q(card) + `).innerText.includes("url: accept")`)
+		ann.until(idle)
 	})
 
 	t.Run("geolocation through the built-in hook", func(t *testing.T) {
@@ -538,6 +670,24 @@ func TestBrowser(t *testing.T) {
 		ann.shot("reconnected-resynced")
 	})
 
+	t.Run("without JavaScript a running turn says to reload, and Stop works", func(t *testing.T) {
+		nojs := ann.another()
+		if _, err := chromedp.Call(nojs.ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true}); err != nil {
+			t.Fatal(err)
+		}
+		nojs.do(chromedp.Navigate(h.url+"/conversations"),
+			chromedp.SendKeys(chromedp.CSS(`form[data-parley="new-conversation"] input[name="title"]`), "No script"),
+			chromedp.Click(chromedp.CSS(`form[data-parley="new-conversation"] button[type="submit"]`)))
+		nojs.until(`location.pathname.startsWith("/conversations/") && document.querySelector('form[data-parley="composer"]') !== null`)
+		nojs.do(chromedp.SendKeys(chromedp.CSS(`form[data-parley="composer"] textarea[name="text"]`), "count down from 10"),
+			chromedp.Click(chromedp.CSS(`form[data-parley="composer"] button[type="submit"]`)))
+		// The plain POST comes back to the page while the countdown runs: it says to reload.
+		nojs.until(`(() => { const n = document.querySelector('[data-parley="noscript-reload"]'); return n !== null && n.getClientRects().length > 0; })()`)
+		nojs.shot("no-javascript-running")
+		nojs.do(chromedp.Click(chromedp.CSS(stopButton)))
+		nojs.until(`document.querySelector('[data-parley="status"]').dataset.status === "idle" && document.querySelector('[data-parley="noscript-reload"]') === null`)
+	})
+
 	t.Run("the reviewer inbox updates live", func(t *testing.T) {
 		rita := h.browserFor("rita")
 		rita.do(chromedp.Navigate(h.url + "/inbox"))
@@ -552,10 +702,19 @@ func TestBrowser(t *testing.T) {
 		rita.until(`document.querySelector('[data-parley="inbox"] [data-parley="approval"][data-tool-call-id="` + id + `"]') !== null`)
 		rita.until(`document.querySelector('[data-parley="inbox"]').innerText.includes("Reviewer's own")`)
 		rita.shot("inbox-live")
+		rita.checkA11y(t, "inbox with an approval")
 		rita.do(chromedp.Click(chromedp.CSS(`[data-parley="inbox"] [data-parley="approval"][data-tool-call-id="` + id + `"] button[name="decision"][value="approve"]`)))
 		rita.until(`document.querySelectorAll('[data-parley="inbox"] [data-parley="approval"]').length === 0`)
 		chat.until(callStatusIs(id, "resolved"))
 		rita.shot("inbox-decided")
+	})
+
+	t.Run("the sign-in page", func(t *testing.T) {
+		anon := h.signedOut()
+		anon.do(chromedp.Navigate(h.url + "/login"))
+		anon.until(`document.querySelector('input[name="password"]') !== null`)
+		anon.checkA11y(t, "sign-in")
+		anon.shot("sign-in")
 	})
 }
 

@@ -9,8 +9,8 @@ import (
 )
 
 // TestBrowserConversations: a conversation is named after its first message, renamed and
-// deleted from its page's menu (a disclosure: no script needed), and found by title on the
-// conversations page; at 390 px the open menu does not make the page scroll sideways.
+// deleted from its page's menu (a disclosure: no script needed), and found by title and by
+// message text on the conversations page; at 390 px the open menu does not make the page scroll sideways.
 func TestBrowserConversations(t *testing.T) {
 	h := newHarness(t)
 	defer h.checkConsole()
@@ -44,6 +44,20 @@ func TestBrowserConversations(t *testing.T) {
 	eval[bool](ann, `(document.querySelector('form[data-parley="search"] input[name="q"]').value = "", true)`)
 	ann.do(chromedp.SendKeys(chromedp.CSS(`form[data-parley="search"] input[name="q"]`), "zebra\r"))
 	ann.until(`document.querySelector('[data-parley="search-empty"]') !== null`)
+
+	// Search by message text: the assistant's "Let me check the clock.", shown as a marked
+	// excerpt that leads to the message.
+	eval[bool](ann, `(document.querySelector('form[data-parley="search"] input[name="q"]').value = "", true)`)
+	ann.do(chromedp.SendKeys(chromedp.CSS(`form[data-parley="search"] input[name="q"]`), "CHEC\r"))
+	ann.until(`location.search === "?q=CHEC"`)
+	ann.until(`document.querySelectorAll('[data-parley="conversation-link"]').length === 1 && document.querySelector('[data-parley="search-snippet"] mark') !== null`)
+	if got := eval[string](ann, `document.querySelector('[data-parley="search-snippet"] mark').textContent`); got != "check" {
+		t.Errorf("the marked word is %q, want \"check\"", got)
+	}
+	ann.checkA11y(t, "conversations search results")
+	ann.shot("conversations-search-messages")
+	ann.do(chromedp.Click(chromedp.CSS(`[data-parley="search-snippet"]`)))
+	ann.until(`location.pathname === "/conversations/` + id + `" && location.hash !== "" && document.querySelector(location.hash + ' [data-parley="message"][data-role="assistant"]') !== null`)
 
 	// At 390 px, the open menu stays on screen.
 	if _, err := chromedp.Call(ann.ctx, emulation.SetDeviceMetricsOverride, emulation.SetDeviceMetricsOverrideParams{

@@ -7,13 +7,10 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
-// TestBrowserRememberApproval: ann approves a send_email "and remember" for this conversation
-// from the card (over hooks.js's fetch); the next send_email in the conversation runs without
-// asking and its card names the remembered approval.
-func TestBrowserRememberApproval(t *testing.T) {
-	h := newHarness(t)
-	defer h.checkConsole()
-	ann := h.browserFor("ann")
+// rememberApproval: ann approves a send_email "and remember" for this conversation from the
+// card (over hooks.js's fetch); the next send_email in the conversation runs without asking and
+// its card names the remembered approval. A step of TestBrowserGovernance.
+func rememberApproval(t *testing.T, h *harness, ann *tab) {
 
 	ann.newConversation("Remember")
 	ann.say("email bob@example.com about lunch")
@@ -54,13 +51,10 @@ func containsAll(s string, parts ...string) bool {
 	return true
 }
 
-// TestBrowserPendingCount: a reviewer's open page counts the approvals waiting in their inbox
-// on the Inbox link and in the tab title, live: up when a call asks, down when it is decided;
-// the inbox page keeps it from its own list.
-func TestBrowserPendingCount(t *testing.T) {
-	h := newHarness(t)
-	defer h.checkConsole()
-	rita := h.browserFor("rita")
+// pendingCount: a reviewer's open page counts the approvals waiting in their inbox on the Inbox
+// link and in the tab title, live: up when a call asks, down when it is decided; the inbox page
+// keeps it from its own list. A step of TestBrowserGovernance, run while nothing waits.
+func pendingCount(t *testing.T, h *harness, rita *tab) {
 	rita.do(chromedp.Navigate(h.url + "/conversations"))
 	rita.until(`document.documentElement.dataset.parleyPending === "open"`)
 	countIs := func(n string) string {

@@ -1,10 +1,12 @@
 package browsertest
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 )
 
@@ -54,6 +56,65 @@ func TestBrowserChatLayout(t *testing.T) {
 			chromedp.KeyEvent("\r"))
 		ann.until(callStatusIs(id, "resolved"))
 		ann.until(`(() => { const a = document.activeElement; return a !== null && a !== document.body && a.closest(` + q(`#call-`+id) + `) !== null; })()`)
+	})
+
+	t.Run("Enter sends, Shift+Enter breaks a line; edited arguments; answers and cards are announced", func(t *testing.T) {
+		ann.newConversation("Keys")
+		eval[bool](ann, `(() => { window.__announced = []; const r = document.getElementById("announce");
+			new MutationObserver(() => window.__announced.push(r.textContent)).observe(r, {childList: true, characterData: true, subtree: true}); return true; })()`)
+		ta := `form[data-parley="composer"] textarea[name="text"]`
+		ann.do(chromedp.SendKeys(chromedp.CSS(ta), "email bob@example.com"),
+			chromedp.KeyEvent("\r", chromedp.KeyModifiers(chromedp.ModifierShift)),
+			chromedp.SendKeys(chromedp.CSS(ta), "about lunch"))
+		if v := eval[string](ann, `document.querySelector(`+q(ta)+`).value`); v != "email bob@example.com\nabout lunch" {
+			t.Errorf("after Shift+Enter the composer holds %q, want two lines", v)
+		}
+		// A real Enter: one keyDown carrying its text, as a keyboard sends it (chromedp.KeyEvent
+		// sends the character as an event of its own, which no page can cancel).
+		for _, typ := range []input.DispatchKeyEventType{input.DispatchKeyEventTypeKeyDown, input.DispatchKeyEventTypeKeyUp} {
+			p := input.DispatchKeyEventParams{Type: typ, Key: "Enter", Code: "Enter", WindowsVirtualKeyCode: 13, NativeVirtualKeyCode: 13}
+			if typ == input.DispatchKeyEventTypeKeyDown {
+				p.Text, p.UnmodifiedText = "\r", "\r"
+			}
+			if _, err := chromedp.Call(ann.ctx, input.DispatchKeyEvent, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ann.until(`Array.from(document.querySelectorAll('[data-parley="message"][data-role="user"] .message-body')).some(b => b.textContent === "email bob@example.com\nabout lunch")`)
+		if v := eval[string](ann, `document.querySelector(`+q(ta)+`).value`); v != "" {
+			t.Errorf("after Enter the composer still holds %q", v)
+		}
+		id := ann.newestCallID("send_email", "approval")
+		// The screen reader hears the answer once, then that a card waits (not every streamed word).
+		ann.until(`window.__announced.includes("A card needs your decision.")`)
+		said := eval[[]string](ann, `window.__announced.filter(s => s !== "")`)
+		if len(said) < 2 || !strings.HasPrefix(said[0], "Assistant: ") || len(said) > 3 {
+			t.Errorf("announced %q, want the answer then the card", said)
+		}
+		if eval[string](ann, `document.getElementById("announce").getAttribute("aria-live")`) != "polite" {
+			t.Errorf("the announcements are not a polite live region")
+		}
+		// The arguments are edited in the form built from the schema, and the edit is what ran.
+		subject := callSel(id) + ` [data-parley="args-form"] input[name="arg.subject"]`
+		eval[bool](ann, `(document.querySelector(`+q(subject)+`).value = "", true)`)
+		ann.do(chromedp.SendKeys(chromedp.CSS(subject), "Lunch on Friday"))
+		// The card's plan follows the edit (hooks.js posts the form to the plan route).
+		plan := callSel(id) + ` [data-parley="approval"] [data-parley="plan"]`
+		ann.until(`(() => { const p = document.querySelector(` + q(plan) + `); return p !== null && !p.hasAttribute("data-stale") && p.querySelector(".plan-summary").textContent.includes('"Lunch on Friday"'); })()`)
+		ann.shot("plan-follows-edit")
+		// An edit the schema refuses keeps the last plan, marked stale; the next good one clears it.
+		to := callSel(id) + ` [data-parley="args-form"] input[name="arg.to"]`
+		was := eval[string](ann, `document.querySelector(`+q(to)+`).value`)
+		eval[bool](ann, `(document.querySelector(`+q(to)+`).value = "", true)`)
+		ann.do(chromedp.SendKeys(chromedp.CSS(to), "nobody"))
+		ann.until(`(() => { const p = document.querySelector(` + q(plan) + `); return p.hasAttribute("data-stale") && p.querySelector(".plan-summary").textContent.includes("Lunch on Friday"); })()`)
+		eval[bool](ann, `(document.querySelector(`+q(to)+`).value = "", true)`)
+		ann.do(chromedp.SendKeys(chromedp.CSS(to), was))
+		ann.until(`(() => { const p = document.querySelector(` + q(plan) + `); return !p.hasAttribute("data-stale") && p.querySelector(".plan-summary").textContent.includes(` + q(was) + `); })()`)
+		ann.do(chromedp.Click(chromedp.CSS(callSel(id) + ` button[name="decision"][value="approve"]`)))
+		ann.until(callStatusIs(id, "resolved"))
+		ann.until(`document.querySelector(` + q(callSel(id)) + `).innerText.includes("Lunch on Friday")`)
+		ann.shot("edited-arguments-approved")
 	})
 
 	t.Run("a skip link leads to the content", func(t *testing.T) {

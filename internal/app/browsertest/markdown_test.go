@@ -1,6 +1,8 @@
 package browsertest
 
 import (
+	"encoding/json"
+	"math"
 	"testing"
 
 	"github.com/chromedp/cdproto/browser"
@@ -22,8 +24,56 @@ func TestBrowserCodeBlocks(t *testing.T) {
 		}
 	}
 	ann.newConversation("Code")
+	// Watch the streaming bubble while the answer streams (the demo model sends it word by word):
+	// it shows rendered Markdown (never the raw "**"), and the logged message takes its place at
+	// the same position and size.
+	eval[bool](ann, `(() => {
+		const w = window.streamWatch = {renders: 0, rendered: false, raw: false, last: null, final: null};
+		new MutationObserver(() => {
+			const s = document.querySelector('[data-parley="message-streaming"]');
+			if (s) {
+				w.renders++;
+				if (s.querySelector('.markdown strong')) w.rendered = true;
+				if (s.textContent.includes("**")) w.raw = true;
+				const r = s.getBoundingClientRect();
+				w.last = {top: r.top + scrollY, height: r.height, text: s.querySelector('.message-body').innerHTML};
+			}
+			const m = document.querySelector('[data-parley="message"][data-role="assistant"]');
+			if (m && !w.final) {
+				const r = m.getBoundingClientRect();
+				w.final = {top: r.top + scrollY, height: r.height, both: s !== null, text: m.querySelector('.message-body').innerHTML};
+			}
+		}).observe(document.body, {childList: true, subtree: true, characterData: true});
+		return true;
+	})()`)
 	ann.say("show me some code")
 	ann.until(`document.querySelector('[data-parley="message"][data-role="assistant"] pre.code code.language-go') !== null`)
+	type box struct {
+		Top, Height float64
+		Text        string
+		Both        bool
+	}
+	var watch struct {
+		Renders     int
+		Rendered    bool
+		Raw         bool
+		Last, Final *box
+	}
+	if err := json.Unmarshal([]byte(eval[string](ann, `JSON.stringify(window.streamWatch)`)), &watch); err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case watch.Renders == 0 || watch.Last == nil || watch.Final == nil:
+		t.Errorf("the answer never streamed into the bubble: %+v", watch)
+	case !watch.Rendered || watch.Raw:
+		t.Errorf("the streaming bubble showed raw Markdown (rendered %v, raw ** seen %v)", watch.Rendered, watch.Raw)
+	case watch.Final.Both:
+		t.Errorf("the streaming bubble stayed beside the logged message")
+	case math.Abs(watch.Last.Top-watch.Final.Top) > 0.5 || math.Abs(watch.Last.Height-watch.Final.Height) > 0.5:
+		t.Errorf("the logged message jumped: streaming bubble at %.1f (height %.1f), message at %.1f (height %.1f)",
+			watch.Last.Top, watch.Last.Height, watch.Final.Top, watch.Final.Height)
+	}
+	t.Logf("streaming: %d renders of the bubble", watch.Renders)
 	// Highlighted: keywords are spans with chroma's class, coloured (not the text colour).
 	if !eval[bool](ann, `(() => {
 		const kw = document.querySelector('pre.code span.kd, pre.code span.kn');

@@ -117,8 +117,12 @@ func (p *Provider) Stream(ctx context.Context, req llm.Request, emit func(llm.Ev
 
 // Answer computes the whole answer to req without streaming it.
 func Answer(req llm.Request) llm.Response {
-	tools := toolNames(req.Tools)
-	b := &builder{tools: tools, prefix: fmt.Sprintf("demo_%d_", len(req.Messages)), used: usedIDs(req.Messages)}
+	defs := definitions(req.Tools)
+	tools := map[string]bool{}
+	for _, d := range defs {
+		tools[d.name] = true
+	}
+	b := &builder{tools: tools, defs: defs, prefix: fmt.Sprintf("demo_%d_", len(req.Messages)), used: usedIDs(req.Messages)}
 	if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == llm.RoleTool {
 		b.text = summarize(req.Messages)
 	} else {
@@ -143,6 +147,7 @@ func Answer(req llm.Request) llm.Response {
 // builder gathers an answer.
 type builder struct {
 	tools  map[string]bool
+	defs   []definition
 	prefix string
 	used   map[string]bool
 	text   string
@@ -201,6 +206,7 @@ var zones = map[string]string{
 func respond(b *builder, text string) {
 	lower := strings.ToLower(text)
 	switch {
+	case prefixed(b, b.defs, text): // prefixed.go: an MCP server's tools
 	case codeRE.MatchString(lower):
 		b.text = codeAnswer
 	case mixedRE.MatchString(lower):
@@ -266,7 +272,7 @@ func respond(b *builder, text string) {
 		b.text = "Echoing that back through a tool."
 		b.call("echo", map[string]any{"text": strings.TrimSpace(echoRE.FindStringSubmatch(text)[1])})
 	default:
-		b.text = plain(text, b.tools)
+		b.text = plain(text, b.tools, b.defs)
 	}
 }
 
@@ -386,7 +392,7 @@ func zoneIn(lower string) string {
 }
 
 // plain answers a message no tool intent matched.
-func plain(text string, tools map[string]bool) string {
+func plain(text string, tools map[string]bool, defs []definition) string {
 	var sb strings.Builder
 	if greetingRE.MatchString(strings.ToLower(text)) {
 		sb.WriteString("Hello! ")
@@ -409,6 +415,9 @@ func plain(text string, tools map[string]bool) string {
 		if l.tool == "" || tools[l.tool] {
 			sb.WriteString(l.line + "\n")
 		}
+	}
+	for _, l := range prefixedHints(defs) {
+		sb.WriteString(l + "\n")
 	}
 	return strings.TrimRight(sb.String(), "\n")
 }
@@ -501,6 +510,10 @@ func describe(name, content string) (string, bool) {
 	if r != nil && name == "ask_user" {
 		return "you answered " + fields(r) + ".", true
 	}
+	var said string
+	if json.Unmarshal(env.Result, &said) == nil { // a text result (an MCP server's, typically)
+		return "said: " + clip(said, 300), true
+	}
 	return "returned `" + clip(string(env.Result), 160) + "`", true
 }
 
@@ -558,55 +571,43 @@ func clip(s string, n int) string {
 	return string(r[:n]) + "…"
 }
 
-// toolNames reads tool names from definitions in OpenAI ({"function":{"name"}}) or Anthropic
-// / native ({"name"}) shape.
-func toolNames(defs []llm.Tool) map[string]bool {
-	names := map[string]bool{}
-	for _, d := range defs {
-		if n := toolName(d); n != "" {
-			names[n] = true
+// definitions reads the tool definitions in OpenAI ({"function":{"name"}}) or Anthropic /
+// native ({"name"}) shape; one without a name is left out.
+func definitions(raw []llm.Tool) []definition {
+	out := make([]definition, 0, len(raw))
+	for _, d := range raw {
+		if def := definitionOf(d); def.name != "" {
+			out = append(out, def)
 		}
 	}
-	return names
+	return out
 }
 
-// definedNames keeps each tool definition's name: the same definitions come with every request,
-// and parsing them all each time was most of the demo model's work. Bounded by maxDefinedNames;
-// when full it is emptied and refills from the requests that follow.
-var definedNames = struct {
+// defined keeps each tool definition as read: the same definitions come with every request,
+// and parsing them all each time was most of the demo model's work. Bounded by maxDefined; when
+// full it is emptied and refills from the requests that follow.
+var defined = struct {
 	sync.Mutex
-	m map[string]string
-}{m: map[string]string{}}
+	m map[string]definition
+}{m: map[string]definition{}}
 
-const maxDefinedNames = 1024
+const maxDefined = 1024
 
-// toolName is a definition's name in either export format ("" when it has none).
-func toolName(d llm.Tool) string {
-	definedNames.Lock()
-	n, ok := definedNames.m[string(d)]
-	definedNames.Unlock()
+func definitionOf(d llm.Tool) definition {
+	defined.Lock()
+	def, ok := defined.m[string(d)]
+	defined.Unlock()
 	if ok {
-		return n
+		return def
 	}
-	var t struct {
-		Name     string `json:"name"`
-		Function struct {
-			Name string `json:"name"`
-		} `json:"function"`
+	def = parseDefinition(d)
+	defined.Lock()
+	if len(defined.m) >= maxDefined {
+		clear(defined.m)
 	}
-	if json.Unmarshal(d, &t) == nil {
-		n = t.Function.Name
-		if n == "" {
-			n = t.Name
-		}
-	}
-	definedNames.Lock()
-	if len(definedNames.m) >= maxDefinedNames {
-		clear(definedNames.m)
-	}
-	definedNames.m[string(d)] = n
-	definedNames.Unlock()
-	return n
+	defined.m[string(d)] = def
+	defined.Unlock()
+	return def
 }
 
 func lastUserText(msgs []llm.Message) string {

@@ -1,9 +1,11 @@
 // Package openai is the llm.Provider for OpenAI Chat Completions and every server that speaks
 // it (Ollama, vLLM, llama.cpp's server, LM Studio …), built on the official SDK
-// github.com/openai/openai-go/v3. The SDK brings the request encoding, authentication and the
-// SSE decoder; this package adds what the agent needs on top: tool-call argument fragments
-// reassembled by index, text deltas emitted as they arrive, failures mapped to *llm.Error, a
-// stream cut mid-way reported as retryable, and tool-call ids made unique.
+// github.com/openai/openai-go/v3. The SDK brings the transport, authentication, status errors
+// and the SSE decoder; this package encodes the request and decodes the chunks' fields itself
+// (wireRequest, streamChunk: the SDK's reflective codecs were most of a model call's CPU), and
+// adds what the agent needs on top: tool-call argument fragments reassembled by index, text
+// deltas emitted as they arrive, failures mapped to *llm.Error, a stream cut mid-way reported as
+// retryable, and tool-call ids made unique.
 //
 // The SDK's own retries are disabled: the agent's loop is the one retry scheduler, so a failed
 // call comes back at once with its Retry-After.
@@ -22,7 +24,6 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
-	"github.com/openai/openai-go/v3/packages/param"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 
 	"parley/internal/clock"
@@ -91,11 +92,15 @@ func (p *Provider) ToolFormat() string { return "openai" }
 // is stateless and only needs the ids of one request to match each other, so the fresh id is
 // the one stored and sent back later, and no mapping to the provider's id is needed.
 func (p *Provider) Stream(ctx context.Context, req llm.Request, emit func(llm.Event) error) (llm.Response, error) {
-	params, err := p.params(req)
+	body, err := p.body(req)
 	if err != nil {
 		return llm.Response{}, err
 	}
-	stream := p.client.Chat.Completions.NewStreaming(ctx, params)
+	// The body is encoded here (see body) and sent through the SDK's client, which still does the
+	// authentication, the status mapping and the SSE decoding, as NewStreaming would.
+	var raw *http.Response
+	err = p.client.Post(ctx, "chat/completions", body, &raw)
+	stream := ssestream.NewStream[streamChunk](ssestream.NewDecoder(raw), err)
 	defer stream.Close()
 
 	var (
@@ -161,6 +166,32 @@ func (p *Provider) Stream(ctx context.Context, req llm.Request, emit func(llm.Ev
 		}
 	}
 	return resp, nil
+}
+
+// streamChunk is the part of a Chat Completions stream chunk this package reads, decoded by
+// encoding/json: the SDK's ChatCompletionChunk, decoded by its reflective decoder that keeps
+// every field's metadata, cost more per chunk than the rest of a stream's handling.
+type streamChunk struct {
+	Choices []struct {
+		Index int64 `json:"index"`
+		Delta struct {
+			Content   string `json:"content"`
+			Refusal   string `json:"refusal"`
+			ToolCalls []struct {
+				Index    int64  `json:"index"`
+				ID       string `json:"id"`
+				Function struct {
+					Name      string `json:"name"`
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+		} `json:"delta"`
+		FinishReason string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage struct {
+		PromptTokens     int64 `json:"prompt_tokens"`
+		CompletionTokens int64 `json:"completion_tokens"`
+	} `json:"usage"`
 }
 
 // partialCall gathers one tool call's fragments.
@@ -249,7 +280,8 @@ func mapStreamError(ctx context.Context, err error) error {
 		return &llm.Error{Kind: string(fault.KindProviderHTTPError), Message: streamErrorMessage(se), Retryable: true, Err: err}
 	}
 	var syntax *json.SyntaxError
-	if errors.As(err, &syntax) {
+	var typ *json.UnmarshalTypeError
+	if errors.As(err, &syntax) || errors.As(err, &typ) {
 		return &llm.Error{Kind: string(fault.KindInvalidResponse), Message: "the provider sent a chunk that is not JSON", Retryable: true, Err: err}
 	}
 	return llm.StreamCutError(err)
@@ -267,21 +299,57 @@ func streamErrorMessage(se *ssestream.StreamError) string {
 	return "the provider reported an error in the stream"
 }
 
-// params builds the SDK's request. Tool definitions are sent verbatim (param.Override), as the
-// registry exported them.
-func (p *Provider) params(req llm.Request) (openai.ChatCompletionNewParams, error) {
-	msgs := make([]openai.ChatCompletionMessageParamUnion, 0, len(req.Messages)+1)
+// wireRequest is a streaming Chat Completions request as the SDK's ChatCompletionNewParams
+// encodes it (openai_test.go checks that the two agree), encoded with encoding/json: the SDK's
+// reflective encoder of its parameter unions, plus its edit of the encoded body to add
+// "stream", was the largest part of this package's CPU per model call (docs/benchmarks.md).
+type wireRequest struct {
+	Messages      []wireMessage     `json:"messages"`
+	Model         string            `json:"model"`
+	MaxTokens     int               `json:"max_tokens,omitempty"`
+	StreamOptions wireStreamOptions `json:"stream_options"`
+	Stream        bool              `json:"stream"`
+	// The tools are appended to the encoded object as they are (see body).
+}
+
+type wireStreamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+type wireMessage struct {
+	Content    *string        `json:"content,omitempty"`
+	ToolCalls  []wireToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string         `json:"tool_call_id,omitempty"`
+	Role       string         `json:"role"`
+}
+
+type wireToolCall struct {
+	ID       string           `json:"id"`
+	Function wireToolFunction `json:"function"`
+	Type     string           `json:"type"`
+}
+
+type wireToolFunction struct {
+	Arguments string `json:"arguments"`
+	Name      string `json:"name"`
+}
+
+// body encodes req as a streaming Chat Completions request. Tool definitions are sent
+// verbatim, as the registry exported them.
+func (p *Provider) body(req llm.Request) ([]byte, error) {
+	w := wireRequest{Model: p.model, StreamOptions: wireStreamOptions{IncludeUsage: true}, Stream: true,
+		Messages: make([]wireMessage, 0, len(req.Messages)+1)}
 	if req.System != "" {
-		msgs = append(msgs, openai.SystemMessage(req.System))
+		w.Messages = append(w.Messages, wireMessage{Role: "system", Content: &req.System})
 	}
 	for i, m := range req.Messages {
 		switch m.Role {
 		case llm.RoleUser:
-			msgs = append(msgs, openai.UserMessage(m.Content))
+			w.Messages = append(w.Messages, wireMessage{Role: "user", Content: &m.Content})
 		case llm.RoleAssistant:
-			a := openai.ChatCompletionAssistantMessageParam{}
+			a := wireMessage{Role: "assistant"}
 			if m.Content != "" || len(m.ToolCalls) == 0 {
-				a.Content.OfString = openai.String(m.Content)
+				a.Content = &m.Content
 			}
 			for _, tc := range m.ToolCalls {
 				if tc.Provider {
@@ -291,35 +359,43 @@ func (p *Provider) params(req llm.Request) (openai.ChatCompletionNewParams, erro
 				if args == "" {
 					args = "{}"
 				}
-				a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
-					OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
-						ID:       tc.ID,
-						Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Name, Arguments: args},
-					},
-				})
+				a.ToolCalls = append(a.ToolCalls, wireToolCall{ID: tc.ID, Type: "function", Function: wireToolFunction{Name: tc.Name, Arguments: args}})
 			}
-			msgs = append(msgs, openai.ChatCompletionMessageParamUnion{OfAssistant: &a})
+			w.Messages = append(w.Messages, a)
 		case llm.RoleTool:
-			msgs = append(msgs, openai.ToolMessage(m.Content, m.ToolCallID))
+			w.Messages = append(w.Messages, wireMessage{Role: "tool", Content: &m.Content, ToolCallID: m.ToolCallID})
 		default:
-			return openai.ChatCompletionNewParams{}, fmt.Errorf("openai provider: message %d has unknown role %q", i, m.Role)
+			return nil, fmt.Errorf("openai provider: message %d has unknown role %q", i, m.Role)
 		}
-	}
-	params := openai.ChatCompletionNewParams{
-		Model:         p.model,
-		Messages:      msgs,
-		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
-	}
-	for i, t := range req.Tools {
-		if !json.Valid(t) {
-			return openai.ChatCompletionNewParams{}, fmt.Errorf("openai provider: tool %d is not valid JSON", i)
-		}
-		ft := param.Override[openai.ChatCompletionFunctionToolParam](json.RawMessage(t))
-		params.Tools = append(params.Tools, openai.ChatCompletionToolUnionParam{OfFunction: &ft})
 	}
 	if req.MaxTokens > 0 {
 		// max_tokens rather than max_completion_tokens: every compatible server reads it.
-		params.MaxTokens = openai.Int(int64(req.MaxTokens))
+		w.MaxTokens = req.MaxTokens
 	}
-	return params, nil
+	b, err := json.Marshal(w)
+	if err != nil {
+		return nil, fmt.Errorf("openai provider: encode the request: %w", err)
+	}
+	if len(req.Tools) == 0 {
+		return b, nil
+	}
+	// The tool definitions go in verbatim, checked once: as json.RawMessage fields, encoding/json
+	// would scan and re-compact each of them again on every model call.
+	size := len(b) + len(`,"tools":[]`)
+	for i, t := range req.Tools {
+		if !json.Valid(t) {
+			return nil, fmt.Errorf("openai provider: tool %d is not valid JSON", i)
+		}
+		size += len(t) + 1
+	}
+	out := make([]byte, 0, size)
+	out = append(out, b[:len(b)-1]...) // without the closing brace
+	out = append(out, `,"tools":[`...)
+	for i, t := range req.Tools {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, t...)
+	}
+	return append(out, "]}"...), nil
 }

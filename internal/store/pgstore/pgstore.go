@@ -72,7 +72,7 @@ func Open(ctx context.Context, databaseURL string, logger *slog.Logger, opts ...
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{
-		Core:       sqlcore.Core{Dialect: sqlcore.Dialect{SkipLocked: "FOR UPDATE SKIP LOCKED", ChainSQL: chainSQL}, Clock: clock.Real{}},
+		Core:       sqlcore.Core{Dialect: sqlcore.Dialect{SkipLocked: "FOR UPDATE SKIP LOCKED", ChainSQL: chainSQL, FindSQL: findSQL, Match: tsMatch}, Clock: clock.Real{}},
 		committers: -1, // half the pool, decided once its size is known
 	}
 	for _, o := range opts {
@@ -151,6 +151,42 @@ func Migrate(ctx context.Context, databaseURL string) error {
 
 // chainSQL places a transaction's new audit records in the hash chain (migration 008).
 const chainSQL = `SELECT parley_chain_audit()`
+
+// findSQL finds an owner's conversations by title (LIKE, as SearchConversations) or by message
+// (the entries' tsvector, migration 009), naming each conversation's most recent matching message
+// with an excerpt. It walks the owner's own conversations, newest message first (the entries'
+// primary key), never an index over every owner's messages: its cost is bounded by the
+// searcher's data, not by everyone's (migration 012). The excerpt is ts_headline over the
+// message as written (markers removed, so the only markers are ts_headline's), which marks the
+// words its own parser sees; a match inside what that parser reads as one token (a tag, an
+// address, a path) is shown unmarked.
+const findSQL = `WITH q AS (SELECT to_tsquery('simple', $2) AS q),
+hits AS (
+	SELECT c.id AS conversation_id, h.seq
+	FROM conversations c, q, LATERAL (
+		SELECT e.seq FROM entries e WHERE e.conversation_id = c.id AND e.search @@ q.q
+		ORDER BY e.seq DESC LIMIT 1) h
+	WHERE c.owner_id = $1
+),
+found AS (
+	SELECT c.id, c.owner_id, c.title, c.status, c.last_seq, c.created_at, c.updated_at, h.seq
+	FROM conversations c LEFT JOIN hits h ON h.conversation_id = c.id
+	WHERE c.owner_id = $1 AND (h.seq IS NOT NULL OR lower(c.title) LIKE lower($3) ESCAPE '\')
+	ORDER BY c.updated_at DESC, c.created_at DESC, c.id LIMIT $4
+)
+SELECT f.id, f.owner_id, f.title, f.status, f.last_seq, f.created_at, f.updated_at, coalesce(f.seq, 0),
+	coalesce((SELECT ts_headline('simple', left(translate(parley_message_text(e.data), E'\x02\x03', ''), 100000), q.q,
+			'StartSel=' || chr(2) || ', StopSel=' || chr(3) || ', MaxWords=24, MinWords=8')
+		FROM entries e, q WHERE e.conversation_id = f.id AND e.seq = f.seq), '')
+FROM found f
+ORDER BY f.updated_at DESC, f.created_at DESC, f.id`
+
+// tsMatch is the tsquery of FindSQL: every word, each also as a prefix when it has at least
+// sqlcore.MinPrefix characters ("budg:* & q3"): a one-letter prefix matches nearly every
+// message in the index, every owner's, before the owner's are kept.
+func tsMatch(words []string) string {
+	return sqlcore.MatchTerms(words, func(w string) string { return w }, ":*", " & ")
+}
 
 // SchemaVersion implements store.Store: have is the newest version in schema_migrations (0 when
 // the table is missing), want the newest migration embedded in this binary.

@@ -159,9 +159,59 @@ CREATE TABLE grants (
 );
 CREATE INDEX grants_user_tool ON grants (user_id, tool, expires_at);
 
+CREATE TABLE inbox_claims (
+	conversation_id TEXT NOT NULL,
+	tool_call_id    TEXT NOT NULL,
+	user_id         TEXT NOT NULL,
+	claimed_at      INTEGER NOT NULL,
+	expires_at      INTEGER NOT NULL,
+	PRIMARY KEY (conversation_id, tool_call_id)
+);
+CREATE INDEX inbox_claims_expires ON inbox_claims (expires_at);
+
+CREATE TABLE notify_outbox (
+	id              TEXT PRIMARY KEY,
+	payload         TEXT NOT NULL,
+	created_at      INTEGER NOT NULL,
+	attempts        INTEGER NOT NULL DEFAULT 0,
+	next_attempt_at INTEGER NOT NULL,
+	claimed_until   INTEGER,
+	last_error      TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX notify_outbox_due ON notify_outbox (next_attempt_at);
+
 CREATE TABLE usage (
 	user_id TEXT NOT NULL,
 	day     TEXT NOT NULL,
 	tokens  INTEGER NOT NULL,
 	PRIMARY KEY (user_id, day)
 );
+
+-- Search over messages (store.FindConversations; PostgreSQL's twin is migration 009): the text
+-- of each user and assistant message (its first 100 000 characters, the excerpt markers
+-- removed), written by a trigger in the statement that appends the entry, so in the append's
+-- transaction, and an FTS5 index over it kept by triggers (external content). Deleting a
+-- conversation cascades to message_text, whose trigger takes the rows out of the index.
+-- unicode61 without diacritics removal folds case and nothing else, as PostgreSQL's 'simple'.
+CREATE TABLE message_text (
+	id              INTEGER PRIMARY KEY,
+	conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+	seq             INTEGER NOT NULL,
+	body            TEXT NOT NULL,
+	UNIQUE (conversation_id, seq)
+);
+CREATE VIRTUAL TABLE message_search USING fts5 (body, content = 'message_text', content_rowid = 'id',
+	tokenize = 'unicode61 remove_diacritics 0');
+CREATE TRIGGER message_text_ai AFTER INSERT ON message_text BEGIN
+	INSERT INTO message_search (rowid, body) VALUES (new.id, new.body);
+END;
+CREATE TRIGGER message_text_ad AFTER DELETE ON message_text BEGIN
+	INSERT INTO message_search (message_search, rowid, body) VALUES ('delete', old.id, old.body);
+END;
+CREATE TRIGGER entries_search_ai AFTER INSERT ON entries WHEN new.type IN ('user_message', 'assistant_message') BEGIN
+	INSERT INTO message_text (conversation_id, seq, body) VALUES (new.conversation_id, new.seq,
+		substr(replace(replace(coalesce(json_extract(CAST(new.data AS TEXT), '$.text'), ''), char(2), ''), char(3), ''), 1, 100000));
+END;
+CREATE TRIGGER entries_search_ad AFTER DELETE ON entries WHEN old.type IN ('user_message', 'assistant_message') BEGIN
+	DELETE FROM message_text WHERE conversation_id = old.conversation_id AND seq = old.seq;
+END;

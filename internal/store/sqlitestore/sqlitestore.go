@@ -36,7 +36,7 @@ import (
 //go:embed schema.sql
 var schema string
 
-const schemaVersion = 5
+const schemaVersion = 7
 
 // upgrades bring a file from the version before each (the key) to that version; each runs in the
 // migration's transaction.
@@ -101,6 +101,53 @@ CREATE TABLE grants (
 	revoked_at      INTEGER
 );
 CREATE INDEX grants_user_tool ON grants (user_id, tool, expires_at);`,
+	// 5 → 6: search over messages (schema.sql, message_text and message_search), with the
+	// messages already logged.
+	6: `CREATE TABLE message_text (
+	id              INTEGER PRIMARY KEY,
+	conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+	seq             INTEGER NOT NULL,
+	body            TEXT NOT NULL,
+	UNIQUE (conversation_id, seq)
+);
+CREATE VIRTUAL TABLE message_search USING fts5 (body, content = 'message_text', content_rowid = 'id',
+	tokenize = 'unicode61 remove_diacritics 0');
+CREATE TRIGGER message_text_ai AFTER INSERT ON message_text BEGIN
+	INSERT INTO message_search (rowid, body) VALUES (new.id, new.body);
+END;
+CREATE TRIGGER message_text_ad AFTER DELETE ON message_text BEGIN
+	INSERT INTO message_search (message_search, rowid, body) VALUES ('delete', old.id, old.body);
+END;
+CREATE TRIGGER entries_search_ai AFTER INSERT ON entries WHEN new.type IN ('user_message', 'assistant_message') BEGIN
+	INSERT INTO message_text (conversation_id, seq, body) VALUES (new.conversation_id, new.seq,
+		substr(replace(replace(coalesce(json_extract(CAST(new.data AS TEXT), '$.text'), ''), char(2), ''), char(3), ''), 1, 100000));
+END;
+CREATE TRIGGER entries_search_ad AFTER DELETE ON entries WHEN old.type IN ('user_message', 'assistant_message') BEGIN
+	DELETE FROM message_text WHERE conversation_id = old.conversation_id AND seq = old.seq;
+END;
+INSERT INTO message_text (conversation_id, seq, body)
+	SELECT conversation_id, seq, substr(replace(replace(coalesce(json_extract(CAST(data AS TEXT), '$.text'), ''), char(2), ''), char(3), ''), 1, 100000)
+	FROM entries WHERE type IN ('user_message', 'assistant_message');`,
+	// 6 → 7: reviewer inbox claims; the durable notification outbox (migration 010).
+	7: `CREATE TABLE inbox_claims (
+	conversation_id TEXT NOT NULL,
+	tool_call_id    TEXT NOT NULL,
+	user_id         TEXT NOT NULL,
+	claimed_at      INTEGER NOT NULL,
+	expires_at      INTEGER NOT NULL,
+	PRIMARY KEY (conversation_id, tool_call_id)
+);
+CREATE INDEX inbox_claims_expires ON inbox_claims (expires_at);
+CREATE TABLE notify_outbox (
+	id              TEXT PRIMARY KEY,
+	payload         TEXT NOT NULL,
+	created_at      INTEGER NOT NULL,
+	attempts        INTEGER NOT NULL DEFAULT 0,
+	next_attempt_at INTEGER NOT NULL,
+	claimed_until   INTEGER,
+	last_error      TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX notify_outbox_due ON notify_outbox (next_attempt_at);`,
 }
 
 // busyTimeout is how long a statement waits for another handle's write lock.
@@ -156,7 +203,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	}
 	r.SetMaxOpenConns(readers)
 	r.SetMaxIdleConns(readers)
-	s := &Store{Core: sqlcore.Core{DB: &db{w: w, r: r}, Clock: clock.Real{}}}
+	s := &Store{Core: sqlcore.Core{DB: &db{w: w, r: r}, Clock: clock.Real{}, Dialect: sqlcore.Dialect{FindSQL: findSQL, Match: ftsMatch}}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -411,4 +458,33 @@ func (r *sqlRows) Scan(dest ...any) error {
 		f()
 	}
 	return nil
+}
+
+// findSQL finds an owner's conversations by title (LIKE, as SearchConversations) or by message
+// (the FTS5 index, schema.sql), naming each conversation's most recent matching message with
+// an excerpt (FTS5's snippet; the indexed text holds no markers but snippet's).
+const findSQL = `WITH hits AS (
+	SELECT t.conversation_id, max(t.seq) AS seq
+	FROM message_search s JOIN message_text t ON t.id = s.rowid JOIN conversations c ON c.id = t.conversation_id
+	WHERE message_search MATCH $2 AND c.owner_id = $1
+	GROUP BY t.conversation_id
+),
+found AS (
+	SELECT c.id, c.owner_id, c.title, c.status, c.last_seq, c.created_at, c.updated_at, h.seq
+	FROM conversations c LEFT JOIN hits h ON h.conversation_id = c.id
+	WHERE c.owner_id = $1 AND (h.seq IS NOT NULL OR lower(c.title) LIKE lower($3) ESCAPE '\')
+	ORDER BY c.updated_at DESC, c.created_at DESC, c.id LIMIT $4
+)
+SELECT f.id, f.owner_id, f.title, f.status, f.last_seq, f.created_at, f.updated_at, coalesce(f.seq, 0),
+	CASE WHEN f.seq IS NULL THEN '' ELSE coalesce((SELECT snippet(message_search, 0, char(2), char(3), ' … ', 24) FROM message_search
+		WHERE message_search MATCH $2 AND rowid = (SELECT t.id FROM message_text t WHERE t.conversation_id = f.id AND t.seq = f.seq)), '') END
+FROM found f
+ORDER BY f.updated_at DESC, f.created_at DESC, f.id`
+
+// ftsMatch is the FTS5 query of findSQL: every word, each also as a prefix when it has at least
+// sqlcore.MinPrefix characters ("budg"* "q3"), as on PostgreSQL.
+// The words are letters and digits only; quoting them keeps FTS5 from reading a word such as
+// NOT or AND as an operator.
+func ftsMatch(words []string) string {
+	return sqlcore.MatchTerms(words, func(w string) string { return `"` + w + `"` }, "*", " ")
 }

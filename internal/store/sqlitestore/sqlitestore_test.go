@@ -129,11 +129,22 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	if _, err := s.CreateAPIToken(ctx, store.APIToken{UserID: owner.ID, Name: "old", Hash: []byte("old-token")}); err != nil {
 		t.Fatal(err)
 	}
+	// A message logged before the search index existed is found after the upgrade.
+	if _, err := s.Append(ctx, ana.ID, 0, store.Batch{Entries: []store.Entry{{Type: store.EntryUserMessage, Actor: "ana",
+		Data: []byte(`{"text":"an old message about zebras"}`)}}}); err != nil {
+		t.Fatal(err)
+	}
 	// Put the file back at version 1: the old outbox table, holding one message; tokens without
-	// scope or expiry, no invitations.
+	// scope or expiry, no invitations, no search index.
 	for _, q := range []string{
+		`DROP TRIGGER entries_search_ai`,
+		`DROP TRIGGER entries_search_ad`,
+		`DROP TABLE message_search`,
+		`DROP TABLE message_text`,
 		`DROP TABLE invitations`,
 		`DROP TABLE grants`,
+		`DROP TABLE inbox_claims`,
+		`DROP TABLE notify_outbox`,
 		`DROP TABLE audit`,
 		`CREATE TABLE audit (id INTEGER PRIMARY KEY AUTOINCREMENT, conversation_id TEXT NOT NULL, tool_call_id TEXT NOT NULL, tool TEXT NOT NULL,
 			actor_id TEXT NOT NULL, action TEXT NOT NULL, reason TEXT NOT NULL, args_hash TEXT NOT NULL, at INTEGER NOT NULL)`,
@@ -163,6 +174,9 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	if err := store.Ready(ctx, s); err != nil {
 		t.Fatalf("after the upgrade: %v", err)
 	}
+	if hits, err := s.FindConversations(ctx, "ana", "zebra", 0); err != nil || len(hits) != 1 || hits[0].ID != ana.ID || hits[0].Seq != 1 {
+		t.Fatalf("an old message after the upgrade: %v %+v", err, hits)
+	}
 	old, err := s.ListOutbox(ctx, ana.ID)
 	if err != nil || len(old) != 1 || old[0].ToolCallID != "call_0" || old[0].To != "a@example.test" {
 		t.Fatalf("the old message: %v %+v", err, old)
@@ -188,5 +202,48 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	var v store.ChainVerifier
 	if err != nil || len(chain) != 2 || chain[0].Action != "approve" || v.Next(chain[0]) != nil || v.Next(chain[1]) != nil {
 		t.Fatalf("the chain after the upgrade: %v %+v", err, chain)
+	}
+}
+
+// TestSearchIndexFollowsDeletes: the FTS5 index loses a conversation's messages with it (the
+// cascade reaches message_text, whose trigger updates the index), not only in what a search
+// joins.
+func TestSearchIndexFollowsDeletes(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "parley.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c, err := s.CreateConversation(ctx, store.Conversation{OwnerID: "ana", Title: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, c.ID, 0, store.Batch{Entries: []store.Entry{{Type: store.EntryUserMessage, Actor: "ana",
+		Data: []byte(`{"text":"zebras and lions"}`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	count := func() (n int64) {
+		t.Helper()
+		rows, err := s.DB.Query(ctx, `SELECT (SELECT count(*) FROM message_text) + (SELECT count(*) FROM message_search WHERE message_search MATCH 'zebras')`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			if err := rows.Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return n
+	}
+	if n := count(); n != 2 {
+		t.Fatalf("indexed rows after the append = %d, want 2", n)
+	}
+	if err := s.DeleteConversation(ctx, c.ID, store.AuditRecord{ActorID: "ana", Action: "delete_conversation"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 0 {
+		t.Fatalf("indexed rows after the delete = %d, want 0", n)
 	}
 }

@@ -172,3 +172,101 @@ func testGrants(t *testing.T, open Opener) {
 		t.Fatalf("revocation audit = %+v", got)
 	}
 }
+
+// testClaims: a claim is taken when the call is free, renewed by its holder, refused to another
+// user while it lives (that user learns who holds it), taken over once it expired, released by
+// its holder only, and listed while it lives — across two handles on one database.
+func testClaims(t *testing.T, open Opener) {
+	s, ctx := open(t), ctxT(t)
+	other := open(t) // a second process on the same database
+	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	claim := func(st store.Store, user, call string, at time.Time) (store.Claim, error) {
+		return st.ClaimCall(ctx, store.Claim{ConversationID: "c1", ToolCallID: call, UserID: user, ClaimedAt: at, ExpiresAt: at.Add(10 * time.Minute)})
+	}
+	got := must(claim(s, "rita", "k1", t0))(t)
+	if got.UserID != "rita" || !got.ExpiresAt.Equal(t0.Add(10*time.Minute)) {
+		t.Fatalf("ClaimCall = %+v", got)
+	}
+	held, err := claim(other, "sam", "k1", t0.Add(time.Minute))
+	wantErr(t, err, store.ErrConflict, "another user's claim of a claimed call")
+	if held.UserID != "rita" || !held.ExpiresAt.Equal(t0.Add(10*time.Minute)) {
+		t.Fatalf("the refused claim names %+v, want rita's", held)
+	}
+	if got := must(claim(other, "rita", "k1", t0.Add(2*time.Minute)))(t); !got.ExpiresAt.Equal(t0.Add(12 * time.Minute)) {
+		t.Fatalf("renewed claim = %+v", got)
+	}
+	must(claim(s, "sam", "k2", t0))(t)
+	list := must(s.ListClaims(ctx, t0.Add(5*time.Minute)))(t)
+	if len(list) != 2 || list[0].ToolCallID != "k2" || list[1].ToolCallID != "k1" || list[1].UserID != "rita" {
+		t.Fatalf("ListClaims = %+v, want k2 (sam) then k1 (rita)", list)
+	}
+	// Only the holder releases; a release of nothing is no error.
+	if err := other.ReleaseClaim(ctx, "c1", "k2", "rita"); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.ReleaseClaim(ctx, "c1", "k2", "sam"); err != nil {
+		t.Fatal(err)
+	}
+	if list := must(s.ListClaims(ctx, t0.Add(5*time.Minute)))(t); len(list) != 1 || list[0].ToolCallID != "k1" {
+		t.Fatalf("after sam's release: %+v", list)
+	}
+	// Expired: listed no more, and anyone may take it.
+	if list := must(s.ListClaims(ctx, t0.Add(12*time.Minute)))(t); len(list) != 0 {
+		t.Fatalf("an expired claim is listed: %+v", list)
+	}
+	if got := must(claim(other, "sam", "k1", t0.Add(13*time.Minute)))(t); got.UserID != "sam" {
+		t.Fatalf("taking over an expired claim = %+v", got)
+	}
+	if _, err := s.ClaimCall(ctx, store.Claim{ConversationID: "c1", ToolCallID: "k3", UserID: "sam", ClaimedAt: t0, ExpiresAt: t0}); err == nil {
+		t.Fatal("a claim that expires as it is taken was accepted")
+	}
+}
+
+// testNotifyOutbox: notifications queued by an append (atomically with it: a refused append
+// queues nothing) and by EnqueueNotify are claimed oldest first, each by one claimer at a time
+// across two handles, retried later with their attempts counted, re-claimed when a lease runs
+// out, and removed when completed.
+func testNotifyOutbox(t *testing.T, open Opener) {
+	s, ctx := open(t), ctxT(t)
+	other := open(t)
+	c := newConv(t, s, "ana", "n")
+	must(s.Append(ctx, c.ID, 0, store.Batch{Entries: []store.Entry{entry(store.EntryUserMessage, "", `{"text":"x"}`)},
+		Notify: []store.NotifyMessage{{ID: "ntf_a", Payload: []byte(`{"type":"approval.requested","n":1}`)}}}))(t)
+	if _, err := s.Append(ctx, c.ID, 0, store.Batch{Entries: []store.Entry{entry(store.EntryUserMessage, "", `{}`)},
+		Notify: []store.NotifyMessage{{ID: "ntf_lost", Payload: []byte(`{}`)}}}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a stale append: %v", err)
+	}
+	time.Sleep(2 * time.Millisecond) // distinct stamps: "oldest first" is by time
+	if err := other.EnqueueNotify(ctx, store.NotifyMessage{ID: "ntf_b", Payload: []byte(`{"n":2}`)}, store.NotifyMessage{ID: "ntf_c", Payload: []byte(`{"n":3}`)}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Add(time.Second)
+	first := must(s.ClaimNotify(ctx, now, time.Minute, 2))(t)
+	if len(first) != 2 || first[0].ID != "ntf_a" || string(first[0].Payload) != `{"type":"approval.requested","n":1}` || first[1].ID != "ntf_b" {
+		t.Fatalf("first claim = %+v", first)
+	}
+	second := must(other.ClaimNotify(ctx, now, time.Minute, 10))(t)
+	if len(second) != 1 || second[0].ID != "ntf_c" {
+		t.Fatalf("the other handle's claim = %+v, want ntf_c alone (the rest is leased)", second)
+	}
+	must(0, s.RetryNotify(ctx, "ntf_a", now.Add(time.Hour), "the receiver answered 503"))(t)
+	// A released claim is due again at once, its attempts unchanged.
+	must(0, other.ReleaseNotify(ctx, "ntf_c"))(t)
+	if got := must(s.ClaimNotify(ctx, now, time.Minute, 10))(t); len(got) != 1 || got[0].ID != "ntf_c" || got[0].Attempts != 0 {
+		t.Fatalf("after ntf_c was released: %+v, want ntf_c with no attempt counted", got)
+	}
+	must(0, s.CompleteNotify(ctx, "ntf_b"))(t)
+	if got := must(other.ClaimNotify(ctx, now.Add(time.Minute+time.Second), time.Minute, 10))(t); len(got) != 1 || got[0].ID != "ntf_c" {
+		t.Fatalf("after the leases ran out: %+v, want ntf_c (ntf_a waits for its retry, ntf_b is done)", got)
+	}
+	got := must(s.ClaimNotify(ctx, now.Add(2*time.Hour), time.Minute, 10))(t)
+	if len(got) != 2 || got[1].ID != "ntf_a" || got[1].Attempts != 1 || got[1].LastError != "the receiver answered 503" {
+		t.Fatalf("after the retry time: %+v, want ntf_c (due first) then ntf_a, retried once", got)
+	}
+	for _, m := range got {
+		must(0, other.CompleteNotify(ctx, m.ID))(t)
+	}
+	if got := must(s.ClaimNotify(ctx, now.Add(3*time.Hour), time.Minute, 10))(t); len(got) != 0 {
+		t.Fatalf("completed notifications are claimed again: %+v", got)
+	}
+}

@@ -87,6 +87,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 		{"Settings", testSettings},
 		{"Conversations", testConversations},
 		{"RenameDeleteSearch", testRenameDeleteSearch},
+		{"FindConversations", testFindConversations},
 		{"AppendAndLog", testAppendAndLog},
 		{"AppendRace", testAppendRace},
 		{"AppendRaceTwoHandles", testAppendRaceTwoHandles},
@@ -108,6 +109,8 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 		{"Audit", testAudit},
 		{"AuditChain", func(t *testing.T, open Opener) { testAuditChain(t, open, cfg.exec) }},
 		{"Grants", testGrants},
+		{"Claims", testClaims},
+		{"NotifyOutbox", testNotifyOutbox},
 		{"Ping", testPing},
 		{"SchemaVersion", testSchemaVersion},
 	}

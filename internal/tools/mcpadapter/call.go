@@ -2,11 +2,14 @@ package mcpadapter
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"net/url"
+	"slices"
 	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -165,8 +168,6 @@ func (in *inflight) getAskErr() error {
 	return in.askErr
 }
 
-type inflightKey struct{}
-
 // callFunc runs a call of the server's tool remote: the current session, the call's
 // idempotency key in _meta, a progress token of its own, and the result mapped to Parley's
 // envelope.
@@ -227,12 +228,170 @@ func (s *server) callFunc(remote string) tools.Func {
 		}
 		params := &mcp.CallToolParams{Name: remote, Arguments: args, Meta: mcp.Meta{MetaIdempotencyKey: call.Key()}}
 		params.SetProgressToken(token)
-		res, err := cs.CallTool(context.WithValue(ctx, inflightKey{}, in), params)
-		if err != nil {
-			return nil, s.callError(ctx, cs, in, err)
+		if call.Resumed != nil {
+			if err := resumeParams(params, call.Resumed); err != nil {
+				// Not ours any more to read (a state from another version): the call starts
+				// over, and the server asks again.
+				s.log.Warn("mcp call could not resume from its stored question; calling afresh", "err", err)
+				params.InputResponses, params.RequestState = nil, ""
+			}
 		}
-		return result(res)
+		for round := 1; ; round++ {
+			res, err := cs.CallTool(ctx, params)
+			if err != nil {
+				return nil, s.callError(ctx, cs, in, err)
+			}
+			if !res.NeedsInput() {
+				return result(res)
+			}
+			if round >= maxRounds {
+				return nil, fault.New(fault.KindCommandFailed, fmt.Sprintf("the MCP server %s asked for input %d times in one call", s.cfg.Name, round), nil)
+			}
+			responses, err := s.fulfil(ctx, in, res)
+			if err != nil {
+				return nil, err
+			}
+			next := *params
+			next.InputResponses, next.RequestState = responses, res.RequestState
+			params = &next
+		}
 	}
+}
+
+// The 2026-07-28 protocol's questions (multi round-trip requests): the server answers a call
+// with an input-required result (its questions and an opaque request state) and the client
+// calls again with the answers and that state. The adapter runs this loop itself (the SDK's is
+// turned off) so that each question belongs to its call, and so that a question can be kept
+// with the pending call: the request state is all the server needs to carry on, so a question
+// asked before Parley restarted is answered after it (tools.Question.Resume, tools.Call.Resumed).
+
+// Bounds on one call's questions.
+const (
+	maxRounds        = 10       // input-required results in one call (the SDK's own loop stops at 10)
+	maxInputRequests = 8        // questions in one input-required result
+	maxRequestState  = 64 << 10 // bytes of request state kept with a question; more cannot survive a restart
+	maxRequestID     = 200      // bytes of an input request's id
+)
+
+// resumeState is a question's Resume: the request state to echo, the answers already given to
+// the other questions of the same round, and which question this one is.
+type resumeState struct {
+	RequestState string                     `json:"request_state,omitempty"` // base64: the server's opaque bytes, stored as they came
+	Responses    map[string]json.RawMessage `json:"responses,omitempty"`
+	ID           string                     `json:"id"`
+}
+
+// fulfil asks the owner each question of an input-required result, in a stable order, and
+// returns the answers for the next round.
+func (s *server) fulfil(ctx context.Context, in *inflight, res *mcp.CallToolResult) (mcp.InputResponseMap, error) {
+	if len(res.InputRequests) == 0 {
+		e := fault.New(fault.KindServiceUnavailable, fmt.Sprintf("the MCP server %s is busy (it asked for input without a question); try again later", s.cfg.Name), map[string]any{"server": s.cfg.Name})
+		e.Retryable = true
+		return nil, e
+	}
+	if len(res.InputRequests) > maxInputRequests {
+		return nil, fault.New(fault.KindCommandFailed, fmt.Sprintf("the MCP server %s asked %d questions at once (at most %d)", s.cfg.Name, len(res.InputRequests), maxInputRequests), nil)
+	}
+	ids := make([]string, 0, len(res.InputRequests))
+	for id := range res.InputRequests {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	out := make(mcp.InputResponseMap, len(ids))
+	given := map[string]json.RawMessage{}
+	for _, id := range ids {
+		p, ok := res.InputRequests[id].(*mcp.ElicitParams)
+		if !ok || p == nil {
+			return nil, fault.New(fault.KindCommandFailed, fmt.Sprintf("the MCP server %s asked for an input Parley does not offer (sampling or roots; it offers questions to the user only)", s.cfg.Name), nil)
+		}
+		q, err := question(p)
+		if err != nil {
+			return nil, err
+		}
+		if len(res.RequestState) <= maxRequestState && len(id) <= maxRequestID {
+			q.Resume, _ = json.Marshal(resumeState{RequestState: base64.StdEncoding.EncodeToString([]byte(res.RequestState)), Responses: maps.Clone(given), ID: id})
+		}
+		ans, err := s.ask(ctx, in, q)
+		if err != nil {
+			return nil, err
+		}
+		r := &mcp.ElicitResult{Action: ans.Action, Content: ans.Content}
+		out[id] = r
+		if given[id], err = json.Marshal(r); err != nil {
+			return nil, fmt.Errorf("encode an answer: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// resumeParams makes params the next round of a call whose question (state) was answered (r)
+// after the run that asked it was lost.
+func resumeParams(params *mcp.CallToolParams, r *tools.Resumed) error {
+	var st resumeState
+	if err := json.Unmarshal(r.State, &st); err != nil {
+		return fmt.Errorf("decode the stored question: %w", err)
+	}
+	state, err := base64.StdEncoding.DecodeString(st.RequestState)
+	if err != nil {
+		return fmt.Errorf("decode the stored request state: %w", err)
+	}
+	responses := make(mcp.InputResponseMap, len(st.Responses)+1)
+	for id, b := range st.Responses {
+		var er mcp.ElicitResult
+		if err := json.Unmarshal(b, &er); err != nil {
+			return fmt.Errorf("decode a stored answer: %w", err)
+		}
+		responses[id] = &er
+	}
+	responses[st.ID] = &mcp.ElicitResult{Action: r.Answer.Action, Content: r.Answer.Content}
+	params.InputResponses, params.RequestState = responses, string(state)
+	return nil
+}
+
+// question checks a server's question as Parley will show it: a form from its schema, or an
+// http(s) link (never fetched or followed by Parley).
+func question(p *mcp.ElicitParams) (tools.Question, error) {
+	q := tools.Question{Message: bounded(p.Message, maxQuestionText)}
+	if p.Mode == "url" {
+		u, err := url.Parse(p.URL)
+		if len(p.URL) > maxURLBytes || err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return q, fault.New(fault.KindCommandFailed, "the MCP server asked the user to open a link that is not an http(s) URL (or is too long)", nil)
+		}
+		q.URL = clean(p.URL)
+		return q, nil
+	}
+	q.Schema = json.RawMessage(`{"type":"object","properties":{}}`)
+	if p.RequestedSchema != nil {
+		b, err := json.Marshal(p.RequestedSchema)
+		if err != nil {
+			return q, fault.New(fault.KindCommandFailed, "the MCP server's question has a schema that is not JSON", nil)
+		}
+		q.Schema = b
+	}
+	return q, nil
+}
+
+// ask puts q to the owner of the call in; an error is the call's error.
+func (s *server) ask(ctx context.Context, in *inflight, q tools.Question) (tools.Answer, error) {
+	if in.call.Ask == nil {
+		return tools.Answer{}, fault.New(fault.KindCommandFailed, "the MCP server asked the user a question, and this call cannot ask one", nil)
+	}
+	// A question outlives neither the call nor the session's handler context.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(in.ctx, cancel)()
+	ans, err := in.call.Ask(ctx, q)
+	if err == nil {
+		return ans, nil
+	}
+	if in.ctx.Err() != nil {
+		return tools.Answer{}, fmt.Errorf("mcp call: %w", in.ctx.Err())
+	}
+	var fe *fault.Error
+	if errors.As(err, &fe) {
+		return tools.Answer{}, fe
+	}
+	return tools.Answer{}, fault.New(fault.KindCommandFailed, "the MCP server's question could not be asked: "+bounded(err.Error(), 500), nil)
 }
 
 // callError turns a failed call into what the loop understands: the deadline's or the stop's
@@ -406,54 +565,50 @@ func (s *server) progress(_ context.Context, req *mcp.ProgressNotificationClient
 	}
 }
 
-// elicit puts a server's question to the owner of the conversation whose call asks it. Under
-// the 2026-07-28 protocol the question comes back with the call (an input-required result), so
-// ctx is the call's; under an older one the server asks on the session, with nothing that names
-// the call, so the question is put to the only call under way, or declined when there is not
-// exactly one.
+// elicit takes a question a server asks on the session (protocols before 2026-07-28, where a
+// server sends an elicitation request while a call runs): nothing in the message itself names
+// the call it belongs to, so it goes to the call whose response stream it came on (over
+// streamable HTTP: stream.go), else to the call its _meta names (the call's progress token, or
+// its idempotency key, which the server got with the call), else to the only call under way;
+// with several calls under way and nothing naming one it is declined. Under the 2026-07-28
+// protocol questions come back with their call (fulfil).
 func (s *server) elicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-	in, _ := ctx.Value(inflightKey{}).(*inflight)
+	in := s.owner(req.Params.GetMeta())
 	if in == nil {
-		s.mu.Lock()
-		if len(s.inflight) == 1 {
-			for _, only := range s.inflight {
-				in = only
-			}
-		}
-		s.mu.Unlock()
-	}
-	if in == nil || in.call.Ask == nil {
 		s.log.Warn("mcp server asked a question no call can take; declined")
 		return &mcp.ElicitResult{Action: "decline"}, nil
 	}
-	p := req.Params
-	q := tools.Question{Message: bounded(p.Message, maxQuestionText)}
-	if p.Mode == "url" {
-		if len(p.URL) > maxURLBytes || !(strings.HasPrefix(p.URL, "https://") || strings.HasPrefix(p.URL, "http://")) {
-			err := fault.New(fault.KindCommandFailed, "the MCP server asked the user to open a link that is not an http(s) URL (or is too long)", nil)
-			in.setAskErr(err)
-			return nil, err
+	q, err := question(req.Params)
+	if err == nil {
+		var ans tools.Answer
+		if ans, err = s.ask(ctx, in, q); err == nil {
+			return &mcp.ElicitResult{Action: ans.Action, Content: ans.Content}, nil
 		}
-		q.URL = clean(p.URL)
-	} else {
-		q.Schema = json.RawMessage(`{"type":"object","properties":{}}`)
-		if p.RequestedSchema != nil {
-			b, err := json.Marshal(p.RequestedSchema)
-			if err != nil {
-				in.setAskErr(err)
-				return nil, fmt.Errorf("encode the requested schema: %w", err)
+	}
+	in.setAskErr(err)
+	return nil, err
+}
+
+// owner finds the call under way a session-level question belongs to (see elicit).
+func (s *server) owner(meta map[string]any) *inflight {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range []string{metaCall, "progressToken"} {
+		if tok, ok := meta[k].(string); ok && s.inflight[tok] != nil {
+			return s.inflight[tok]
+		}
+	}
+	if key, ok := meta[MetaIdempotencyKey].(string); ok && key != "" {
+		for _, in := range s.inflight {
+			if in.call.Key() == key {
+				return in
 			}
-			q.Schema = b
 		}
 	}
-	// An older server asks on the session, whose handler context does not end with the call.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(in.ctx, cancel)()
-	ans, err := in.call.Ask(ctx, q)
-	if err != nil {
-		in.setAskErr(err)
-		return nil, err
+	if len(s.inflight) == 1 {
+		for _, only := range s.inflight {
+			return only
+		}
 	}
-	return &mcp.ElicitResult{Action: ans.Action, Content: ans.Content}, nil
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -340,5 +341,133 @@ func TestConfigRefusals(t *testing.T) {
 		} else if errors.Is(err, context.Canceled) {
 			t.Error(err)
 		}
+	}
+}
+
+// askAll runs calls at once, each with its own Ask that answers from what its question says,
+// and returns each call's outcome and its questions.
+func askAll(t *testing.T, tl *tools.Tool, n int, args func(i int) map[string]any, answer func(i int, q tools.Question) tools.Answer) ([]tools.Outcome, [][]tools.Question) {
+	t.Helper()
+	outs := make([]tools.Outcome, n)
+	asked := make([][]tools.Question, n)
+	// Every call asks before any is answered: the questions are in flight together.
+	var waiting sync.WaitGroup
+	waiting.Add(n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			once := sync.OnceFunc(waiting.Done)
+			defer once() // a call that never asks does not hold the others
+			outs[i] = run(t, tl, tools.Call{ConversationID: "conv1", ToolCallID: fmt.Sprintf("call_%d", i), Attempt: 1,
+				Ask: func(_ context.Context, q tools.Question) (tools.Answer, error) {
+					asked[i] = append(asked[i], q)
+					once()
+					waiting.Wait()
+					return answer(i, q), nil
+				}}, args(i))
+		})
+	}
+	wg.Wait()
+	return outs, asked
+}
+
+func TestConcurrentQuestionsOnOneServer(t *testing.T) {
+	t.Run("input required", func(t *testing.T) {
+		f := startStdio(t, mcpadapter.Options{})
+		names := []string{"Ada", "Grace"}
+		outs, asked := askAll(t, f.tool(t, "t__ask"), 2, func(int) map[string]any { return nil },
+			func(i int, _ tools.Question) tools.Answer {
+				return tools.Answer{Action: "accept", Content: map[string]any{"name": names[i]}}
+			})
+		for i, out := range outs {
+			if out.Status != tools.OK || out.Result != "hello "+names[i] || len(asked[i]) != 1 {
+				t.Errorf("call %d: outcome %+v, questions %+v", i, out, asked[i])
+			}
+		}
+	})
+	// Before 2026-07-28 a server asks on the session; one that names its call in _meta gets
+	// each question to its call, and an unnamed one is declined while several calls run.
+	legacy := func(t *testing.T) *fixture {
+		srv := mcptest.NewLegacyServer()
+		hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+		t.Cleanup(hs.Close)
+		return start(t, mcpadapter.Config{Name: "l", Transport: mcpadapter.HTTP, URL: hs.URL, AllowPrivateNetwork: true}, mcpadapter.Options{})
+	}
+	items := []string{"car", "bike", "boat"}
+	colour := func(q tools.Question) string {
+		return strings.TrimSuffix(strings.TrimPrefix(q.Message, "Which colour for "), "?") + "-red"
+	}
+	t.Run("session, named", func(t *testing.T) {
+		f := legacy(t)
+		outs, _ := askAll(t, f.tool(t, "l__ask_named"), 3, func(i int) map[string]any { return map[string]any{"item": items[i]} },
+			func(_ int, q tools.Question) tools.Answer {
+				return tools.Answer{Action: "accept", Content: map[string]any{"colour": colour(q)}}
+			})
+		for i, out := range outs {
+			if want := items[i] + " is " + items[i] + "-red"; out.Status != tools.OK || out.Result != want {
+				t.Errorf("call %d: outcome %+v, want %q", i, out, want)
+			}
+		}
+	})
+	// Over streamable HTTP an unnamed question comes on its call's response stream, which names it.
+	t.Run("session, unnamed, on the call's stream", func(t *testing.T) {
+		f := legacy(t)
+		outs, _ := askAll(t, f.tool(t, "l__ask_anon"), 3, func(i int) map[string]any { return map[string]any{"item": items[i]} },
+			func(_ int, q tools.Question) tools.Answer {
+				return tools.Answer{Action: "accept", Content: map[string]any{"colour": colour(q)}}
+			})
+		for i, out := range outs {
+			if want := items[i] + " is " + items[i] + "-red"; out.Status != tools.OK || out.Result != want {
+				t.Errorf("call %d: outcome %+v, want %q", i, out, want)
+			}
+		}
+	})
+	t.Run("session, one call, unnamed", func(t *testing.T) {
+		f := legacy(t)
+		out := run(t, f.tool(t, "l__ask_anon"), tools.Call{Ask: func(_ context.Context, q tools.Question) (tools.Answer, error) {
+			return tools.Answer{Action: "accept", Content: map[string]any{"colour": colour(q)}}, nil
+		}}, map[string]any{"item": "car"})
+		if out.Status != tools.OK || out.Result != "car is car-red" {
+			t.Fatalf("outcome %+v", out)
+		}
+	})
+}
+
+func TestQuestionResumesFromItsRequestState(t *testing.T) {
+	f := startStdio(t, mcpadapter.Options{})
+	tl := f.tool(t, "t__ask")
+	// The first run asks and is lost before the answer (Parley restarted).
+	var asked tools.Question
+	out := run(t, tl, tools.Call{Ask: func(_ context.Context, q tools.Question) (tools.Answer, error) {
+		asked = q
+		return tools.Answer{}, fault.New(fault.KindServiceUnavailable, "lost", nil)
+	}}, nil)
+	if out.Status != tools.ToolError || len(asked.Resume) == 0 {
+		t.Fatalf("outcome %+v, question %+v", out, asked)
+	}
+	if strings.Contains(string(asked.Resume), "\\u0000") || !json.Valid(asked.Resume) {
+		t.Fatalf("resume state is not storable: %s", asked.Resume)
+	}
+	// A later run carries on from the answer without asking again; the server gets its request
+	// state back byte for byte (it checks).
+	out = run(t, tl, tools.Call{
+		Resumed: &tools.Resumed{State: asked.Resume, Answer: tools.Answer{Action: "accept", Content: map[string]any{"name": "Ada"}}},
+		Ask: func(context.Context, tools.Question) (tools.Answer, error) {
+			t.Error("asked again")
+			return tools.Answer{Action: "decline"}, nil
+		}}, nil)
+	if out.Status != tools.OK || out.Result != "hello Ada" {
+		t.Fatalf("resumed outcome %+v", out)
+	}
+	// A state that cannot be read starts the call afresh: the server asks again.
+	again := false
+	out = run(t, tl, tools.Call{
+		Resumed: &tools.Resumed{State: json.RawMessage(`{"request_state":"%%%"}`), Answer: tools.Answer{Action: "accept"}},
+		Ask: func(context.Context, tools.Question) (tools.Answer, error) {
+			again = true
+			return tools.Answer{Action: "decline"}, nil
+		}}, nil)
+	if out.Status != tools.OK || out.Result != "no name: decline" || !again {
+		t.Fatalf("outcome %+v, asked again %v", out, again)
 	}
 }

@@ -209,6 +209,9 @@ func newServer(m *Manager, c Config) *server {
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
 			ring(s.listChanged)
 		},
+		// Input-required results come back to callFunc, which asks and keeps the request
+		// state with the question (call.go).
+		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
 		Capabilities: &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{
 			Form: &mcp.FormElicitationCapabilities{}, URL: &mcp.URLElicitationCapabilities{},
 		}},
@@ -333,6 +336,9 @@ func (s *server) watch(ctx context.Context, cs *mcp.ClientSession) error {
 		case <-ctx.Done():
 			return end(ctx.Err())
 		case err := <-closed:
+			// Close all the same: it ends what the session started besides the connection
+			// (the list-changed subscription's goroutine waits for it).
+			_ = cs.Close()
 			if err == nil {
 				err = errors.New("the server closed the connection")
 			}
@@ -370,7 +376,7 @@ func (s *server) connect(ctx context.Context) (*mcp.ClientSession, error) {
 		t = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
 	case HTTP:
 		hc := s.m.opts.HTTPClient(httpadapter.DialPolicy{AllowPrivateNetwork: s.cfg.AllowPrivateNetwork})
-		hc.Transport = headerTransport{base: hc.Transport, headers: s.cfg.Headers}
+		hc.Transport = callStreams{base: headerTransport{base: hc.Transport, headers: s.cfg.Headers}}
 		t = &mcp.StreamableClientTransport{Endpoint: s.cfg.URL, HTTPClient: hc, MaxRetries: 1}
 	}
 	cs, err := s.client.Connect(ctx, t, nil)

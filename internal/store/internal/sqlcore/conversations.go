@@ -69,6 +69,37 @@ func (c *Core) SearchConversations(ctx context.Context, ownerID, query string, l
 	return cs, nil
 }
 
+// FindConversations implements store.Store with the dialect's full-text search (FindSQL): a
+// query with no word (only punctuation) matches titles alone.
+func (c *Core) FindConversations(ctx context.Context, ownerID, query string, limit int) ([]store.SearchHit, error) {
+	words := store.SearchWords(query)
+	if len(words) > store.MaxSearchWords {
+		words = words[:store.MaxSearchWords]
+	}
+	if len(words) == 0 || c.Dialect.FindSQL == "" {
+		cs, err := c.SearchConversations(ctx, ownerID, query, limit)
+		if err != nil {
+			return nil, err
+		}
+		hits := make([]store.SearchHit, len(cs))
+		for i, cv := range cs {
+			hits[i] = store.SearchHit{Conversation: cv}
+		}
+		return hits, nil
+	}
+	pattern := "%" + escapeLike(query) + "%"
+	hits, err := queryAll(ctx, c.DB, c.Dialect.FindSQL, []any{ownerID, c.Dialect.Match(words), pattern, int64(limitOrAll(limit))},
+		func(r Rows) (store.SearchHit, error) {
+			var h store.SearchHit
+			err := r.Scan(&h.ID, &h.OwnerID, &h.Title, &h.Status, &h.LastSeq, &h.CreatedAt, &h.UpdatedAt, &h.Seq, &h.Snippet)
+			return h, err
+		})
+	if err != nil {
+		return nil, fmt.Errorf("find conversations: %w", err)
+	}
+	return hits, nil
+}
+
 // escapeLike makes s match itself in a LIKE pattern whose escape character is a backslash.
 func escapeLike(s string) string {
 	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)

@@ -682,14 +682,15 @@ const (
 	stepsInsert    = `INSERT INTO steps (conversation_id, key, attempts, next_attempt_at, last_error, updated_at)`
 	stepsUpsert    = `ON CONFLICT (conversation_id, key) DO UPDATE SET attempts = excluded.attempts, next_attempt_at = excluded.next_attempt_at,
 		last_error = excluded.last_error, updated_at = excluded.updated_at`
-	auditInsert = `INSERT INTO audit (conversation_id, tool_call_id, tool, actor_id, action, reason, args_hash, at, detail)`
+	auditInsert  = `INSERT INTO audit (conversation_id, tool_call_id, tool, actor_id, action, reason, args_hash, at, detail)`
+	notifyInsert = `INSERT INTO notify_outbox (id, payload, created_at, next_attempt_at)`
 )
 
 // Writes are the rows an append writes after its sequence check, table by table, each row in the
 // column order of its table's insert above. Cancel and DoneSteps are (conversation, key) pairs
 // to delete.
 type Writes struct {
-	Entries, Calls, Cancel, Schedule, DoneSteps, Steps, Audit, Grants [][]any
+	Entries, Calls, Cancel, Schedule, DoneSteps, Steps, Audit, Grants, Notify [][]any
 }
 
 // PlanWrites returns the rows that write b after the entry numbered afterSeq, stamped now.
@@ -738,6 +739,9 @@ func PlanWrites(conv string, afterSeq int64, now time.Time, b store.Batch) Write
 	for _, g := range b.Grants {
 		r.Grants = append(r.Grants, grantRow(g, conv, now))
 	}
+	for _, m := range b.Notify {
+		r.Notify = append(r.Notify, notifyRow(m, now))
+	}
 	return r
 }
 
@@ -759,6 +763,7 @@ func PlanBatch(conv string, afterSeq int64, now time.Time, b store.Batch) []Stmt
 	}
 	out = insertMany(out, stepsInsert, stepsUpsert, r.Steps)
 	out = insertMany(out, grantsInsert, "", r.Grants)
+	out = insertMany(out, notifyInsert, "", r.Notify)
 	return insertMany(out, auditInsert, "", r.Audit)
 }
 
@@ -777,6 +782,7 @@ func PlanMerged(rs []Writes) []Stmt {
 		m.Steps = append(m.Steps, r.Steps...)
 		m.Audit = append(m.Audit, r.Audit...)
 		m.Grants = append(m.Grants, r.Grants...)
+		m.Notify = append(m.Notify, r.Notify...)
 	}
 	var out []Stmt
 	add := func(sql string, types []string, rows [][]any) {
@@ -792,6 +798,7 @@ func PlanMerged(rs []Writes) []Stmt {
 	add(`DELETE FROM steps WHERE (conversation_id, key) IN (SELECT * FROM UNNEST)`, []string{"text", "text"}, m.DoneSteps)
 	add(stepsInsert+` SELECT * FROM UNNEST `+stepsUpsert, []string{"text", "text", "bigint", "timestamptz", "text", "timestamptz"}, m.Steps)
 	add(grantsInsert+` SELECT * FROM UNNEST`, grantTypes, m.Grants)
+	add(notifyInsert+` SELECT * FROM UNNEST`, []string{"text", "text", "timestamptz", "timestamptz"}, m.Notify)
 	add(auditInsert+` SELECT * FROM UNNEST`, []string{"text", "text", "text", "text", "text", "text", "text", "timestamptz", "text"}, m.Audit)
 	return out
 }

@@ -8,7 +8,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Querier runs statements. Queries are written with PostgreSQL placeholders ($1, $2 …); an
@@ -46,6 +48,23 @@ type DB interface {
 	Close() error
 }
 
+// MinPrefix is the shortest search word also matched as a prefix (Dialect.Match): shorter words
+// match whole words only, so a one-letter query does not read every owner's index entries.
+const MinPrefix = 3
+
+// MatchTerms joins search words into a full-text query: each word as quote writes it, followed
+// by prefix when it has at least MinPrefix characters, separated by sep (Dialect.Match).
+func MatchTerms(words []string, quote func(string) string, prefix, sep string) string {
+	parts := make([]string, len(words))
+	for i, w := range words {
+		parts[i] = quote(w)
+		if utf8.RuneCountInString(w) >= MinPrefix {
+			parts[i] += prefix
+		}
+	}
+	return strings.Join(parts, sep)
+}
+
 // Dialect is what differs in the shared SQL.
 type Dialect struct {
 	// SkipLocked is appended to the SELECT that picks due expiries: "FOR UPDATE SKIP LOCKED" on
@@ -55,6 +74,14 @@ type Dialect struct {
 	// parley_chain_audit()" on PostgreSQL, whose function serializes writers with an advisory
 	// lock; empty on SQLite, where Core chains them in Go under the single writer's lock.
 	ChainSQL string
+	// FindSQL finds an owner's conversations by title or message text (conversations.go,
+	// FindConversations): $1 the owner, $2 the full-text query (Match), $3 the title's LIKE
+	// pattern, $4 the limit; it selects convCols, the matched message's seq (0 when none) and its
+	// excerpt ('' when none).
+	FindSQL string
+	// Match makes the full-text query of FindSQL from SearchWords (never empty): every word, each
+	// also as a prefix. The words are letters and digits only, so nothing in them is syntax.
+	Match func(words []string) string
 }
 
 // NewID returns 16 random bytes, hex-encoded: the id of a row whose caller gave none.

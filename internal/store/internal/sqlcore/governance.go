@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"parley/internal/store"
@@ -199,6 +201,180 @@ func (c *Core) RevokeGrant(ctx context.Context, userID, id string, now time.Time
 	}
 	if err != nil {
 		return fmt.Errorf("revoke grant %q: %w", id, err)
+	}
+	return nil
+}
+
+const claimCols = `conversation_id, tool_call_id, user_id, claimed_at, expires_at`
+
+func scanClaim(r Rows) (store.Claim, error) {
+	var c store.Claim
+	err := r.Scan(&c.ConversationID, &c.ToolCallID, &c.UserID, &c.ClaimedAt, &c.ExpiresAt)
+	return c, err
+}
+
+// ClaimCall implements store.Store. The upsert takes the row when it is free, dead (expired at
+// the claim's time) or the claimer's own; otherwise it changes nothing and the holder's claim is
+// read back. Dead rows of other calls are swept in the same transaction, so the table holds at
+// most the live claims and the dead ones of calls nobody claimed since.
+func (c *Core) ClaimCall(ctx context.Context, cl store.Claim) (store.Claim, error) {
+	if !cl.ExpiresAt.After(cl.ClaimedAt) {
+		return store.Claim{}, errors.New("claim a call: it must expire after it is taken")
+	}
+	cl.ClaimedAt, cl.ExpiresAt = ts(cl.ClaimedAt), ts(cl.ExpiresAt)
+	var held store.Claim
+	err := c.inTx(ctx, func(tx Tx) error {
+		if _, err := tx.Exec(ctx, `DELETE FROM inbox_claims WHERE expires_at <= $1`, cl.ClaimedAt); err != nil {
+			return err
+		}
+		n, err := tx.Exec(ctx, `INSERT INTO inbox_claims (`+claimCols+`) VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (conversation_id, tool_call_id) DO UPDATE SET user_id = excluded.user_id,
+				claimed_at = excluded.claimed_at, expires_at = excluded.expires_at
+			WHERE inbox_claims.user_id = excluded.user_id OR inbox_claims.expires_at <= excluded.claimed_at`,
+			cl.ConversationID, cl.ToolCallID, cl.UserID, cl.ClaimedAt, cl.ExpiresAt)
+		if err != nil {
+			return err
+		}
+		if n == 1 {
+			held = cl
+			return nil
+		}
+		if err := queryRow(ctx, tx, `SELECT `+claimCols+` FROM inbox_claims WHERE conversation_id = $1 AND tool_call_id = $2`,
+			[]any{cl.ConversationID, cl.ToolCallID}, &held.ConversationID, &held.ToolCallID, &held.UserID, &held.ClaimedAt, &held.ExpiresAt); err != nil {
+			return err
+		}
+		return store.ErrConflict
+	})
+	if errors.Is(err, store.ErrConflict) {
+		return held, fmt.Errorf("claim call %q: held by %s: %w", cl.ToolCallID, held.UserID, store.ErrConflict)
+	}
+	if err != nil {
+		return store.Claim{}, fmt.Errorf("claim call %q: %w", cl.ToolCallID, err)
+	}
+	return held, nil
+}
+
+// ReleaseClaim implements store.Store.
+func (c *Core) ReleaseClaim(ctx context.Context, conversationID, toolCallID, userID string) error {
+	if _, err := c.DB.Exec(ctx, `DELETE FROM inbox_claims WHERE conversation_id = $1 AND tool_call_id = $2 AND user_id = $3`,
+		conversationID, toolCallID, userID); err != nil {
+		return fmt.Errorf("release the claim of call %q: %w", toolCallID, err)
+	}
+	return nil
+}
+
+// ListClaims implements store.Store, soonest to expire first.
+func (c *Core) ListClaims(ctx context.Context, now time.Time) ([]store.Claim, error) {
+	cs, err := queryAll(ctx, c.DB, `SELECT `+claimCols+` FROM inbox_claims WHERE expires_at > $1 ORDER BY expires_at, conversation_id, tool_call_id`,
+		[]any{ts(now)}, scanClaim)
+	if err != nil {
+		return nil, fmt.Errorf("list inbox claims: %w", err)
+	}
+	return cs, nil
+}
+
+// notifyRow is a queued notification's row in the column order of notifyInsert: due at once
+// unless it says otherwise.
+func notifyRow(m store.NotifyMessage, now time.Time) []any {
+	id := m.ID
+	if id == "" {
+		id = "ntf_" + NewID()
+	}
+	next := now
+	if !m.NextAttemptAt.IsZero() {
+		next = ts(m.NextAttemptAt)
+	}
+	return []any{id, string(m.Payload), now, next}
+}
+
+// EnqueueNotify implements store.Store.
+func (c *Core) EnqueueNotify(ctx context.Context, msgs ...store.NotifyMessage) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	now := c.now()
+	rows := make([][]any, len(msgs))
+	for i, m := range msgs {
+		rows[i] = notifyRow(m, now)
+	}
+	err := c.inTx(ctx, func(tx Tx) error {
+		for _, st := range insertMany(nil, notifyInsert, "", rows) {
+			if _, err := tx.Exec(ctx, st.SQL, st.Args...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("queue notifications: %w", err)
+	}
+	return nil
+}
+
+const notifyCols = `id, payload, created_at, attempts, next_attempt_at, last_error`
+
+// ClaimNotify implements store.Store. The inner SELECT skips rows another transaction has
+// locked (PostgreSQL: FOR UPDATE SKIP LOCKED), so claimers running at once take different rows;
+// the lease hides a claimed row from later claimers until it runs out (a claimer that died).
+func (c *Core) ClaimNotify(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]store.NotifyMessage, error) {
+	if lease <= 0 {
+		return nil, errors.New("claim notifications: lease must be positive")
+	}
+	now = ts(now)
+	var out []store.NotifyMessage
+	err := c.inTx(ctx, func(tx Tx) error {
+		var err error
+		out, err = queryAll(ctx, tx, `UPDATE notify_outbox SET claimed_until = $1
+			FROM (SELECT id AS due_id FROM notify_outbox
+			      WHERE next_attempt_at <= $2 AND (claimed_until IS NULL OR claimed_until <= $2)
+			      ORDER BY next_attempt_at, id LIMIT $3 `+c.Dialect.SkipLocked+`) AS due
+			WHERE id = due.due_id
+			RETURNING `+notifyCols,
+			[]any{ts(now.Add(lease)), now, int64(limitOrAll(limit))}, func(r Rows) (store.NotifyMessage, error) {
+				var m store.NotifyMessage
+				var payload string
+				err := r.Scan(&m.ID, &payload, &m.CreatedAt, &m.Attempts, &m.NextAttemptAt, &m.LastError)
+				m.Payload = []byte(payload)
+				return m, err
+			})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim notifications: %w", err)
+	}
+	slices.SortFunc(out, func(a, b store.NotifyMessage) int {
+		if d := a.NextAttemptAt.Compare(b.NextAttemptAt); d != 0 {
+			return d
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return out, nil
+}
+
+// CompleteNotify implements store.Store; a missing message is not an error.
+func (c *Core) CompleteNotify(ctx context.Context, id string) error {
+	if _, err := c.DB.Exec(ctx, `DELETE FROM notify_outbox WHERE id = $1`, id); err != nil {
+		return fmt.Errorf("complete notification %q: %w", id, err)
+	}
+	return nil
+}
+
+// ReleaseNotify implements store.Store; a missing message is not an error.
+func (c *Core) ReleaseNotify(ctx context.Context, id string) error {
+	if _, err := c.DB.Exec(ctx, `UPDATE notify_outbox SET claimed_until = NULL WHERE id = $1`, id); err != nil {
+		return fmt.Errorf("release notification %q: %w", id, err)
+	}
+	return nil
+}
+
+// RetryNotify implements store.Store; a missing message is not an error.
+func (c *Core) RetryNotify(ctx context.Context, id string, next time.Time, lastError string) error {
+	if len(lastError) > 1000 {
+		lastError = lastError[:1000]
+	}
+	if _, err := c.DB.Exec(ctx, `UPDATE notify_outbox SET attempts = attempts + 1, next_attempt_at = $1, claimed_until = NULL, last_error = $2 WHERE id = $3`,
+		ts(next), strings.ToValidUTF8(lastError, "?"), id); err != nil {
+		return fmt.Errorf("retry notification %q: %w", id, err)
 	}
 	return nil
 }

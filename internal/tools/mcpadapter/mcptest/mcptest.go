@@ -32,6 +32,10 @@ func ServeIfChild() {
 	os.Exit(0)
 }
 
+// AskState is the "ask" tool's request state: opaque text that PostgreSQL would not keep as
+// text (a NUL), which the client must echo back unchanged.
+const AskState = "asked\x00é1"
+
 // HugeBytes is the size of the "huge" tool's text.
 const HugeBytes = 2 << 20
 
@@ -80,7 +84,11 @@ func NewServer(crash bool) *mcp.Server {
 				return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{"name": &mcp.ElicitParams{
 					Message:         "What is your name?",
 					RequestedSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string","title":"Name"}},"required":["name"]}`),
-				}}, RequestState: "asked"}, nil
+				}}, RequestState: AskState}, nil
+			}
+			// Stateless between rounds, as the protocol intends: the state must come back as sent.
+			if req.Params.RequestState != AskState {
+				return nil, fmt.Errorf("the request state came back as %q", req.Params.RequestState)
 			}
 			if r.Action != "accept" {
 				return text("no name: " + r.Action), nil
@@ -96,6 +104,15 @@ func NewServer(crash bool) *mcp.Server {
 				}}}, nil
 			}
 			return text("url: " + r.Action), nil
+		})
+	s.AddTool(&mcp.Tool{Name: "ask_bad_url", Description: "Sends the user to a link that is not http(s).", InputSchema: objectSchema},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			if _, ok := req.Params.InputResponses["go"]; ok {
+				return text("followed"), nil
+			}
+			return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{"go": &mcp.ElicitParams{
+				Mode: "url", Message: "Click", URL: "javascript:alert(document.cookie)", ElicitationID: "e2",
+			}}}, nil
 		})
 	s.AddTool(&mcp.Tool{Name: "progress", Description: "Reports progress three times.", InputSchema: objectSchema,
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
@@ -161,4 +178,33 @@ func AddLateTool(s *mcp.Server) {
 	s.AddTool(&mcp.Tool{Name: "late", Description: "Added after start.", InputSchema: objectSchema,
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return text("late"), nil })
+}
+
+// NewLegacyServer builds a server that speaks only the protocol before 2026-07-28, where a
+// server asks its questions on the session while the call runs: "ask_named" names its call in
+// the question's _meta (its progress token); "ask_anon" does not.
+func NewLegacyServer() *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "mcptest-legacy", Version: "1"},
+		&mcp.ServerOptions{SupportedProtocolVersions: []string{"2025-11-25"}})
+	askOn := func(named bool) mcp.ToolHandler {
+		return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			p := &mcp.ElicitParams{Message: fmt.Sprintf("Which colour for %v?", args(req)["item"]),
+				RequestedSchema: json.RawMessage(`{"type":"object","properties":{"colour":{"type":"string"}},"required":["colour"]}`)}
+			if named {
+				p.Meta = mcp.Meta{"progressToken": req.Params.GetProgressToken()}
+			}
+			r, err := req.Session.Elicit(ctx, p)
+			if err != nil {
+				return nil, err
+			}
+			if r.Action != "accept" {
+				return text(fmt.Sprintf("%v: %s", args(req)["item"], r.Action)), nil
+			}
+			return text(fmt.Sprintf("%v is %v", args(req)["item"], r.Content["colour"])), nil
+		}
+	}
+	schema := json.RawMessage(`{"type":"object","properties":{"item":{"type":"string"}},"required":["item"]}`)
+	s.AddTool(&mcp.Tool{Name: "ask_named", Description: "Asks a colour, naming its call.", InputSchema: schema}, askOn(true))
+	s.AddTool(&mcp.Tool{Name: "ask_anon", Description: "Asks a colour.", InputSchema: schema}, askOn(false))
+	return s
 }

@@ -1,0 +1,65 @@
+package agent
+
+import (
+	"testing"
+	"time"
+)
+
+// TestHubBacklog: a subscriber that falls behind past its channel's room still gets every event
+// in order up to its bound (the backlog, drained while it lags); past the bound it gets
+// EventResync last and is closed; one that leaves while a backlog waits stops its drainer
+// (goleak in TestMain checks that no drainer is left).
+func TestHubBacklog(t *testing.T) {
+	const size = 3 * directSlots
+	h := NewHub(size)
+	publish := func(n int) {
+		for i := range n {
+			h.Publish(Event{ConversationID: "c", Seq: int64(i + 1), Type: EventStatus})
+		}
+	}
+	read := func(s *Subscription) []Event {
+		var got []Event
+		timeout := time.After(10 * time.Second)
+		for {
+			select {
+			case ev, ok := <-s.C:
+				if !ok {
+					return got
+				}
+				got = append(got, ev)
+			case <-timeout:
+				t.Fatalf("channel not closed after %d events", len(got))
+			}
+		}
+	}
+
+	within := h.Subscribe("c")
+	publish(size)
+	h.Resync("c") // ends it: the events, then the resync, then the close
+	got := read(within)
+	if len(got) != size+1 || got[size].Type != EventResync {
+		t.Fatalf("within the bound: %d events, last %+v; want %d then a resync", len(got), got[len(got)-1], size)
+	}
+	for i, ev := range got[:size] {
+		if ev.Seq != int64(i+1) {
+			t.Fatalf("event %d has seq %d: out of order", i, ev.Seq)
+		}
+	}
+
+	over := h.Subscribe("c")
+	publish(size + 5)
+	got = read(over)
+	if len(got) != size+1 || got[size].Type != EventResync || h.Dropped() != 1 {
+		t.Fatalf("past the bound: %d events, last %+v, dropped %d; want %d then a resync", len(got), got[len(got)-1], h.Dropped(), size)
+	}
+
+	left := h.Subscribe("c")
+	publish(2 * directSlots)
+	left.Close() // a drainer is blocked on the full channel; it must end
+	lagging := h.Subscribe("c")
+	publish(2 * directSlots)
+	h.Close() // shutdown ends a lagging subscriber's drainer too
+	if got := read(lagging); len(got) == 0 || len(got) > 2*directSlots {
+		t.Fatalf("after Close: %d events", len(got))
+	}
+}
