@@ -188,6 +188,13 @@ func (a *actor) run() {
 		if a.stopping && a.inflight == 0 {
 			break
 		}
+		if evict != nil && a.evicted() {
+			// Before anything else that is ready: a result that arrived with the fence is
+			// dropped, never recorded by a process that may no longer own the conversation.
+			evict = nil
+			a.beginStop(true)
+			continue
+		}
 		select {
 		case req := <-a.mailbox:
 			a.lastActive = a.now()
@@ -222,6 +229,17 @@ func (a *actor) run() {
 	if a.broken {
 		// The failure was noted when it happened (commit); the next actor takes it.
 		a.m.reviveLater(a.id)
+	}
+}
+
+// evicted reports whether Manager.fence closed evict: this process may no longer own the
+// conversation.
+func (a *actor) evicted() bool {
+	select {
+	case <-a.evict:
+		return true
+	default:
+		return false
 	}
 }
 

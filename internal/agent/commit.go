@@ -19,6 +19,12 @@ import (
 // (so the batch can carry the resulting status and tool_calls rows); if the append fails the
 // actor is marked broken: it stops and is revived from the log, which is still the truth.
 func (a *actor) commit(b store.Batch, touched []string) error {
+	if a.evicted() {
+		// Fenced while handling a message: nothing more is written from here; the loop stops
+		// the actor next, and the conversation's next owner continues from the log.
+		a.discard = true
+		return errClosed()
+	}
 	makeStorable(&b)
 	a.observeBefore(touched)
 	now := a.now()

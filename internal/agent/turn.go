@@ -447,7 +447,7 @@ func (a *actor) recordResponse(dr *draft) {
 		a.announceIfAsks(id)
 	}
 	if err := a.commit(b, touched); err != nil {
-		if !a.conflicted {
+		if !a.conflicted && !a.evicted() {
 			a.m.noteFailure(a.id, writeFailure{count: a.failures.count + 1, answer: true})
 		}
 		return
