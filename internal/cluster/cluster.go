@@ -111,7 +111,7 @@ type Node struct {
 	aead cipher.AEAD
 
 	lmu     sync.Mutex
-	lcancel map[bool]context.CancelFunc // ends a listener's current wait, by direct (restartListener); guarded by lmu
+	lcancel context.CancelFunc // ends the listener's current wait (restartListener); guarded by lmu
 	// peers is how many other live processes the last heartbeat saw (or 1 once any of them
 	// spoke): events are sent only when someone can receive them.
 	peers atomic.Int64
@@ -131,7 +131,7 @@ type Node struct {
 	stats struct{ notifications, forwarded, served, heartbeats, claims, deafRestarts atomic.Int64 }
 
 	// The heartbeat pings the node's own channel with each beat (pingSent, in the same
-	// statement) and the direct listener records the pings it hears (pingHeard): a listener
+	// statement) and the listener records the pings it hears (pingHeard): a listener
 	// that stopped hearing while its session still looks alive to the database is restarted.
 	pingSent, pingHeard atomic.Uint64
 	deaf                atomic.Bool // tests: the listener ignores pings
@@ -230,26 +230,20 @@ func (n *Node) start(ctx context.Context) error {
 	if err := n.loadKey(ctx); err != nil {
 		return err
 	}
-	// Two listening sessions: the node's own channel (requests and replies, and the node's life
-	// line) apart from the broadcast events, so a reply never waits behind other processes'
-	// events.
-	direct, err := n.listenConn(ctx, true)
+	// One listening session, on the node's own channel (requests and replies) and the broadcast
+	// events: every notification wakes every listening session of the database, whatever its
+	// channel, so a second session per process would double what each notification costs
+	// PostgreSQL. The session is also the node's life line.
+	conn, err := n.listenConn(ctx)
 	if err != nil {
-		return err
-	}
-	events, err := n.listenConn(ctx, false)
-	if err != nil {
-		_ = direct.Close(ctx)
 		return err
 	}
 	if err := n.countPeers(ctx); err != nil {
-		_ = direct.Close(ctx)
-		_ = events.Close(ctx)
+		_ = conn.Close(ctx)
 		return err
 	}
-	n.wg.Add(4)
-	go n.listen(direct, true)
-	go n.listen(events, false)
+	n.wg.Add(3)
+	go n.listen(conn)
 	go n.heartbeat()
 	go n.send()
 	n.broadcast(ctx, message{T: "hello"})
@@ -587,23 +581,18 @@ func (n *Node) body(ctx context.Context, msg message, del bool) ([]byte, error) 
 
 // --- listening ------------------------------------------------------------------------------
 
-// listenConn opens a connection that LISTENs, on the node's own channel (direct) or on the
-// events: it stays with the node, outside any pool.
-func (n *Node) listenConn(ctx context.Context, direct bool) (*pgx.Conn, error) {
+// listenConn opens the connection that LISTENs on the node's own channel and on the events:
+// it stays with the node, outside any pool.
+func (n *Node) listenConn(ctx context.Context) (*pgx.Conn, error) {
 	conn, err := pgx.ConnectConfig(ctx, n.pool.Config().ConnConfig)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: listen connection: %w", err)
 	}
-	ch := eventsChannel
-	if direct {
-		ch = n.channel()
-	}
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
-		_ = conn.Close(ctx)
-		return nil, fmt.Errorf("cluster: listen on %s: %w", ch, err)
-	}
-	if !direct {
-		return conn, nil
+	for _, ch := range []string{n.channel(), eventsChannel} {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			_ = conn.Close(ctx)
+			return nil, fmt.Errorf("cluster: listen on %s: %w", ch, err)
+		}
 	}
 	// This session is the node's life line (parley_node_alive): when the process dies, so
 	// does the session, and the others see it at once.
@@ -625,7 +614,7 @@ func (n *Node) listenConn(ctx context.Context, direct bool) (*pgx.Conn, error) {
 // breaks. Notifications sent while it was away are lost: local subscribers resync, and
 // forwarded requests waiting for a reply time out and look for their owner again. Losing the
 // connection also fences the node: the others saw its session end.
-func (n *Node) listen(conn *pgx.Conn, direct bool) {
+func (n *Node) listen(conn *pgx.Conn) {
 	defer n.wg.Done()
 	defer func() {
 		if conn != nil {
@@ -635,10 +624,10 @@ func (n *Node) listen(conn *pgx.Conn, direct bool) {
 	backoff := 100 * time.Millisecond
 	for n.ctx.Err() == nil {
 		if conn == nil {
-			c, err := n.listenConn(n.ctx, direct)
+			c, err := n.listenConn(n.ctx)
 			if err != nil {
 				if n.ctx.Err() == nil {
-					n.log.Warn("cluster: reconnect listener", "direct", direct, "err", err)
+					n.log.Warn("cluster: reconnect listener", "err", err)
 				}
 				wait := n.clock.NewTimer(backoff)
 				select {
@@ -650,26 +639,21 @@ func (n *Node) listen(conn *pgx.Conn, direct bool) {
 				continue
 			}
 			conn, backoff = c, 100*time.Millisecond
-			if !direct {
-				n.hub.Resync("")
-				n.broadcast(n.ctx, message{T: "hello"}) // the others send events again
-			}
+			n.hub.Resync("")
+			n.broadcast(n.ctx, message{T: "hello"}) // the others send events again
 		}
 		lctx, lcancel := context.WithCancel(n.ctx)
 		n.lmu.Lock()
-		if n.lcancel == nil {
-			n.lcancel = map[bool]context.CancelFunc{}
-		}
-		n.lcancel[direct] = lcancel
+		n.lcancel = lcancel
 		n.lmu.Unlock()
 		note, err := conn.WaitForNotification(lctx)
 		lcancel()
 		if err != nil {
 			if n.ctx.Err() == nil {
-				// Without its sessions the node counts as dead to the others (the direct one is
-				// its life line; without the events its pages go stale), who may take its
-				// conversations over: stop them here before listening again.
-				n.log.Warn("cluster: listener lost its connection; stopping this process's conversations", "direct", direct, "err", err)
+				// Without its session the node counts as dead to the others (it is its life
+				// line), who may take its conversations over: stop them here before listening
+				// again. Its pages missed events meanwhile.
+				n.log.Warn("cluster: listener lost its connection; stopping this process's conversations", "err", err)
 				_ = conn.Close(context.Background())
 				conn = nil
 				n.fence()
@@ -681,14 +665,14 @@ func (n *Node) listen(conn *pgx.Conn, direct bool) {
 	}
 }
 
-// restartListener makes the listeners drop their connections and listen on new ones (the
-// heartbeat found the node's session gone from the database's view while the socket looked
-// alive).
+// restartListener makes the listener drop its connection and listen on a new one (the
+// heartbeat found the node's session gone from the database's view, or its own ping unheard,
+// while the socket looked alive).
 func (n *Node) restartListener() {
 	n.lmu.Lock()
 	defer n.lmu.Unlock()
-	for _, cancel := range n.lcancel {
-		cancel()
+	if n.lcancel != nil {
+		n.lcancel()
 	}
 }
 
