@@ -140,26 +140,36 @@ func BulkItem(conversationID, toolCallID string) string { return conversationID 
 func inboxReturn(f InboxFilter) string { return "/inbox" + f.Query() }
 
 // bulkHeading sums up a bulk decision: how many of the items it applied to.
-func bulkHeading(d InboxPage) string {
-	ok := 0
-	for _, r := range d.Bulk {
-		if r.OK {
-			ok++
-		}
+func bulkHeading(b *BulkSummary) string {
+	n := b.OK
+	for _, r := range b.Refused {
+		n += r.N
 	}
 	verb := "Approved"
-	if d.BulkDecision == "deny" {
+	if b.Decision == "deny" {
 		verb = "Denied"
 	}
-	return verb + " " + strconv.Itoa(ok) + " of " + strconv.Itoa(len(d.Bulk)) + " selected"
+	return verb + " " + strconv.Itoa(b.OK) + " of " + strconv.Itoa(n) + " selected"
 }
 
-// orUnknown is s, or "unknown call" when it is empty.
-func orUnknown(s string) string {
-	if s == "" {
-		return "unknown call"
+// bulkRefusals says why some items of a bulk decision were not decided, for the kinds a
+// decision is commonly refused with; any other kind is named as it is.
+var bulkRefusals = map[string]string{
+	"stale":             "already decided, expired or no longer waiting",
+	"permission_denied": "not yours to decide",
+	"not_found":         "not found",
+	"invalid_args":      "refused as invalid",
+	"conflict":          "changed meanwhile",
+	"internal":          "failed on the server",
+}
+
+// bulkRefused is one line of a bulk decision's refusals: "2 not yours to decide".
+func bulkRefused(r BulkCount) string {
+	why, ok := bulkRefusals[r.Kind]
+	if !ok {
+		why = "refused (" + r.Kind + ")"
 	}
-	return s
+	return strconv.Itoa(r.N) + " " + why
 }
 
 // contextLabel is the link to an entry's conversation: read-only unless it is the viewer's own.

@@ -97,7 +97,7 @@ func ItemHTML(ctx context.Context, p Page, it Item) (html []byte, rev string, er
 
 // InboxItemHTML renders one inbox entry as InboxList does, with its data-rev.
 func InboxItemHTML(ctx context.Context, d InboxPage, e InboxEntry) (html []byte, rev string, err error) {
-	return renderRev(ctx, CallDOMID(e.Call.ID), "item inbox-item", InboxItem(d, e))
+	return renderRev(ctx, InboxDOMID(e.ConversationID, e.Call.ID), "item inbox-item", InboxItem(d, e))
 }
 
 func fieldID(callID, name string) string { return "q-" + callID + "-" + name }

@@ -39,9 +39,12 @@ type Viewer struct {
 // FormState is what a re-rendered card remembers of a rejected submission: the values typed and
 // an error per field ("" keys the form as a whole).
 type FormState struct {
-	ToolCallID string
-	Values     map[string]string
-	Errors     map[string]string
+	// ConversationID, when set, narrows the state to that conversation's call: in the inbox,
+	// calls of different conversations may share an id.
+	ConversationID string
+	ToolCallID     string
+	Values         map[string]string
+	Errors         map[string]string
 	// Notice is a message about the call itself, e.g. that it was already decided elsewhere.
 	Notice string
 }
@@ -74,6 +77,9 @@ type Page struct {
 	Demo bool
 	// Return is where a decision redirects after a plain POST ("" = the conversation page).
 	Return string
+	// Inbox says the cards are shown in the inbox, beside other conversations' calls whose ids
+	// may be the same: their element ids then carry the conversation too (IDKey).
+	Inbox bool
 	// Form is the state of one card after a rejected submission.
 	Form *FormState
 	// Notice is a page-level message (e.g. the composer's error).
@@ -84,10 +90,19 @@ type Page struct {
 
 // formFor returns the form state of one call, nil when the state is about another call.
 func (p Page) formFor(id string) *FormState {
-	if p.Form != nil && p.Form.ToolCallID == id {
+	if p.Form != nil && p.Form.ToolCallID == id && (p.Form.ConversationID == "" || p.Form.ConversationID == p.ConversationID) {
 		return p.Form
 	}
 	return nil
+}
+
+// IDKey is what the element ids of a call's card derive from: the call id on its conversation's
+// page, where it is unique; the conversation and the call in the inbox (InboxKey).
+func (p Page) IDKey(callID string) string {
+	if p.Inbox {
+		return InboxKey(p.ConversationID, callID)
+	}
+	return callID
 }
 
 // CanAnswer reports whether the viewer may answer the conversation's questions (agent.MayAnswer).
@@ -165,14 +180,19 @@ func (f InboxFilter) Query() string {
 // InboxAges are the age filter's choices: value and words.
 var InboxAges = [][2]string{{"", "any age"}, {"5m", "older than 5 min"}, {"1h", "older than 1 hour"}, {"24h", "older than 1 day"}}
 
-// BulkResult is what happened to one item of a bulk decision.
-type BulkResult struct {
-	ConversationID string
-	ToolCallID     string
-	Tool           string
-	OK             bool
-	Kind           string // the error's kind when not OK: stale, permission_denied, not_found …
-	Message        string
+// BulkSummary is what a bulk decision did, in counts: how many items it decided and how many
+// each kind of error refused. It reaches the inbox through the redirect after the decision (in
+// the URL: counts and kinds only), so a reload shows it again and decides nothing.
+type BulkSummary struct {
+	Decision string // approve or deny
+	OK       int
+	Refused  []BulkCount // by kind, in the order of fault.Kinds
+}
+
+// BulkCount is how many items of a bulk decision one kind of error refused.
+type BulkCount struct {
+	Kind string
+	N    int
 }
 
 // InboxPage is the reviewer inbox.
@@ -192,10 +212,8 @@ type InboxPage struct {
 	Requesters []string
 	// Now is the time ages and deadlines are shown against.
 	Now time.Time
-	// Bulk is the outcome of a bulk decision, item by item (nil: none was made).
-	Bulk []BulkResult
-	// BulkDecision is that decision (approve or deny).
-	BulkDecision string
+	// Bulk is the outcome of the bulk decision just made (nil: none was).
+	Bulk *BulkSummary
 }
 
 // Item is one entry of a conversation's timeline: a message or a tool call, in log order.
@@ -215,6 +233,17 @@ func (it Item) DOMID() string {
 
 // CallDOMID is the element id of a tool call's timeline item.
 func CallDOMID(toolCallID string) string { return "call-" + toolCallID }
+
+// InboxKey names a call among every conversation's: call ids are unique only within their
+// conversation. Conversation ids are the store's hex digits, without "-", so the first "-"
+// ends it and two different (conversation, call) pairs never share a key.
+func InboxKey(conversationID, toolCallID string) string { return conversationID + "-" + toolCallID }
+
+// InboxDOMID is the element id of an inbox entry, unique per conversation and call; the inbox
+// socket's list and a decision's fetch answer address the entry by it.
+func InboxDOMID(conversationID, toolCallID string) string {
+	return "entry-" + InboxKey(conversationID, toolCallID)
+}
 
 // Items interleaves a view's messages and calls by log sequence.
 func Items(v agent.View) []Item {

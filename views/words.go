@@ -350,7 +350,8 @@ func ArgsFromForm(schema, original json.RawMessage, values map[string]string) (j
 	return b, nil, nil
 }
 
-func argID(callID, name string) string { return "arg-" + callID + "-" + name }
+// argID is the element id of an argument field of the card whose ids derive from key (Page.IDKey).
+func argID(key, name string) string { return "arg-" + key + "-" + name }
 
 // argInputType is an argument field's input type. Dates stay text: the field shows the value
 // exactly as the call has it, so an untouched field approves the call unchanged.

@@ -212,18 +212,36 @@ type approvalJSON struct {
 	CreatedAt      time.Time       `json:"created_at"`
 }
 
-// apiApprovals: GET /api/v1/approvals → the pending approvals that wait for the caller's
-// decision, newest first (agent.PendingApprovals).
+// apiApprovals: GET /api/v1/approvals[?tool=&requester=&age=] → the pending approvals that wait
+// for the caller's decision, newest first (agent.PendingApprovals), filtered as the inbox page
+// is (inboxFilterOf, inboxQuery.matches: one rule): tool and requester are names matched whole,
+// ignoring case; age a duration (approvals waiting at least that long). A malformed filter is
+// 422 invalid_args, with the parameter's path.
 func (s *Server) apiApprovals(c echo.Context) error {
-	list, err := s.agent.PendingApprovals(c.Request().Context(), principal(c))
+	q, err := inboxFilterOf(c.QueryParams())
 	if err != nil {
 		return err
 	}
-	out := make([]approvalJSON, len(list))
-	for i, p := range list {
-		out[i] = approvalJSON{ConversationID: p.ConversationID, Title: p.Title, OwnerID: p.OwnerID, ToolCallID: p.Call.ID,
+	ctx := c.Request().Context()
+	list, err := s.agent.PendingApprovals(ctx, principal(c))
+	if err != nil {
+		return err
+	}
+	var names map[string]string // owner id → name, read only when a requester filter needs them
+	if q.Requester != "" {
+		if names, err = s.inboxNames(ctx, list, nil, nil); err != nil {
+			return err
+		}
+	}
+	now := s.agent.Now()
+	out := make([]approvalJSON, 0, len(list))
+	for _, p := range list {
+		if !q.matches(p, names[p.OwnerID], now) {
+			continue
+		}
+		out = append(out, approvalJSON{ConversationID: p.ConversationID, Title: p.Title, OwnerID: p.OwnerID, ToolCallID: p.Call.ID,
 			Tool: p.Call.Name, Approvers: string(p.Call.Approvers), Args: rawOrNull(p.Call.Args),
-			Prompt: rawOrNull(p.Prompt), ExpiresAt: p.Call.ExpiresAt, CreatedAt: p.CreatedAt}
+			Prompt: rawOrNull(p.Prompt), ExpiresAt: p.Call.ExpiresAt, CreatedAt: p.CreatedAt})
 	}
 	return c.JSON(http.StatusOK, map[string]any{"approvals": out})
 }

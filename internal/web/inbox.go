@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
@@ -19,10 +21,12 @@ import (
 
 // inboxPage: GET /inbox[?tool=&requester=&age=] → the pending approvals this user may decide,
 // newest first, across conversations (agent.PendingApprovals), filtered by the query
-// (inboxFilter); reviewers and admins only (a member gets a 403 page saying their calls wait on
-// their conversations' pages). Decisions post to the conversation's resolve route with
-// return=/inbox, so they go through the same Resolve; bulk decisions to /inbox/bulk, claims to
-// /inbox/claim; /inbox/ws keeps the list live with the same filters.
+// (inboxFilterOf); reviewers and admins only (a member gets a 403 page saying their calls wait
+// on their conversations' pages). Decisions post to the conversation's resolve route with
+// return=/inbox and the filters, so they go through the same Resolve and come back to the same
+// filtered inbox; bulk decisions to /inbox/bulk (which redirects back with its outcome in
+// counts: bulkSummaryOf), claims to /inbox/claim; /inbox/ws keeps the list live with the same
+// filters.
 func (s *Server) inboxPage(c echo.Context) error {
 	d, err := s.inboxData(c)
 	if err != nil {
@@ -31,24 +35,26 @@ func (s *Server) inboxPage(c echo.Context) error {
 	if n := noticeFor(c.QueryParam("notice")); n != "" {
 		d.Form = &views.FormState{Notice: n}
 	}
+	d.Bulk = bulkSummaryOf(c.QueryParams())
 	return s.renderPage(c, http.StatusOK, "Inbox", views.InboxBody(d))
 }
 
 // inboxData loads the inbox of the current user: the approvals that wait for their decision
 // (agent.PendingApprovals), with the names of the people who asked, their claims, filtered by
-// the request's query.
+// the request's query (a malformed filter is invalid_args).
 func (s *Server) inboxData(c echo.Context) (views.InboxPage, error) {
-	return s.inboxDataFor(c, principal(c))
-}
-
-// inboxDataFor is inboxData for by (the inbox socket's principal as last re-checked).
-func (s *Server) inboxDataFor(c echo.Context, by agent.Principal) (views.InboxPage, error) {
-	ctx := c.Request().Context()
-	u := currentUser(c)
-	filter, err := inboxFilter(c)
+	q, err := inboxFilterOf(c.QueryParams())
 	if err != nil {
 		return views.InboxPage{}, err
 	}
+	return s.inboxDataFor(c, principal(c), q)
+}
+
+// inboxDataFor is by's inbox filtered by q (the inbox socket's principal as last re-checked, or
+// the filters a decision's form returns to).
+func (s *Server) inboxDataFor(c echo.Context, by agent.Principal, q inboxQuery) (views.InboxPage, error) {
+	ctx := c.Request().Context()
+	u := currentUser(c)
 	list, err := s.agent.PendingApprovals(ctx, by)
 	if err != nil {
 		return views.InboxPage{}, err
@@ -61,7 +67,7 @@ func (s *Server) inboxDataFor(c echo.Context, by agent.Principal) (views.InboxPa
 	if err != nil {
 		return views.InboxPage{}, err
 	}
-	d := views.InboxPage{CSRF: s.csrfToken(c), Viewer: views.Viewer{Principal: by, Name: u.Name}, Names: map[string]string{u.ID: u.Name}, Filter: filter}
+	d := views.InboxPage{CSRF: s.csrfToken(c), Viewer: views.Viewer{Principal: by, Name: u.Name}, Names: map[string]string{u.ID: u.Name}, Filter: q.InboxFilter}
 	fillInbox(&d, list, claims, names, s.agent.Now())
 	s.addNames(ctx, d.Names, inboxCalls(d))
 	return d, nil
@@ -96,31 +102,79 @@ func (s *Server) inboxNames(ctx context.Context, list []agent.PendingApproval, c
 }
 
 // Inbox filter bounds: an age beyond maxInboxAge filters out everything an approval timeout
-// could leave waiting.
-const maxInboxAge = 366 * 24 * time.Hour
+// could leave waiting; a name longer than maxInboxName matches no tool or person.
+const (
+	maxInboxAge  = 366 * 24 * time.Hour
+	maxInboxName = 200
+)
 
-// inboxFilter reads the inbox's filters from the query: tool and requester (names, matched
-// whole, case-insensitively) and age (a duration such as 5m, 1h or 24h: approvals waiting at
-// least that long). A malformed age is invalid_args.
-func inboxFilter(c echo.Context) (views.InboxFilter, error) {
-	f := views.InboxFilter{Tool: strings.TrimSpace(c.QueryParam("tool")), Requester: strings.TrimSpace(c.QueryParam("requester")),
-		Age: strings.TrimSpace(c.QueryParam("age"))}
-	if _, err := inboxAge(f); err != nil {
-		return views.InboxFilter{}, err
-	}
-	return f, nil
+// inboxQuery is the inbox's filters, checked: the one rule of what the inbox page, its socket,
+// a decision's way back to it and GET /api/v1/approvals list.
+type inboxQuery struct {
+	views.InboxFilter
+	age time.Duration // the least age; 0: any
 }
 
-// inboxAge is f's least age (0: any).
-func inboxAge(f views.InboxFilter) (time.Duration, error) {
+// inboxFilterOf reads the inbox's filters from a query: tool and requester (names, matched
+// whole, case-insensitively) and age (a duration such as 5m, 1h or 24h: approvals waiting at
+// least that long). A malformed filter is invalid_args, with the parameter's path.
+func inboxFilterOf(q url.Values) (inboxQuery, error) {
+	return checkInboxFilter(views.InboxFilter{Tool: strings.TrimSpace(q.Get("tool")), Requester: strings.TrimSpace(q.Get("requester")),
+		Age: strings.TrimSpace(q.Get("age"))})
+}
+
+// checkInboxFilter checks f (see inboxFilterOf).
+func checkInboxFilter(f views.InboxFilter) (inboxQuery, error) {
+	for _, n := range []struct{ key, v string }{{"tool", f.Tool}, {"requester", f.Requester}} {
+		if len(n.v) > maxInboxName || !agent.Storable(n.v) || strings.ContainsFunc(n.v, unicode.IsControl) {
+			return inboxQuery{}, fault.InvalidAt("the inbox's "+n.key+" filter is not a name", "/"+n.key, "must be at most 200 bytes of text, without control characters")
+		}
+	}
+	q := inboxQuery{InboxFilter: f}
 	if f.Age == "" {
-		return 0, nil
+		return q, nil
 	}
 	d, err := time.ParseDuration(f.Age)
 	if err != nil || d <= 0 || d > maxInboxAge {
-		return 0, fault.InvalidAt("the inbox's age filter is not a duration", "/age", "must be a positive duration such as 5m, 1h or 24h, at most a year")
+		return inboxQuery{}, fault.InvalidAt("the inbox's age filter is not a duration", "/age", "must be a positive duration such as 5m, 1h or 24h, at most a year")
 	}
-	return d, nil
+	q.age = d
+	return q, nil
+}
+
+// matches reports whether p, asked for by requester (its owner's name), passes q at now.
+func (q inboxQuery) matches(p agent.PendingApproval, requester string, now time.Time) bool {
+	return (q.Tool == "" || strings.EqualFold(q.Tool, p.Call.Name)) &&
+		(q.Requester == "" || strings.EqualFold(q.Requester, requester)) &&
+		(q.age == 0 || now.Sub(p.CreatedAt) >= q.age)
+}
+
+// inboxReturnOf reads where an inbox form goes back to (its return field): ok when ret is the
+// inbox, with its filters when they are valid (else none). The way back is rebuilt from the
+// filters alone (inboxTarget), never ret itself: no other site, page or parameter.
+func inboxReturnOf(ret string) (views.InboxFilter, bool) {
+	u, err := url.Parse(ret)
+	if err != nil || u.Scheme != "" || u.Opaque != "" || u.User != nil || u.Host != "" || u.Path != "/inbox" || strings.ContainsAny(ret, "\\\r\n") {
+		return views.InboxFilter{}, false
+	}
+	q, err := inboxFilterOf(u.Query())
+	if err != nil {
+		return views.InboxFilter{}, true
+	}
+	return q.InboxFilter, true
+}
+
+// inboxTarget is the inbox filtered by f, with the query parameters extra (names and values
+// the server chose: a notice, a bulk decision's counts) after the filters.
+func inboxTarget(f views.InboxFilter, extra url.Values) string {
+	target := "/inbox" + f.Query()
+	if len(extra) == 0 {
+		return target
+	}
+	if strings.Contains(target, "?") {
+		return target + "&" + extra.Encode()
+	}
+	return target + "?" + extra.Encode()
 }
 
 // fillInbox sets d's entries from mine (the approvals that wait for d's viewer, newest first):
@@ -129,7 +183,7 @@ func inboxAge(f views.InboxFilter) (time.Duration, error) {
 // others are left out; they were live when listed, and the feed lists them again when the
 // soonest lapses).
 func fillInbox(d *views.InboxPage, mine []agent.PendingApproval, claims []agent.Claim, names map[string]string, now time.Time) {
-	age, _ := inboxAge(d.Filter) // checked by inboxFilter
+	q, _ := checkInboxFilter(d.Filter) // checked when the page or socket read it
 	claimOf := make(map[[2]string]agent.Claim, len(claims))
 	for _, cl := range claims {
 		claimOf[[2]string{cl.ConversationID, cl.ToolCallID}] = cl
@@ -146,9 +200,7 @@ func fillInbox(d *views.InboxPage, mine []agent.PendingApproval, claims []agent.
 			requesters[name] = true
 			d.Requesters = append(d.Requesters, name)
 		}
-		if (d.Filter.Tool != "" && !strings.EqualFold(d.Filter.Tool, p.Call.Name)) ||
-			(d.Filter.Requester != "" && !strings.EqualFold(d.Filter.Requester, name)) ||
-			(age > 0 && now.Sub(p.CreatedAt) < age) {
+		if !q.matches(p, name, now) {
 			continue
 		}
 		e := views.InboxEntry{ConversationID: p.ConversationID, ConversationTitle: p.Title, Requester: name, OwnerID: p.OwnerID,
@@ -179,7 +231,6 @@ func inboxView(base views.InboxPage, by agent.Principal, snap *inboxSnapshot, no
 	base.Viewer.Principal = by
 	fillInbox(&base, agent.InboxOf(by, snap.list), snap.claims, snap.names, now)
 	base.Form = nil
-	base.Bulk = nil
 	return base
 }
 

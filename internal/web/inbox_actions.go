@@ -3,6 +3,8 @@ package web
 import (
 	"context"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -34,17 +36,26 @@ type bulkResultJSON struct {
 	Error          *errorJSON `json:"error,omitempty"`
 }
 
+// bulkResult is what happened to one item of a bulk decision.
+type bulkResult struct {
+	ConversationID string
+	ToolCallID     string
+	OK             bool
+	Kind           string // the error's kind when not OK: stale, permission_denied, not_found …
+	Message        string
+}
+
 // bulkResolve decides each item in turn through the one Resolve, as by, each authorized by the
 // agent's policy on its own: an item that fails (stale, permission_denied, not_found …) does not
 // stop the others, and each outcome is reported. Items are decided in order; a repeated item
 // answers stale the second time, as a second click would.
-func (s *Server) bulkResolve(ctx context.Context, items []bulkItem, r agent.Resolution, by agent.Principal) []views.BulkResult {
-	out := make([]views.BulkResult, len(items))
+func (s *Server) bulkResolve(ctx context.Context, items []bulkItem, r agent.Resolution, by agent.Principal) []bulkResult {
+	out := make([]bulkResult, len(items))
 	for i, it := range items {
-		res := views.BulkResult{ConversationID: it.ConversationID, ToolCallID: it.ToolCallID}
-		got, err := s.agent.Resolve(ctx, it.ConversationID, it.ToolCallID, r, by)
+		res := bulkResult{ConversationID: it.ConversationID, ToolCallID: it.ToolCallID}
+		_, err := s.agent.Resolve(ctx, it.ConversationID, it.ToolCallID, r, by)
 		if err == nil {
-			res.OK, res.Tool = true, got.Call.Name
+			res.OK = true
 		} else {
 			te, internal := classify(err)
 			if internal && (te == nil || te.Details["ref"] == nil) {
@@ -80,12 +91,21 @@ func bulkResolution(decision, reason string, n int) (agent.Resolution, error) {
 }
 
 // inboxBulkPage: POST /inbox/bulk[?filters] (decision, reason, item…) → each checked approval
-// decided through Resolve, then the inbox (with the same filters) and what happened to each
-// item: nothing done or refused is hidden.
+// decided through Resolve, then 303 to the inbox with the same filters and the outcome in
+// counts (bulkSummaryQuery): post/redirect/get, so reloading the result decides nothing again.
+// Nothing done or refused is hidden: the inbox says how many were decided and how many each
+// kind of error refused, and the refused ones that still wait are listed.
 func (s *Server) inboxBulkPage(c echo.Context) error {
 	form, err := c.FormParams()
 	if err != nil {
 		return fault.New(fault.KindBadRequest, "the form could not be read", nil)
+	}
+	if !agent.MayFollowAll(principal(c)) { // members are refused before anything is decided
+		return errNoInboxBulk
+	}
+	q, err := inboxFilterOf(c.QueryParams())
+	if err != nil {
+		return err
 	}
 	var items []bulkItem
 	for _, v := range form["item"] {
@@ -95,25 +115,73 @@ func (s *Server) inboxBulkPage(c echo.Context) error {
 		}
 		items = append(items, bulkItem{ConversationID: conv, ToolCallID: call})
 	}
-	d, err := s.inboxData(c) // refuses members before anything is decided
-	if err != nil {
-		return err
-	}
 	res, err := bulkResolution(form.Get("decision"), form.Get("reason"), len(items))
 	if err != nil {
 		return err
 	}
 	results := s.bulkResolve(c.Request().Context(), items, res, principal(c))
-	if d, err = s.inboxData(c); err != nil { // the inbox as the decisions left it
-		return err
-	}
-	d.Bulk, d.BulkDecision = results, res.Decision
-	for i := range d.Bulk {
-		if d.Bulk[i].Tool == "" {
-			d.Bulk[i].Tool = d.Bulk[i].ToolCallID
+	return c.Redirect(http.StatusSeeOther, inboxTarget(q.InboxFilter, bulkSummaryQuery(res.Decision, results)))
+}
+
+// A bulk decision's outcome in the inbox's URL: bulk=approve|deny, bulk_ok=n (the items
+// decided) and bulk_<kind>=n for each error kind that refused items (fault.Kinds). Counts and
+// the server's own words only: no id, name or message.
+const (
+	bulkParam       = "bulk"
+	bulkCountPrefix = "bulk_"
+)
+
+// bulkSummaryQuery is the outcome of a bulk decision of results as query parameters.
+func bulkSummaryQuery(decision string, results []bulkResult) url.Values {
+	q := url.Values{bulkParam: {decision}}
+	counts := map[string]int{"ok": 0}
+	for _, r := range results {
+		switch {
+		case r.OK:
+			counts["ok"]++
+		case slices.Contains(fault.Kinds, fault.Kind(r.Kind)):
+			counts[r.Kind]++
+		default:
+			counts[string(fault.KindInternal)]++
 		}
 	}
-	return s.renderPage(c, http.StatusOK, "Inbox", views.InboxBody(d))
+	for k, n := range counts {
+		q.Set(bulkCountPrefix+k, strconv.Itoa(n))
+	}
+	return q
+}
+
+// bulkSummaryOf reads a bulk decision's outcome from the inbox's query (bulkSummaryQuery); nil
+// when there is none, or when it is malformed (a hand-edited URL): it only ever says what a
+// decision did, so a bad one is left out rather than refused.
+func bulkSummaryOf(q url.Values) *views.BulkSummary {
+	decision := q.Get(bulkParam)
+	if decision != "approve" && decision != "deny" {
+		return nil
+	}
+	count := func(key string) (int, bool) {
+		v := q.Get(bulkCountPrefix + key)
+		if v == "" {
+			return 0, true
+		}
+		n, err := strconv.Atoi(v)
+		return n, err == nil && n >= 0 && n <= maxBulk
+	}
+	ok, valid := count("ok")
+	b := &views.BulkSummary{Decision: decision, OK: ok}
+	total := ok
+	for _, k := range fault.Kinds {
+		n, good := count(string(k))
+		valid = valid && good
+		if n > 0 {
+			b.Refused = append(b.Refused, views.BulkCount{Kind: string(k), N: n})
+			total += n
+		}
+	}
+	if !valid || total == 0 || total > maxBulk {
+		return nil
+	}
+	return b
 }
 
 // apiBulkResolve: POST /api/v1/approvals/resolve {"decision", "reason", "items": [{"conversation_id",
@@ -173,16 +241,16 @@ func (s *Server) inboxClaimPage(c echo.Context) error {
 	default:
 		return fault.New(fault.KindBadRequest, `the form's action must be "claim" or "release"`, nil)
 	}
-	back := inboxReturn(c.FormValue("return"))
+	back, _ := inboxReturnOf(c.FormValue("return"))
 	switch {
 	case fault.KindOf(err) == fault.KindConflict:
-		return c.Redirect(http.StatusSeeOther, withQuery(back, "notice", "claimed"))
+		return c.Redirect(http.StatusSeeOther, inboxTarget(back, url.Values{"notice": {"claimed"}}))
 	case fault.KindOf(err) == fault.KindNotFound:
-		return c.Redirect(http.StatusSeeOther, withQuery(back, "notice", "stale"))
+		return c.Redirect(http.StatusSeeOther, inboxTarget(back, url.Values{"notice": {"stale"}}))
 	case err != nil:
 		return err
 	}
-	return c.Redirect(http.StatusSeeOther, back)
+	return c.Redirect(http.StatusSeeOther, inboxTarget(back, nil))
 }
 
 // apiClaim: POST /api/v1/conversations/{id}/calls/{call}/claim → 200 {"claimed_by", "expires_at"};
@@ -201,22 +269,4 @@ func (s *Server) apiClaim(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, map[string]any{"claimed_by": got.UserID, "expires_at": got.ExpiresAt})
-}
-
-// inboxReturn is where an inbox form goes back to: ret when it is the inbox (with its query),
-// else the inbox. Never another site or page.
-func inboxReturn(ret string) string {
-	if ret == "/inbox" || (strings.HasPrefix(ret, "/inbox?") && !strings.ContainsAny(ret, "\\\r\n")) {
-		return ret
-	}
-	return "/inbox"
-}
-
-// withQuery adds k=v to the path target, which may hold a query already.
-func withQuery(target, k, v string) string {
-	sep := "?"
-	if strings.Contains(target, "?") {
-		sep = "&"
-	}
-	return target + sep + k + "=" + v
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -98,25 +99,28 @@ func TestInboxFilters(t *testing.T) {
 	})
 }
 
-// bulkResults are a bulk decision's results as the page lists them: tool_call_id → "ok" or the
-// error's kind.
-func bulkResults(t *testing.T, body string) map[string]string {
+// bulkSummary is a bulk decision's outcome as the inbox shows it: "ok" → the items decided,
+// and each error kind → the items it refused; nil when the page shows none.
+func bulkSummary(t *testing.T, body string) map[string]string {
 	t.Helper()
-	out := map[string]string{}
-	for _, n := range viewstest.MustParse(body).All(`[data-parley="bulk-result"]`) {
-		v := attrOf(n, "data-kind")
-		if attrOf(n, "data-ok") == "true" {
-			v = "ok"
-		}
-		out[attrOf(n, "data-tool-call-id")] = v
+	doc := viewstest.MustParse(body)
+	sec, n := doc.One(`[data-parley="bulk-results"]`)
+	if n == 0 {
+		return nil
+	}
+	out := map[string]string{"ok": attrOf(sec, "data-ok")}
+	for _, n := range viewstest.In(sec, `[data-parley="bulk-refused"]`) {
+		out[attrOf(n, "data-kind")] = attrOf(n, "data-count")
 	}
 	return out
 }
 
 // TestInboxBulk: a bulk decision decides each selected approval through Resolve, authorized
 // item by item, and answers for each — ok, stale for one already decided, permission_denied
-// for a call the reviewer may not decide — on the page and in the API; bad input is refused
-// whole, before anything is decided; members have no bulk decisions.
+// for a call the reviewer may not decide — on the page (post/redirect/get: back to the filtered
+// inbox with the outcome in counts, which a reload shows again without deciding anything) and
+// in the API; bad input is refused whole, before anything is decided; members have no bulk
+// decisions.
 func TestInboxBulk(t *testing.T) {
 	eachStore(t, func(t *testing.T, open opener) {
 		e := newTestEnv(t, open, Config{APIBurst: 1000})
@@ -132,18 +136,41 @@ func TestInboxBulk(t *testing.T) {
 		form := url.Values{"decision": {"approve"}, "reason": {"looks fine"}, "item": {
 			views.BulkItem(a.ID, "g1"), views.BulkItem(a.ID, "g2"), views.BulkItem(b.ID, "b1"), views.BulkItem(a.ID, "own"), views.BulkItem(a.ID, "g1")}}
 		res := rb.postForm("/inbox/bulk?tool=publish", form, rb.csrf)
-		body := readBody(res)
-		if res.StatusCode != http.StatusOK {
-			t.Fatalf("bulk approve = %d %.300s", res.StatusCode, body)
+		readBody(res)
+		loc := res.Header.Get("Location")
+		if res.StatusCode != http.StatusSeeOther || loc != "/inbox?tool=publish&bulk=approve&bulk_ok=3&bulk_permission_denied=1&bulk_stale=1" {
+			t.Fatalf("bulk approve = %d to %q, want 303 to the filtered inbox with the counts", res.StatusCode, loc)
 		}
-		got := bulkResults(t, body)
-		want := map[string]string{"g1": "stale", "g2": "ok", "b1": "ok", "own": "permission_denied"}
-		// g1 is listed twice: ok the first time, stale the second; the page lists both.
-		if len(viewstest.MustParse(body).All(`[data-parley="bulk-result"]`)) != 5 || got["g1"] != want["g1"] || got["g2"] != want["g2"] || got["b1"] != want["b1"] || got["own"] != want["own"] {
-			t.Fatalf("bulk results %v, want %v (and g1 ok then stale)", got, want)
+		// g1 is listed twice: ok the first time, stale the second.
+		want := map[string]string{"ok": "3", "stale": "1", "permission_denied": "1"}
+		audited := len(e.audit(a.ID)) + len(e.audit(b.ID))
+		for i := range 2 { // the redirect's page, then a reload of it
+			res := rb.do("GET", loc, "", nil)
+			body := readBody(res)
+			if got := bulkSummary(t, body); res.StatusCode != http.StatusOK || !reflect.DeepEqual(got, want) {
+				t.Fatalf("load %d of the outcome = %d %v, want %v", i+1, res.StatusCode, got, want)
+			}
+			if !strings.Contains(body, "Approved 3 of 5 selected") || !strings.Contains(body, "1 not yours to decide") {
+				t.Errorf("the bulk outcome does not sum up: %.2000s", body)
+			}
+			if got := strings.Join(inboxCallIDs(t, body), ","); got != "" {
+				t.Errorf("the filtered inbox after the decision lists %q, want none (own is a note)", got)
+			}
 		}
-		if !strings.Contains(body, "Approved 3 of 5 selected") {
-			t.Errorf("the bulk heading does not sum up: %.2000s", body)
+		if n := len(e.audit(a.ID)) + len(e.audit(b.ID)); n != audited {
+			t.Errorf("reloading the outcome audited %d more records", n-audited)
+		}
+		// A hand-edited outcome shows nothing rather than something made up.
+		for _, q := range []string{"?bulk=approve&bulk_ok=many", "?bulk=maybe&bulk_ok=1", "?bulk=approve&bulk_ok=101", "?bulk=approve&bulk_ok=0", "?bulk=deny&bulk_ok=-1"} {
+			res := rb.do("GET", "/inbox"+q, "", nil)
+			if got := bulkSummary(t, readBody(res)); res.StatusCode != http.StatusOK || got != nil {
+				t.Errorf("/inbox%s = %d, shows %v", q, res.StatusCode, got)
+			}
+		}
+		// A malformed filter is refused before anything is decided.
+		res = rb.postForm("/inbox/bulk?age=soon", url.Values{"decision": {"approve"}, "item": {views.BulkItem(a.ID, "own")}}, rb.csrf)
+		if readBody(res); res.StatusCode != http.StatusUnprocessableEntity {
+			t.Fatalf("a bulk decision with a malformed filter = %d", res.StatusCode)
 		}
 		for _, id := range []string{"g1", "g2", "b1"} {
 			conv := a.ID
@@ -218,4 +245,88 @@ func TestInboxBulk(t *testing.T) {
 func attrOf(n *html.Node, name string) string {
 	v, _ := viewstest.Attr(n, name)
 	return v
+}
+
+// TestInboxDecisionKeepsFilters: a single decision from a filtered inbox, without JavaScript,
+// lands back on the same filtered inbox — after a decision, a lost race (notice=stale), an
+// invalid decision (422, the inbox re-rendered with its filters) and a claim. The way back is
+// rebuilt from the filters alone: another site, another page, an extra parameter or a malformed
+// filter never reach the Location.
+func TestInboxDecisionKeepsFilters(t *testing.T) {
+	eachStore(t, func(t *testing.T, open opener) {
+		e := newTestEnv(t, open, Config{})
+		ann := e.user("ann", store.RoleMember)
+		rita := e.user("rita", store.RoleReviewer)
+		a := e.conversation(ann)
+		e.pending(a, ann, llmtest.Call("g1", "publish", map[string]any{"text": "one"}), llmtest.Call("gate", "publish", map[string]any{"text": "two"}))
+		e.aclk.Advance(6 * time.Minute)
+		rb := e.browser(rita)
+		const filtered = "/inbox?age=5m&requester=ann&tool=publish"
+
+		// The card's form carries the way back with the filters.
+		body := readBody(rb.do("GET", "/inbox?tool=publish&requester=ann&age=5m", "", nil))
+		doc := viewstest.MustParse(body)
+		rets := doc.All(`[data-parley="inbox-entry"] form[data-parley-form="resolve"] input[name="return"]`)
+		if len(rets) != 2 {
+			t.Fatalf("%d decision forms carry a way back, want 2; lists %v", len(rets), inboxCallIDs(t, body))
+		}
+		for _, r := range rets {
+			if v := attrOf(r, "value"); v != filtered {
+				t.Fatalf("a decision form returns to %q, want %q", v, filtered)
+			}
+		}
+
+		// An invalid decision: the inbox again, still filtered.
+		path := "/conversations/" + a.ID + "/calls/g1/resolve"
+		res := rb.postForm(path, url.Values{"decision": {"approve"}, "args": {"{nope"}, "return": {filtered}}, rb.csrf)
+		body = readBody(res)
+		if res.StatusCode != http.StatusUnprocessableEntity {
+			t.Fatalf("an invalid decision = %d", res.StatusCode)
+		}
+		doc = viewstest.MustParse(body)
+		if page, _ := doc.One(`[data-parley="inbox-page"]`); attrOf(page, "data-ws") != "/inbox/ws?age=5m&requester=ann&tool=publish" {
+			t.Errorf("the re-rendered inbox follows %q, want the filtered list", attrOf(page, "data-ws"))
+		}
+		if in, _ := doc.One(`[data-parley="filter-tool"]`); attrOf(in, "value") != "publish" {
+			t.Errorf("the re-rendered inbox's tool filter = %q", attrOf(in, "value"))
+		}
+
+		// A decision, then the same decision again (stale): back to the filtered inbox.
+		e.model.Push(llmtest.Reply("Published."))
+		for i, want := range []string{filtered, filtered + "&notice=stale"} {
+			res := rb.postForm(path, url.Values{"decision": {"approve"}, "return": {filtered}}, rb.csrf)
+			readBody(res)
+			if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != want {
+				t.Fatalf("decision %d = %d to %q, want %q", i+1, res.StatusCode, res.Header.Get("Location"), want)
+			}
+		}
+		// A claim goes back the same way.
+		if res := claimForm(rb, a.ID, "claim", filtered); res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != filtered {
+			t.Fatalf("a claim = %d to %q", res.StatusCode, res.Header.Get("Location"))
+		}
+
+		// Ways back that are not the inbox's, or not only its filters.
+		for _, tc := range []struct{ ret, want string }{
+			{"https://evil.example/inbox?tool=publish", "/inbox"},
+			{"//evil.example/inbox?tool=publish", "/inbox"},
+			{"/inbox/../admin/users", "/inbox"},
+			{"/inbox\\@evil.example", "/inbox"},
+			{"/inbox?tool=publish&next=https://evil.example", "/inbox?tool=publish"},
+			{"/inbox?tool=publish&age=soon", "/inbox"},
+			{"/inbox?requester=" + url.QueryEscape("a\r\nLocation: https://evil.example"), "/inbox"},
+			{"/inbox?requester=" + url.QueryEscape("<ann>&x"), "/inbox?requester=%3Cann%3E%26x"},
+		} {
+			res := claimForm(rb, a.ID, "claim", tc.ret)
+			readBody(res)
+			if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != tc.want {
+				t.Errorf("return %q = %d to %q, want %q", tc.ret, res.StatusCode, res.Header.Get("Location"), tc.want)
+			}
+		}
+		e.model.Push(llmtest.Reply("Published."))
+		res = rb.postForm("/conversations/"+a.ID+"/calls/gate/resolve", url.Values{"decision": {"deny"}, "return": {"//evil.example/inbox?tool=publish"}}, rb.csrf)
+		readBody(res)
+		if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/inbox" {
+			t.Fatalf("a decision returning elsewhere = %d to %q, want /inbox", res.StatusCode, res.Header.Get("Location"))
+		}
+	})
 }

@@ -252,8 +252,8 @@ func (s *Server) resolvePage(c echo.Context) error {
 		if got.Call.PendingKind == tools.PendingElicitation {
 			shown = answers // a question's fields show their answers, by property name
 		}
-		state := &views.FormState{ToolCallID: callID, Values: shown, Errors: fieldErrs}
-		fromInbox := c.FormValue("return") == "/inbox"
+		state := &views.FormState{ConversationID: id, ToolCallID: callID, Values: shown, Errors: fieldErrs}
+		_, fromInbox := inboxReturnOf(c.FormValue("return"))
 		if got.OwnerID != "" {
 			fromInbox = s.fromInbox(c, got)
 		}
@@ -266,7 +266,18 @@ func (s *Server) resolvePage(c echo.Context) error {
 // deciding is not the conversation's owner (a reviewer's decision always answers as from the
 // inbox: the conversation's page is read-only for them).
 func (s *Server) fromInbox(c echo.Context, got agent.Resolved) bool {
-	return c.FormValue("return") == "/inbox" || got.OwnerID != currentUser(c).ID
+	_, inbox := inboxReturnOf(c.FormValue("return"))
+	return inbox || got.OwnerID != currentUser(c).ID
+}
+
+// decisionTarget is the element id of the card a decision's form was in: the inbox entry when
+// the form returns to the inbox (the conversation and the call name it there), else the call's
+// item on its conversation's page.
+func decisionTarget(c echo.Context, convID, callID string) string {
+	if _, inbox := inboxReturnOf(c.FormValue("return")); inbox {
+		return views.InboxDOMID(convID, callID)
+	}
+	return views.CallDOMID(callID)
 }
 
 // findCall is the call callID of v, nil when v has none.
@@ -366,11 +377,13 @@ func (s *Server) answerResolved(c echo.Context, got agent.Resolved, fromInbox bo
 	}
 	if !isFetch(c) {
 		if fromInbox {
-			target := "/inbox"
+			// Back to the inbox as the form left it: its filters, checked and rebuilt.
+			back, _ := inboxReturnOf(c.FormValue("return"))
+			var extra url.Values
 			if notice != "" {
-				target += "?notice=" + notice
+				extra = url.Values{"notice": {notice}}
 			}
-			return c.Redirect(http.StatusSeeOther, target)
+			return c.Redirect(http.StatusSeeOther, inboxTarget(back, extra))
 		}
 		target := conversationPath(convID)
 		if notice != "" {
@@ -378,7 +391,7 @@ func (s *Server) answerResolved(c echo.Context, got agent.Resolved, fromInbox bo
 		}
 		return c.Redirect(http.StatusSeeOther, target+"#"+views.CallDOMID(callID))
 	}
-	ans := fetchAnswer{OK: notice == "", Target: views.CallDOMID(callID), Notice: noticeFor(notice)}
+	ans := fetchAnswer{OK: notice == "", Target: decisionTarget(c, convID, callID), Notice: noticeFor(notice)}
 	empty := ""
 	if fromInbox || got.Call.ID == "" {
 		ans.HTML = &empty
@@ -402,7 +415,13 @@ func (s *Server) answerResolved(c echo.Context, got agent.Resolved, fromInbox bo
 func (s *Server) answerInvalid(c echo.Context, convID, callID string, state *views.FormState, fromInbox bool) error {
 	ctx := c.Request().Context()
 	if fromInbox {
-		d, err := s.inboxData(c)
+		// The inbox as the form left it: its filters, from the form's way back.
+		back, _ := inboxReturnOf(c.FormValue("return"))
+		q, err := checkInboxFilter(back)
+		if err != nil {
+			return err
+		}
+		d, err := s.inboxDataFor(c, principal(c), q)
 		if err != nil {
 			return err
 		}
@@ -415,7 +434,7 @@ func (s *Server) answerInvalid(c echo.Context, convID, callID string, state *vie
 						return err
 					}
 					h := string(html)
-					return s.answerFetch(c, http.StatusUnprocessableEntity, fetchAnswer{Target: views.CallDOMID(callID), HTML: &h})
+					return s.answerFetch(c, http.StatusUnprocessableEntity, fetchAnswer{Target: decisionTarget(c, convID, callID), HTML: &h})
 				}
 			}
 			return s.answerFetch(c, http.StatusUnprocessableEntity, fetchAnswer{Notice: state.Errors["args"]})

@@ -13,6 +13,7 @@ import (
 	"parley/internal/llm"
 	"parley/internal/llm/llmtest"
 	"parley/internal/store"
+	"parley/views"
 	"parley/views/viewstest"
 )
 
@@ -583,7 +584,7 @@ func TestInvalidDecisionComesBackWithErrors(t *testing.T) {
 		}
 		// From the inbox over fetch: the entry with its error, to put in place.
 		status, ans := r.fetchForm(path, bad())
-		if status != http.StatusUnprocessableEntity || ans.OK || ans.Target != "call-gate" || ans.HTML == nil || !strings.Contains(*ans.HTML, `data-field="args"`) {
+		if status != http.StatusUnprocessableEntity || ans.OK || ans.Target != views.InboxDOMID(conv.ID, "gate") || ans.HTML == nil || !strings.Contains(*ans.HTML, `data-field="args"`) {
 			t.Errorf("inbox fetch invalid = %d %+v", status, ans)
 		}
 		// Arguments the tool's schema refuses come back the same way, with the agent's problems.
@@ -602,7 +603,7 @@ func TestInvalidDecisionComesBackWithErrors(t *testing.T) {
 		}
 		// A success over fetch from the inbox removes the entry.
 		status, ans = r.fetchForm(path, url.Values{"decision": {"approve"}, "return": {"/inbox"}})
-		if status != http.StatusOK || !ans.OK || ans.HTML == nil || *ans.HTML != "" || ans.Target != "call-gate" {
+		if status != http.StatusOK || !ans.OK || ans.HTML == nil || *ans.HTML != "" || ans.Target != views.InboxDOMID(conv.ID, "gate") {
 			t.Errorf("inbox fetch ok = %d %+v", status, ans)
 		}
 		if got := e.auditOf(conv.ID, "gate"); strings.Join(got, ",") != "approve by rita" {

@@ -41,6 +41,8 @@ func reviewedEcho(t *testing.T, url string) string {
 // reviewer inbox 2.0. Members
 // ask for reviewer-gated echo calls; rita filters her inbox by requester (the filter is in the
 // URL: it survives a reload, and the live list keeps it while the count covers everything);
+// the entries share the demo model's call id, yet every element id is unique and each card's
+// label focuses its own field;
 // rita claims a call and sam's open inbox shows "rita is looking at this" live; sam approves
 // two calls at once with one reason and reads the outcome of each; the calls run. The opt-in
 // for browser notifications asks for permission, and a new approval while the tab is hidden
@@ -99,6 +101,18 @@ func TestBrowserGovernance(t *testing.T) {
 		rita.until(`location.search === "" && document.documentElement.dataset.parleySocket === "open"`)
 		rita.until(listed(a2, b1, a1))
 	})
+	t.Run("ids per conversation and call", func(t *testing.T) {
+		// The entries share their call id, and still no element id repeats: a card's label
+		// focuses that card's field, not the first one with the call's id.
+		if n := eval[int](rita, `new Set(Array.from(document.querySelectorAll('[data-parley="inbox-entry"]')).map(e => e.dataset.toolCallId)).size`); n != 1 {
+			t.Fatalf("the entries hold %d call ids, want the demo model's one", n)
+		}
+		if !eval[bool](rita, `(() => { const ids = Array.from(document.querySelectorAll("[id]")).map(e => e.id); return new Set(ids).size === ids.length; })()`) {
+			t.Fatalf("the inbox repeats an element id")
+		}
+		rita.do(chromedp.Click(chromedp.CSS(entry(a1) + ` label[for^="reason-"]`)))
+		rita.until(`(() => { const e = document.activeElement && document.activeElement.closest('[data-parley="inbox-entry"]'); return e !== null && e.dataset.conversationId === ` + q(a1) + ` && document.activeElement.name === "reason"; })()`)
+	})
 
 	sam := h.browserFor("sam")
 	sam.do(chromedp.Navigate(h.url + "/inbox"))
@@ -121,8 +135,12 @@ func TestBrowserGovernance(t *testing.T) {
 		sam.do(chromedp.SendKeys(chromedp.CSS(`[data-parley="bulk-reason"]`), "both fine"),
 			chromedp.Click(chromedp.CSS(`[data-parley="bulk-approve"]`)))
 		sam.until(`(() => { const r = document.querySelector('[data-parley="bulk-results"]'); return r !== null && r.innerText.includes("Approved 2 of 2 selected"); })()`)
-		if n := eval[int](sam, `document.querySelectorAll('[data-parley="bulk-result"][data-ok="true"]').length`); n != 2 {
-			t.Fatalf("%d items ok, want 2", n)
+		// Post/redirect/get: the outcome is the inbox's, in counts, and a reload decides nothing.
+		if got := eval[string](sam, `location.pathname + location.search`); got != "/inbox?bulk=approve&bulk_ok=2" {
+			t.Fatalf("after the bulk decision the page is %q", got)
+		}
+		if n := eval[string](sam, `document.querySelector('[data-parley="bulk-results"]').dataset.ok`); n != "2" {
+			t.Fatalf("%s items ok, want 2", n)
 		}
 		sam.shot("inbox-bulk")
 		for range 2 {
