@@ -152,3 +152,52 @@ func TestMaxAnswerBytesDefault(t *testing.T) {
 
 // fakeStoreForDefaults satisfies Config's required Store for withDefaults, which never uses it.
 type fakeStoreForDefaults struct{ store.Store }
+
+// TestDeltasCarryTheirAnswerAndOffset: each text delta names its answer (Seq, the view's
+// StreamSeq while it streams) and where its text starts in the answer (Offset); the next model
+// call of the turn is another answer, with a greater Seq; the view has no StreamSeq once the
+// answer is logged.
+func TestDeltasCarryTheirAnswerAndOffset(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+		release := make(chan struct{})
+		first := func(ctx context.Context, req llm.Request, emit func(llm.Event) error) (llm.Response, error) {
+			for _, d := range []string{"Hel", "lo"} {
+				if err := emit(llm.Event{Type: llm.EventTextDelta, Text: d}); err != nil {
+					return llm.Response{}, err
+				}
+			}
+			<-release
+			return llm.Response{Text: "Hello", StopReason: "tool_calls",
+				ToolCalls: []llm.ToolCall{{ID: "c1", Name: "lookup", Args: json.RawMessage(`{"n":1}`)}}}, nil
+		}
+		prov := newScripted(first, say("Done!"))
+		e := newEnv(t, open, prov, func(st store.Store) []*tools.Tool { return []*tools.Tool{lookupTool(t, nil)} }, nil)
+		e.send("hi")
+		type delta struct {
+			seq    int64
+			offset int
+			text   string
+		}
+		var got []delta
+		take := func(n int) {
+			for len(got) < n {
+				ev := e.next("a delta", func(ev Event) bool { return ev.Type == EventTextDelta })
+				got = append(got, delta{ev.Seq, ev.Offset, ev.Text})
+			}
+		}
+		take(2)
+		v := e.view()
+		if v.StreamSeq == 0 || v.Streaming != "Hello" || got[0] != (delta{v.StreamSeq, 0, "Hel"}) || got[1] != (delta{v.StreamSeq, 3, "lo"}) {
+			t.Fatalf("view %d %q, deltas %+v", v.StreamSeq, v.Streaming, got)
+		}
+		close(release)
+		take(4)
+		if a, b := got[2], got[3]; a.seq <= got[0].seq || b.seq != a.seq || a.offset != 0 || b.offset != len(a.text) || a.text+b.text != "Done!" {
+			t.Errorf("the second answer's deltas %+v after the first's %+v", got[2:], got[:2])
+		}
+		e.waitStatus(store.StatusIdle)
+		if v := e.view(); v.StreamSeq != 0 || v.Streaming != "" {
+			t.Errorf("after the turn: StreamSeq %d, streaming %q", v.StreamSeq, v.Streaming)
+		}
+	})
+}

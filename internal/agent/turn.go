@@ -27,18 +27,19 @@ import (
 // it; the actor reads it for View. It is the only state the two share, hence the mutex.
 type streamBuf struct {
 	mu   sync.Mutex
+	seq  int64 // the log sequence the call started after: its deltas' Event.Seq; 0 for none
 	text []byte
 	full bool // the text reached its bound: the rest of the call's text is refused
 }
 
 // add appends s, up to limit bytes of text in all. What does not fit is refused (s is cut on a
 // rune boundary) and from then on full is true and nothing more is taken. It returns the part
-// of s kept.
-func (b *streamBuf) add(s string, limit int) (kept string, full bool) {
+// of s kept, the call's seq and the offset in the text where the part kept starts.
+func (b *streamBuf) add(s string, limit int) (kept string, seq int64, offset int, full bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.full {
-		return "", true
+		return "", b.seq, len(b.text), true
 	}
 	if room := max(limit-len(b.text), 0); len(s) > room {
 		cut := room
@@ -47,14 +48,22 @@ func (b *streamBuf) add(s string, limit int) (kept string, full bool) {
 		}
 		s, b.full = s[:cut], true
 	}
+	offset = len(b.text)
 	b.text = append(b.text, s...)
-	return s, b.full
+	return s, b.seq, offset, b.full
 }
 
 func (b *streamBuf) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return string(b.text)
+}
+
+// snapshot is the text so far with the seq of its call.
+func (b *streamBuf) snapshot() (seq int64, text string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.seq, string(b.text)
 }
 
 // cut reports whether the call's text reached its bound.
@@ -64,11 +73,15 @@ func (b *streamBuf) cut() bool {
 	return b.full
 }
 
-func (b *streamBuf) reset() {
+// start empties the buffer for a call that starts after the log entry seq.
+func (b *streamBuf) start(seq int64) {
 	b.mu.Lock()
-	b.text, b.full = nil, false
+	b.seq, b.text, b.full = seq, nil, false
 	b.mu.Unlock()
 }
+
+// reset empties the buffer: no call streams.
+func (b *streamBuf) reset() { b.start(0) }
 
 // errAnswerTooLong ends a model call whose text reached MaxAnswerBytes (the stream's callback
 // returns it, so the provider stops reading).
@@ -154,7 +167,11 @@ func (a *actor) startLLM() {
 	ctx, span := a.observeChat(ctx, req.MaxTokens)
 	a.llmBusy, a.llmCancel = true, cancel
 	a.inflight++
-	a.stream.reset()
+	// The call's deltas carry the sequence it starts after, which no other call of the
+	// conversation shares (every call's end is logged before the next starts; only a call that
+	// a crash cut is tried again after the same entry), and their offset in its text: a
+	// follower that has some of the text skips what it has (web: sharedStream.feed).
+	a.stream.start(a.st.lastSeq)
 	provider := a.cfg().Provider
 	events := a.m.events
 	id := a.id
@@ -177,9 +194,9 @@ func (a *actor) startLLM() {
 				return ctx.Err() // stopped (cancel.go): nothing more reaches the page
 			}
 			if e.Type == llm.EventTextDelta && e.Text != "" {
-				kept, full := a.stream.add(e.Text, limit)
+				kept, seq, offset, full := a.stream.add(e.Text, limit)
 				if kept != "" {
-					events.Publish(Event{ConversationID: id, Type: EventTextDelta, Text: kept})
+					events.Publish(Event{ConversationID: id, Seq: seq, Type: EventTextDelta, Text: kept, Offset: offset})
 				}
 				if full {
 					return errAnswerTooLong // the actor records what was kept (cutAnswer)
