@@ -173,12 +173,13 @@ func (s *sharedStream) tick(ctx context.Context, now time.Time, force bool) (wai
 	if since := now.Sub(s.lastRender); !force && since < streamGap(len(s.text)) {
 		return streamGap(len(s.text)) - since, nil
 	}
-	// Stamp before rendering: the next delta's window is measured from this render.
-	s.lastRender = now
+	// The render serves every member: the asking socket's end does not cut it.
 	var b bytes.Buffer
-	if err := views.Streaming(string(s.text)).Render(ctx, &b); err != nil {
+	if err := views.Streaming(string(s.text)).Render(context.WithoutCancel(ctx), &b); err != nil {
 		return 0, err
 	}
+	// The next delta's window is measured from this render.
+	s.lastRender = now
 	s.set.renders.Add(1)
 	s.dirty = false
 	s.rendered = streamRender{seq: s.seq, n: len(s.text), html: b.String()}

@@ -28,13 +28,15 @@ const (
 	pingInterval  = 25 * time.Second
 	// deltaFlush is the shortest gap between two renders of the streaming text: a delta after a
 	// quiet spell is rendered at once, later ones are gathered until the gap has passed, so a
-	// fast model costs at most ~20 renders a second per page instead of one per token.
+	// fast model costs at most ~20 renders a second per conversation (one render serves all its
+	// pages: stream.go) instead of one per token.
 	deltaFlush = 50 * time.Millisecond
 	// streamUnit is how much streamed text one deltaFlush pays for. Each render is the whole
 	// text so far (Markdown is not incremental: a later line can turn earlier ones into a table or
 	// a list), so past streamUnit bytes the gap grows with the text (streamGap): the Markdown
-	// rendered and sent per page stays under streamUnit per deltaFlush (~160 KB/s) however long
-	// the answer, and the render of a long answer is not quadratic in its deltas.
+	// rendered per conversation, and sent per page, stays under streamUnit per deltaFlush
+	// (~160 KB/s) however long the answer, and the render of a long answer is not quadratic in
+	// its deltas.
 	streamUnit = 8 << 10
 	// maxClientFrame bounds what a page may send (a client tool's result).
 	maxClientFrame = 256 << 10
