@@ -367,6 +367,16 @@ func (a *actor) handleInternal(msg any) {
 		if a.discard || a.droppedLLM() {
 			return
 		}
+		if a.stream.cut() || (m.err == nil && len(m.resp.Text) > a.cfg().MaxAnswerBytes) {
+			// The answer passed its bound (the stream was cut there, or a provider handed it
+			// whole): what was kept is recorded and the turn ends saying so.
+			text := a.stream.String()
+			if !a.stream.cut() {
+				text = m.resp.Text
+			}
+			a.cutAnswer(text)
+			return
+		}
 		if m.err != nil {
 			// While stopping, a failed (or cancelled) stream is simply retried on revival.
 			if !a.stopping {

@@ -52,7 +52,10 @@ type EventType string
 
 // Events.
 const (
-	EventTextDelta EventType = "text_delta" // Text is the new text (coalescing is the subscriber's business)
+	// EventTextDelta is new text of the answer streaming (Text), at Offset in it; Seq names the
+	// answer (the log sequence its model call started after). Coalescing is the subscriber's
+	// business.
+	EventTextDelta EventType = "text_delta"
 	EventMessage   EventType = "message"    // a user or assistant message was logged
 	EventToolCall  EventType = "tool_call"  // a call started, progressed, became pending, or finished
 	EventProgress  EventType = "progress"   // a streaming tool reported progress (Text)
@@ -68,16 +71,20 @@ const (
 	EventResync EventType = "resync"
 )
 
-// Event is one change of a conversation. Seq is the log sequence the change was recorded at
-// (0 for ephemeral events such as text deltas and progress).
+// Event is one change of a conversation. Seq is the log sequence the change was recorded at (0
+// for ephemeral events such as progress); a text delta's is the sequence its answer's model call
+// started after, shared by all the deltas of that answer and by no other answer's (View.StreamSeq).
 type Event struct {
-	ConversationID string          `json:"conversation_id"`
-	Seq            int64           `json:"seq"`
-	Type           EventType       `json:"type"`
-	ToolCallID     string          `json:"tool_call_id,omitempty"`
-	Status         string          `json:"status,omitempty"`
-	Text           string          `json:"text,omitempty"`
-	Data           json.RawMessage `json:"data,omitempty"`
+	ConversationID string    `json:"conversation_id"`
+	Seq            int64     `json:"seq"`
+	Type           EventType `json:"type"`
+	ToolCallID     string    `json:"tool_call_id,omitempty"`
+	Status         string    `json:"status,omitempty"`
+	Text           string    `json:"text,omitempty"`
+	// Offset is where a text delta's Text starts in its answer's text, in bytes: a follower
+	// that already has the text up to some point (View.Streaming) skips what it has.
+	Offset int             `json:"offset,omitempty"`
+	Data   json.RawMessage `json:"data,omitempty"`
 	// Entries are the log entries committed since the previous message the actor published
 	// events for, in sequence order, carried by the first event published after them (nil on
 	// every other event, and on events a hub sends itself). A subscriber that follows the log
@@ -98,6 +105,10 @@ type View struct {
 	Messages  []Message
 	Calls     []CallView
 	Streaming string // the assistant text received so far in the current LLM call
+	// StreamSeq names the answer Streaming is of: the Seq of its text deltas (0 when no model
+	// call streams). The deltas a follower gets after reading the view continue Streaming when
+	// they carry this Seq: those whose Offset falls before len(Streaming) repeat text it has.
+	StreamSeq int64
 	Pending   map[string]PendingView
 	LastError string // the error that ended the last turn, if it ended with one
 	// Queued are the owner's messages that wait for the running turn to end, oldest first.

@@ -24,6 +24,12 @@ type Config struct {
 	System string
 	// MaxTokens bounds each model answer (max_tokens, sent to every provider). Default 4096.
 	MaxTokens int
+	// MaxAnswerBytes bounds the text of one model answer, as it streams: a model that sends more
+	// (a provider that ignores max_tokens, a runaway or hostile one) is cut there. The text kept
+	// is the assistant's message and the turn ends with a too_large error the person sees
+	// (turn.go: cutAnswer). Default DefaultMaxAnswerBytes, or 8 bytes per token of MaxTokens
+	// when that is more, so a model that keeps to max_tokens never reaches it.
+	MaxAnswerBytes int
 
 	// DefaultTimeout bounds a suspension (approval, question, client run) of a tool that has no
 	// timeout of its own. Default 10m.
@@ -108,6 +114,11 @@ type Config struct {
 	ClaimTTL time.Duration
 }
 
+// DefaultMaxAnswerBytes is the default bound on one answer's text (MaxAnswerBytes): room for
+// any message a person may send (32,000 characters of up to 4 bytes), and about 8 times what a
+// model keeps to with the default max_tokens.
+const DefaultMaxAnswerBytes = 128 << 10
+
 // DefaultSystem is the system prompt when the host sets none. Tool results and the user's
 // browser reports are data a tool or a page produced, possibly crafted by someone else: the
 // model is told not to take instructions from them.
@@ -158,6 +169,7 @@ func (c Config) withDefaults() (Config, error) {
 	defInt(&c.MaxOutputBytes, tools.DefaultMaxOutputBytes)
 	defInt(&c.SubscriberBuffer, 256)
 	defInt(&c.MaxTokens, 4096)
+	defInt(&c.MaxAnswerBytes, max(DefaultMaxAnswerBytes, 8*c.MaxTokens))
 	if c.System == "" {
 		c.System = DefaultSystem
 	}

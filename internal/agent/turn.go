@@ -7,8 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"parley/internal/fault"
 	"parley/internal/llm"
@@ -24,13 +27,30 @@ import (
 // it; the actor reads it for View. It is the only state the two share, hence the mutex.
 type streamBuf struct {
 	mu   sync.Mutex
+	seq  int64 // the log sequence the call started after: its deltas' Event.Seq; 0 for none
 	text []byte
+	full bool // the text reached its bound: the rest of the call's text is refused
 }
 
-func (b *streamBuf) add(s string) {
+// add appends s, up to limit bytes of text in all. What does not fit is refused (s is cut on a
+// rune boundary) and from then on full is true and nothing more is taken. It returns the part
+// of s kept, the call's seq and the offset in the text where the part kept starts.
+func (b *streamBuf) add(s string, limit int) (kept string, seq int64, offset int, full bool) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.full {
+		return "", b.seq, len(b.text), true
+	}
+	if room := max(limit-len(b.text), 0); len(s) > room {
+		cut := room
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s, b.full = s[:cut], true
+	}
+	offset = len(b.text)
 	b.text = append(b.text, s...)
-	b.mu.Unlock()
+	return s, b.seq, offset, b.full
 }
 
 func (b *streamBuf) String() string {
@@ -39,11 +59,33 @@ func (b *streamBuf) String() string {
 	return string(b.text)
 }
 
-func (b *streamBuf) reset() {
+// snapshot is the text so far with the seq of its call.
+func (b *streamBuf) snapshot() (seq int64, text string) {
 	b.mu.Lock()
-	b.text = nil
+	defer b.mu.Unlock()
+	return b.seq, string(b.text)
+}
+
+// cut reports whether the call's text reached its bound.
+func (b *streamBuf) cut() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.full
+}
+
+// start empties the buffer for a call that starts after the log entry seq.
+func (b *streamBuf) start(seq int64) {
+	b.mu.Lock()
+	b.seq, b.text, b.full = seq, nil, false
 	b.mu.Unlock()
 }
+
+// reset empties the buffer: no call streams.
+func (b *streamBuf) reset() { b.start(0) }
+
+// errAnswerTooLong ends a model call whose text reached MaxAnswerBytes (the stream's callback
+// returns it, so the provider stops reading).
+var errAnswerTooLong = errors.New("the answer reached its bound")
 
 func (a *actor) handleSend(req *request) (then func(), err error) {
 	by := req.by
@@ -125,12 +167,17 @@ func (a *actor) startLLM() {
 	ctx, span := a.observeChat(ctx, req.MaxTokens)
 	a.llmBusy, a.llmCancel = true, cancel
 	a.inflight++
-	a.stream.reset()
+	// The call's deltas carry the sequence it starts after, which no other call of the
+	// conversation shares (every call's end is logged before the next starts; only a call that
+	// a crash cut is tried again after the same entry), and their offset in its text: a
+	// follower that has some of the text skips what it has (web: sharedStream.feed).
+	a.stream.start(a.st.lastSeq)
 	provider := a.cfg().Provider
 	events := a.m.events
 	id := a.id
 	clk := a.cfg().Clock
 	slots := a.m.modelSlots
+	limit := a.cfg().MaxAnswerBytes
 	go func() {
 		// Wait for room among the process's model calls (MaxModelCalls); a stop ends the wait.
 		select {
@@ -147,8 +194,13 @@ func (a *actor) startLLM() {
 				return ctx.Err() // stopped (cancel.go): nothing more reaches the page
 			}
 			if e.Type == llm.EventTextDelta && e.Text != "" {
-				a.stream.add(e.Text)
-				events.Publish(Event{ConversationID: id, Type: EventTextDelta, Text: e.Text})
+				kept, seq, offset, full := a.stream.add(e.Text, limit)
+				if kept != "" {
+					events.Publish(Event{ConversationID: id, Seq: seq, Type: EventTextDelta, Text: kept, Offset: offset})
+				}
+				if full {
+					return errAnswerTooLong // the actor records what was kept (cutAnswer)
+				}
 			}
 			return nil
 		})
@@ -189,6 +241,51 @@ func (a *actor) onLLMError(err error) {
 		return
 	}
 	a.endTurn(kind, msg)
+}
+
+// cutAnswer records an answer whose text passed MaxAnswerBytes: the model call was cut there,
+// so whatever it would have said after (tool calls included) is unknown. The text kept, as the
+// page showed it, is the assistant's message, and the turn ends with a too_large error that
+// says so, in the same append: a model that runs away gets no further call in this turn, and
+// the person sees where and why the answer stopped and can ask it to go on.
+func (a *actor) cutAnswer(text string) {
+	limit := a.cfg().MaxAnswerBytes
+	text = bounded(text, limit)
+	step := a.st.llmStep()
+	msg := fmt.Sprintf("the answer was cut off here: it passed %s, the most one answer may hold; ask for the rest, or for something shorter", sizeText(limit))
+	a.log.Warn("model answer cut at its bound", "bytes", limit, "step", step)
+	b := store.Batch{Entries: []store.Entry{
+		{Type: store.EntryAssistantMessage, Actor: "model", Data: mustJSON(assistantMessageData{Text: text, Step: step})},
+		{Type: store.EntryTurnError, Actor: "system", Data: mustJSON(turnErrorData{Kind: string(fault.KindTooLarge), Message: msg})},
+	}}
+	if a.st.llmFailed > 0 {
+		b.DoneSteps = []string{step}
+	}
+	a.stream.reset()
+	if err := a.commit(b, nil); err != nil {
+		if !a.conflicted && !a.evicted() {
+			a.m.noteFailure(a.id, writeFailure{count: a.failures.count + 1, answer: true})
+		}
+		return
+	}
+	if text != "" {
+		a.publish(Event{Seq: a.st.items[a.st.current].seq, Type: EventMessage, Text: text, Data: roleData("assistant")})
+	}
+	a.publish(Event{Seq: a.st.lastSeq, Type: EventError, Text: msg, Data: mustJSON(map[string]string{"kind": string(fault.KindTooLarge)})})
+}
+
+// sizeText says n bytes for a person: "128 KiB", "1.5 MiB", "900 bytes".
+func sizeText(n int) string {
+	unit := func(d float64, name string) string {
+		return strings.TrimSuffix(strconv.FormatFloat(float64(n)/d, 'f', 1, 64), ".0") + " " + name
+	}
+	switch {
+	case n >= 1<<20:
+		return unit(1<<20, "MiB")
+	case n >= 1<<10:
+		return unit(1<<10, "KiB")
+	}
+	return strconv.Itoa(n) + " bytes"
 }
 
 // endTurn closes the open turn with an error the user sees.

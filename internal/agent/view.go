@@ -8,7 +8,12 @@ import (
 )
 
 // view renders the live state.
-func (a *actor) view() View { return viewOf(a.st, a.stream.String()) }
+func (a *actor) view() View {
+	seq, text := a.stream.snapshot()
+	v := viewOf(a.st, text)
+	v.StreamSeq = seq
+	return v
+}
 
 // viewOf renders a conversation state as the page and the API show it. It copies everything,
 // so the caller may keep it while the actor moves on.

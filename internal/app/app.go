@@ -118,7 +118,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 		return nil, err
 	}
 	acfg := agent.Config{Store: a.store, Provider: provider, Tools: reg, Clock: a.clock, Logger: a.log,
-		MaxTokens: cfg.MaxTokens, System: cfg.SystemPrompt, MaxCallsPerAnswer: cfg.MaxCallsPerAnswer, MaxToolRuns: cfg.MaxToolRuns,
+		MaxTokens: cfg.MaxTokens, MaxAnswerBytes: cfg.MaxAnswerBytes, System: cfg.SystemPrompt, MaxCallsPerAnswer: cfg.MaxCallsPerAnswer, MaxToolRuns: cfg.MaxToolRuns,
 		ContextBudget: cfg.ContextBudget, MaxModelCalls: cfg.MaxModelCalls, MaxIterations: cfg.MaxIterations,
 		DailyTokens: int64(cfg.DailyTokens), OrphanScan: cfg.OrphanScan, Tracer: a.tracer, ClaimTTL: cfg.InboxClaimTTL}
 	if pg, ok := a.store.(*pgstore.Store); ok {

@@ -45,6 +45,9 @@ type Config struct {
 	DemoPace *time.Duration
 	// MaxTokens bounds each model answer (PARLEY_MAX_TOKENS; 0 keeps the agent's 4096).
 	MaxTokens int
+	// MaxAnswerBytes bounds the text of one model answer as it streams (PARLEY_MAX_ANSWER_BYTES;
+	// 0 keeps the agent's agent.DefaultMaxAnswerBytes, or 8 bytes per token of MaxTokens).
+	MaxAnswerBytes int
 	// Caps of the agent (0 keeps its default): PARLEY_MAX_CALLS_PER_ANSWER (16),
 	// PARLEY_MAX_TOOL_RUNS (8 per conversation), PARLEY_CONTEXT_BUDGET (100000 tokens),
 	// PARLEY_MAX_MODEL_CALLS (64 in flight per process), PARLEY_MAX_ITERATIONS (10 model calls
@@ -135,6 +138,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	integer("PARLEY_PAGE_BURST", &c.PageBurst)
 	integer("PARLEY_MAX_CONNS_PER_USER", &c.MaxConnsPerUser)
 	integer("PARLEY_MAX_TOKENS", &c.MaxTokens)
+	integer("PARLEY_MAX_ANSWER_BYTES", &c.MaxAnswerBytes)
 	integer("PARLEY_MAX_CALLS_PER_ANSWER", &c.MaxCallsPerAnswer)
 	integer("PARLEY_MAX_TOOL_RUNS", &c.MaxToolRuns)
 	integer("PARLEY_CONTEXT_BUDGET", &c.ContextBudget)

@@ -105,14 +105,15 @@ func (n *Node) send() {
 }
 
 // holdDeltas returns the events of batch to send now, in order, and keeps its text deltas in
-// held (merged per conversation while they continue one another, up to deltaMerge bytes). A
+// held (merged per conversation while they continue one another, same answer and next offset,
+// up to deltaMerge bytes). A
 // conversation's held text goes out before any other event of it.
 func holdDeltas(batch []agent.Event, held map[string]agent.Event) []agent.Event {
 	var out []agent.Event
 	for _, e := range batch {
 		h, ok := held[e.ConversationID]
 		if e.Type == agent.EventTextDelta {
-			if ok && h.Seq == e.Seq && len(h.Text)+len(e.Text) <= deltaMerge {
+			if ok && h.Seq == e.Seq && e.Offset == h.Offset+len(h.Text) && len(h.Text)+len(e.Text) <= deltaMerge {
 				h.Text += e.Text
 				held[e.ConversationID] = h
 				continue

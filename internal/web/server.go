@@ -70,6 +70,8 @@ type Server struct {
 	conns conns
 	// inbox computes the pending approvals once per change for every inbox socket.
 	inbox *inboxFeed
+	// streams renders each conversation's streaming answer once for all its page sockets.
+	streams streamSet
 	// readyDetails is Deps.ReadyDetails.
 	readyDetails func() map[string]any
 	// tokenLookups collapses concurrent store lookups of one uncached token.

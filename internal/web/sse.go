@@ -112,7 +112,7 @@ func (s *Server) apiEvents(c echo.Context) error {
 	}
 	// live writes one event of the subscription (ok false: it closed); false ends the stream.
 	live := func(ev agent.Event, ok bool) bool {
-		if ok && ev.Type == agent.EventTextDelta {
+		for ok && ev.Type == agent.EventTextDelta {
 			// Deltas that queued up while this stream was writing go out as one event: fewer
 			// writes when the server is busy, no added delay when it is not.
 			var next *agent.Event
@@ -120,13 +120,13 @@ func (s *Server) apiEvents(c echo.Context) error {
 			if err := st.liveEvent(ev); err != nil {
 				return false
 			}
-			switch {
-			case !ok: // closed while draining: handled below
-			case next == nil:
-				return true
-			default:
-				ev = *next
+			if !ok {
+				break // closed while draining: handled below
 			}
+			if next == nil {
+				return true
+			}
+			ev = *next // another event, or a delta that does not continue this one
 		}
 		if !ok || ev.Type == agent.EventResync {
 			if err := catchUp(); err == nil {
@@ -200,9 +200,10 @@ const maxBatched = 64
 // maxCoalesced bounds the text gathered into one text_delta event.
 const maxCoalesced = 16 << 10
 
-// coalesceDeltas appends to first the text deltas already waiting in c, without blocking. It
-// returns the merged delta, the first waiting event that is not a delta (nil when none), and
-// whether c is still open (false: c closed while draining; next is nil then).
+// coalesceDeltas appends to first the text deltas already waiting in c that continue it (the
+// same answer, at the offset where it ends), without blocking. It returns the merged delta, the
+// first waiting event that does not continue it (nil when none), and whether c is still open
+// (false: c closed while draining; next is nil then).
 func coalesceDeltas(first agent.Event, c <-chan agent.Event) (agent.Event, *agent.Event, bool) {
 	var b strings.Builder
 	b.WriteString(first.Text)
@@ -213,7 +214,7 @@ func coalesceDeltas(first agent.Event, c <-chan agent.Event) (agent.Event, *agen
 				first.Text = b.String()
 				return first, nil, false
 			}
-			if ev.Type != agent.EventTextDelta {
+			if ev.Type != agent.EventTextDelta || ev.Seq != first.Seq || ev.Offset != first.Offset+b.Len() {
 				first.Text = b.String()
 				return first, &ev, true
 			}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,13 +28,15 @@ const (
 	pingInterval  = 25 * time.Second
 	// deltaFlush is the shortest gap between two renders of the streaming text: a delta after a
 	// quiet spell is rendered at once, later ones are gathered until the gap has passed, so a
-	// fast model costs at most ~20 renders a second per page instead of one per token.
+	// fast model costs at most ~20 renders a second per conversation (one render serves all its
+	// pages: stream.go) instead of one per token.
 	deltaFlush = 50 * time.Millisecond
 	// streamUnit is how much streamed text one deltaFlush pays for. Each render is the whole
 	// text so far (Markdown is not incremental: a later line can turn earlier ones into a table or
 	// a list), so past streamUnit bytes the gap grows with the text (streamGap): the Markdown
-	// rendered and sent per page stays under streamUnit per deltaFlush (~160 KB/s) however long
-	// the answer, and the render of a long answer is not quadratic in its deltas.
+	// rendered per conversation, and sent per page, stays under streamUnit per deltaFlush
+	// (~160 KB/s) however long the answer, and the render of a long answer is not quadratic in
+	// its deltas.
 	streamUnit = 8 << 10
 	// maxClientFrame bounds what a page may send (a client tool's result).
 	maxClientFrame = 256 << 10
@@ -259,11 +260,16 @@ type convSocket struct {
 
 	revs       map[string]string // element id → data-rev last sent
 	status     string            // status line HTML last sent
-	stream     strings.Builder   // the text streamed so far by the model's call in flight
-	textDirty  bool              // stream has text the page was not sent
-	streamed   bool              // the page's streaming area has text
-	lastText   time.Time         // when the streaming area was last rendered
 	clientSent map[string]bool   // client_exec frames sent on this socket
+
+	// The streaming answer (stream.go): the conversation's shared stream renders it for every
+	// socket of this process; the socket sends its page the renders that move it on.
+	shared   *streamMember
+	flush    <-chan time.Time // the socket's render window: when it ends, the text waiting is rendered
+	shownSeq int64            // the answer the page's streaming area shows (0: it is empty)
+	shownN   int              // how many bytes of its text
+	fedSeq   int64            // the newest answer this socket's own events (or view) told of
+	over     int64            // answers before this seq are over: their renders are not shown
 }
 
 // pump follows the conversation's events and keeps the page current until ctx ends, the
@@ -281,10 +287,11 @@ func (cs *convSocket) pump(ctx context.Context) {
 		defer detach()
 	}
 	cs.clientSent = map[string]bool{}
+	cs.shared = s.streams.join(cs.id)
+	defer s.streams.leave(cs.id, cs.shared)
 	if !cs.sync(ctx, true) {
 		return
 	}
-	var flush <-chan time.Time
 	resync := false
 	recheck := cs.guard.timer()
 	defer recheck.Stop()
@@ -304,9 +311,9 @@ func (cs *convSocket) pump(ctx context.Context) {
 			if !cs.reauthorize(ctx) {
 				return
 			}
-		case <-flush:
-			flush = nil
-			cs.flushText(ctx)
+		case <-cs.flush:
+			cs.flush = nil
+			cs.flushText(ctx, false)
 		case ev, ok := <-sub.C:
 			if !ok {
 				if !resync {
@@ -320,7 +327,7 @@ func (cs *convSocket) pump(ctx context.Context) {
 					cs.finish(websocket.StatusPolicyViolation, "the conversation cannot be followed")
 					return
 				}
-				flush = nil
+				cs.flush = nil
 				if !cs.sync(ctx, true) {
 					return
 				}
@@ -331,24 +338,22 @@ func (cs *convSocket) pump(ctx context.Context) {
 				switch ev.Type {
 				case agent.EventTextDelta:
 					// Leading edge: a delta after a quiet spell is rendered at once; the ones that
-					// follow within the gap are gathered and rendered together when it ends.
-					cs.stream.WriteString(ev.Text)
-					cs.textDirty = true
-					if flush == nil {
-						gap := streamGap(cs.stream.Len())
-						if since := s.clock.Now().Sub(cs.lastText); since >= gap {
-							cs.flushText(ctx)
-						} else {
-							flush = s.clock.After(gap - since)
-						}
+					// follow within the gap are gathered and rendered together when it ends. What
+					// the page already has (the text the connect's view held) is skipped.
+					cs.fedSeq = max(cs.fedSeq, ev.Seq)
+					if cs.shared.feed(ev) {
+						cs.reseed(ctx)
+					}
+					if cs.flush == nil {
+						cs.flushText(ctx, false)
 					}
 				case agent.EventResync:
 					resync = true
 				case agent.EventClientExec:
-					cs.flushText(ctx)
+					cs.flushText(ctx, true)
 					cs.clientExec(ev)
 				default:
-					cs.flushText(ctx)
+					cs.flushText(ctx, true)
 					dirty = true
 				}
 				// Take whatever else is already queued before rendering: a burst of events
@@ -396,24 +401,51 @@ func streamGap(n int) time.Duration {
 	return deltaFlush * time.Duration(1+n/streamUnit)
 }
 
-// flushText renders the streaming text gathered so far (Markdown, sanitized, as the logged
-// message will be: views.Streaming) and replaces the page's streaming area with it.
-func (cs *convSocket) flushText(ctx context.Context) {
-	if !cs.textDirty {
+// flushText has the conversation's streaming text rendered when its window has passed (at once
+// with force: an event that must follow the text on the page), else arms the socket's window,
+// and sends the page the latest render when it moves the page on. One render serves every
+// socket of the conversation: the first to ask renders (views.Streaming: Markdown, sanitized,
+// as the logged message will be), the others find it done.
+func (cs *convSocket) flushText(ctx context.Context, force bool) {
+	wait, err := cs.shared.tick(ctx, cs.s.clock.Now(), force)
+	if err != nil {
+		if ctx.Err() == nil {
+			cs.log.Error("socket: render the streaming text", "err", err)
+		}
 		return
 	}
-	cs.textDirty = false
-	// Stamp before queueing: once the frame is out, the page (or a test driving the clock) may
-	// act on it, and the next delta must be measured from this render.
-	cs.lastText = cs.s.clock.Now()
-	var b bytes.Buffer
-	if err := views.Streaming(cs.stream.String()).Render(ctx, &b); err != nil {
-		cs.log.Error("socket: render the streaming text", "err", err)
+	if wait > 0 && cs.flush == nil {
+		cs.flush = cs.s.clock.After(wait)
+	}
+	cs.showLatest()
+}
+
+// showLatest sends the page the shared stream's latest render when it shows more than the page
+// has: of the answer the page shows, or of a newer one this socket's events told of (a render
+// of an answer still ahead of its events would show before the message of the one before),
+// never of one that is over.
+func (cs *convSocket) showLatest() {
+	r := cs.shared.latest()
+	if r.seq == 0 || r.seq < cs.over || r.seq > cs.fedSeq || r.seq < cs.shownSeq || (r.seq == cs.shownSeq && r.n <= cs.shownN) {
 		return
 	}
-	h := b.String()
-	cs.enqueue(frame{Type: "html", Op: "replace", Target: "streaming", HTML: &h})
-	cs.streamed = true
+	h := r.html
+	if cs.enqueue(frame{Type: "html", Op: "replace", Target: "streaming", HTML: &h}) {
+		cs.shownSeq, cs.shownN = r.seq, r.n
+	}
+}
+
+// reseed gives the shared stream the text so far from a view, when a delta could not be placed
+// (text was missed: another process's delivery, a call tried again).
+func (cs *convSocket) reseed(ctx context.Context) {
+	v, err := cs.s.agent.View(ctx, cs.id, cs.by)
+	if err != nil {
+		if ctx.Err() == nil {
+			cs.log.Warn("socket: load view for the streaming text", "err", err)
+		}
+		return
+	}
+	cs.shared.seed(v.StreamSeq, v.Streaming)
 }
 
 // sync renders the view and sends what the page may not have: every item whose data-rev it has
@@ -452,18 +484,29 @@ func (cs *convSocket) sync(ctx context.Context, connect bool) bool {
 		h := cs.status
 		cs.enqueue(frame{Type: "html", Op: "replace", Target: "status", HTML: &h})
 	}
-	if connect || (v.Streaming == "" && cs.streamed) {
-		// On connect the page gets the text so far and the deltas add to it; once the answer is
-		// logged (nothing streams) the area empties.
-		cs.stream.Reset()
-		cs.stream.WriteString(v.Streaming)
-		cs.textDirty = false
-		var sb bytes.Buffer
-		if err := views.Streaming(v.Streaming).Render(ctx, &sb); err == nil {
-			h := sb.String()
-			cs.enqueue(frame{Type: "html", Op: "replace", Target: "streaming", HTML: &h})
-			cs.streamed = v.Streaming != ""
+	// Answers before the one streaming (or, when none does, before the last entry: the next
+	// one starts after it) are over.
+	cs.over = v.StreamSeq
+	if cs.over == 0 {
+		cs.over = v.LastSeq
+	}
+	cs.shared.forget(cs.over)
+	switch {
+	case connect:
+		// The page gets the text so far, and the deltas that follow add to it: those the view
+		// already held are skipped (their offsets fall within it).
+		cs.shared.seed(v.StreamSeq, v.Streaming)
+		cs.fedSeq = max(cs.fedSeq, v.StreamSeq)
+		if !cs.showStreaming(ctx, v.StreamSeq, v.Streaming) {
+			return false
 		}
+	case cs.shownN > 0 && (v.Streaming == "" || v.StreamSeq != cs.shownSeq):
+		// The answer shown is logged (or ended): the area empties; a newer one comes with its
+		// renders.
+		if !cs.showStreaming(ctx, 0, "") {
+			return false
+		}
+		cs.showLatest()
 	}
 	if connect {
 		for _, c := range v.Calls {
@@ -473,6 +516,22 @@ func (cs *convSocket) sync(ctx context.Context, connect bool) bool {
 			}
 		}
 	}
+	return true
+}
+
+// showStreaming replaces the page's streaming area with text, rendered for this page alone (a
+// connect, or the area emptied).
+func (cs *convSocket) showStreaming(ctx context.Context, seq int64, text string) bool {
+	var b bytes.Buffer
+	if err := views.Streaming(text).Render(ctx, &b); err != nil {
+		cs.log.Error("socket: render the streaming text", "err", err)
+		return true
+	}
+	h := b.String()
+	if !cs.enqueue(frame{Type: "html", Op: "replace", Target: "streaming", HTML: &h}) {
+		return false
+	}
+	cs.shownSeq, cs.shownN = seq, len(text)
 	return true
 }
 
