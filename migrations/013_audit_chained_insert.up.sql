@@ -6,9 +6,11 @@
 -- the same hash parley_chain_audit computes (migration 008) and store.AuditHash verifies. Before,
 -- each record was inserted unchained and then updated by parley_chain_audit: a second version
 -- of the row, with an entry in each of audit's indexes (chain_seq changes, so never a HOT
--- update), and a scan for the unchained. Records left unchained (by a binary from before this
--- migration, still running beside a newer one) are chained first, as before. The arrays are the
--- records' columns, one element per record, chained in array order.
+-- update), and a scan for the unchained. The arrays are the records' columns, one element per
+-- record, chained in array order. Every other writer of audit records chains them in its own
+-- transaction under the same lock (parley_chain_audit, still used by AppendAudit and by a binary
+-- from before this migration that is still running), so none is left unchained for this one to
+-- chain: the records left unchained from before migration 008 are chained below, once.
 CREATE FUNCTION parley_audit_append(convs text[], call_ids text[], tools text[], actor_ids text[], actions text[],
 	reasons text[], args_hashes text[], ats timestamptz[], details text[])
 RETURNS void LANGUAGE plpgsql AS $$
@@ -18,7 +20,6 @@ DECLARE
 	new_hash  text;
 BEGIN
 	PERFORM pg_advisory_xact_lock(7283650918263001);
-	PERFORM parley_chain_audit(); -- the same lock, held already: it only chains what is left unchained
 	SELECT chain_seq, hash INTO head_seq, head_hash FROM audit WHERE chain_seq IS NOT NULL ORDER BY chain_seq DESC LIMIT 1;
 	IF head_seq IS NULL THEN
 		head_seq := 0;
@@ -38,6 +39,8 @@ BEGIN
 	END LOOP;
 END
 $$;
+
+SELECT parley_chain_audit();
 
 -- ListPending reads awaiting calls only (status = 'awaiting', written as a literal so the planner
 -- can use this index), while every change of a call's status wrote an entry here: a decided

@@ -10,8 +10,8 @@ import (
 
 // TestAppendWritesAuditRecordsChained: an append's audit records are inserted already in the
 // hash chain (migration 013), one row version each — not inserted and then updated by the chain,
-// which left a dead version of every record and an entry for it in each of audit's indexes — and
-// a record left unchained (by a binary from before the migration) is chained first.
+// which left a dead version of every record and an entry for it in each of audit's indexes —
+// after the records AppendAudit chained.
 func TestAppendWritesAuditRecordsChained(t *testing.T) {
 	ctx := t.Context()
 	url := pgtest.NewURL(t)
@@ -25,9 +25,7 @@ func TestAppendWritesAuditRecordsChained(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// What an older binary writes before it calls parley_chain_audit: one unchained record.
-	if _, err := conn.Exec(ctx, `INSERT INTO audit (conversation_id, tool_call_id, tool, actor_id, action, reason, args_hash, at, detail)
-		VALUES ($1, 'old', 'send_email', 'ana', 'approve', '', 'h0', now(), '')`, cv.ID); err != nil {
+	if err := s.AppendAudit(ctx, store.AuditRecord{ConversationID: cv.ID, ToolCallID: "old", Tool: "send_email", ActorID: "ana", Action: "grant_revoke"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Append(ctx, cv.ID, 0, store.Batch{
@@ -58,9 +56,9 @@ func TestAppendWritesAuditRecordsChained(t *testing.T) {
 	if want := []string{"old", "a", "b"}; !slices.Equal(order, want) {
 		t.Fatalf("chain order = %v, want %v", order, want)
 	}
-	// The old record was chained first, by an update (its second version, (0,2)); the new ones
-	// were written once, after it: (0,3) and (0,4). Inserted unchained and then chained, the
-	// three would be at (0,4), (0,5) and (0,6).
+	// AppendAudit's record is inserted and then chained by an update (its second version,
+	// (0,2)); the append's were written once, after it: (0,3) and (0,4). Inserted unchained and
+	// then chained, they would be at (0,5) and (0,6).
 	if want := []string{"(0,2)", "(0,3)", "(0,4)"}; !slices.Equal(ctids, want) {
 		t.Errorf("row versions = %v, want %v", ctids, want)
 	}
