@@ -276,6 +276,7 @@ func (s *Store) commitGroup(ctx context.Context, live []*appendReq) {
 // statement per table (sqlcore.PlanMerged); otherwise each append's statements run in turn.
 func (s *Store) sendAppend(ctx context.Context, rs []*appendReq) error {
 	var batch pgx.Batch
+	var audit [][]any // every append's audit records, inserted chained last
 	if len(rs) > 1 && distinctConversations(rs) {
 		n := len(rs)
 		convs, afters, lasts, ats, statuses := make([]string, n), make([]int64, n), make([]int64, n), make([]time.Time, n), make([]string, n)
@@ -284,6 +285,7 @@ func (s *Store) sendAppend(ctx context.Context, rs []*appendReq) error {
 			convs[i], afters[i], ats[i], statuses[i] = r.conv, r.afterSeq, r.now, r.batch.Status
 			lasts[i] = r.afterSeq + int64(len(r.batch.Entries))
 			writes[i] = sqlcore.PlanWrites(r.conv, r.afterSeq, r.now, r.batch)
+			audit = append(audit, writes[i].Audit...)
 		}
 		batch.Queue(`SELECT parley_advance_all($1, $2, $3, $4, $5)`, convs, afters, lasts, ats, statuses)
 		for _, st := range sqlcore.PlanMerged(writes) {
@@ -293,17 +295,16 @@ func (s *Store) sendAppend(ctx context.Context, rs []*appendReq) error {
 		for _, r := range rs {
 			last := r.afterSeq + int64(len(r.batch.Entries))
 			batch.Queue(`SELECT parley_advance($1, $2, $3, $4, $5)`, r.conv, r.afterSeq, last, r.now, r.batch.Status)
-			for _, st := range sqlcore.PlanBatch(r.conv, r.afterSeq, r.now, r.batch) {
+			stmts, recs := sqlcore.PlanBatchAudit(r.conv, r.afterSeq, r.now, r.batch)
+			for _, st := range stmts {
 				batch.Queue(st.SQL, st.Args...)
 			}
+			audit = append(audit, recs...)
 		}
 	}
-	for _, r := range rs {
-		if len(r.batch.Audit) > 0 {
-			// Last: the chain's lock is held from here to the commit (migration 008).
-			batch.Queue(chainSQL)
-			break
-		}
+	if len(audit) > 0 {
+		// Last: the chain's lock is held from here to the commit (migration 008).
+		batch.Queue(auditAppendSQL, sqlcore.Columns(audit, 9)...)
 	}
 	pool := s.pool
 	if s.writePool != nil {
@@ -317,6 +318,11 @@ func (s *Store) sendAppend(ctx context.Context, rs []*appendReq) error {
 	}
 	return nil
 }
+
+// auditAppendSQL inserts audit records already placed in the hash chain, one array per column
+// in the order of sqlcore's audit rows (migration 013): one row version each, where an insert
+// followed by parley_chain_audit wrote two.
+const auditAppendSQL = `SELECT parley_audit_append($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[])`
 
 func distinctConversations(rs []*appendReq) bool {
 	seen := make(map[string]bool, len(rs))

@@ -196,14 +196,20 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		_ = w.Close()
 		return nil, fmt.Errorf("open embedded store %s: %w", path, err)
 	}
+	wr, err := newWriter(ctx, w)
+	if err != nil {
+		_ = w.Close()
+		return nil, fmt.Errorf("open embedded store %s: %w", path, err)
+	}
 	r, err := sql.Open("sqlite", path+"?"+common+"&_pragma=query_only(1)")
 	if err != nil {
+		_ = wr.close()
 		_ = w.Close()
 		return nil, fmt.Errorf("open embedded store %s: %w", path, err)
 	}
 	r.SetMaxOpenConns(readers)
 	r.SetMaxIdleConns(readers)
-	s := &Store{Core: sqlcore.Core{DB: &db{w: w, r: r}, Clock: clock.Real{}, Dialect: sqlcore.Dialect{FindSQL: findSQL, Match: ftsMatch}}}
+	s := &Store{Core: sqlcore.Core{DB: &db{pool: w, w: wr, r: r}, Clock: clock.Real{}, Dialect: sqlcore.Dialect{FindSQL: findSQL, Match: ftsMatch}}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -279,9 +285,10 @@ func migrate(ctx context.Context, w *sql.DB) (err error) {
 
 // db adapts database/sql + modernc to sqlcore.DB.
 type db struct {
-	w, r  *sql.DB
-	qs    sync.Map // PostgreSQL-style query → SQLite-style query
-	stmts stmtCache
+	pool *sql.DB  // the writer's pool: one connection, which w holds
+	w    *writer  // every write
+	r    *sql.DB  // the read-only pool
+	qs   sync.Map // PostgreSQL-style query → SQLite-style query
 }
 
 // rewrite turns $1 placeholders into ?1 (SQLite's numbered parameters).
@@ -327,13 +334,13 @@ func mapErr(err error) error {
 	return err
 }
 
-type execQuerier interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+// querier is a pool (the readers) or the writer's connection.
+type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-func (d *db) exec(ctx context.Context, on execQuerier, q string, args []any) (int64, error) {
-	res, err := on.ExecContext(ctx, d.rewrite(q), encodeArgs(args)...)
+// result is what a write reports: the rows it changed, its error mapped.
+func result(res sql.Result, err error) (int64, error) {
 	if err != nil {
 		return 0, mapErr(err)
 	}
@@ -344,7 +351,7 @@ func (d *db) exec(ctx context.Context, on execQuerier, q string, args []any) (in
 	return n, nil
 }
 
-func (d *db) query(ctx context.Context, on execQuerier, q string, args []any) (sqlcore.Rows, error) {
+func (d *db) query(ctx context.Context, on querier, q string, args []any) (sqlcore.Rows, error) {
 	rows, err := on.QueryContext(ctx, d.rewrite(q), encodeArgs(args)...)
 	if err != nil {
 		return nil, mapErr(err)
@@ -352,12 +359,13 @@ func (d *db) query(ctx context.Context, on execQuerier, q string, args []any) (s
 	return &sqlRows{rows: rows}, nil
 }
 
-// Exec runs a single write statement on the writer connection.
+// Exec runs a single write statement on the writer, as a transaction of its own.
 func (d *db) Exec(ctx context.Context, q string, args ...any) (int64, error) {
-	if st := d.stmts.get(ctx, d.w, d.rewrite(q), true); st != nil {
-		return d.execStmt(ctx, st, args)
+	if err := d.w.acquire(ctx); err != nil {
+		return 0, err
 	}
-	return d.exec(ctx, d.w, q, args)
+	defer d.w.release()
+	return result(d.w.exec(ctx, d.rewrite(q), encodeArgs(args)))
 }
 
 // Query reads through the read-only pool.
@@ -365,53 +373,81 @@ func (d *db) Query(ctx context.Context, q string, args ...any) (sqlcore.Rows, er
 	return d.query(ctx, d.r, q, args)
 }
 
+// Begin waits for the writer and opens a write transaction on it, which holds the writer until
+// Commit or Rollback.
 func (d *db) Begin(ctx context.Context) (sqlcore.Tx, error) {
-	tx, err := d.w.BeginTx(ctx, nil)
-	if err != nil {
+	if err := d.w.acquire(ctx); err != nil {
+		return nil, err
+	}
+	if _, err := d.w.exec(ctx, beginSQL, nil); err != nil {
+		d.w.release()
 		return nil, mapErr(err)
 	}
-	return &sqlTx{d: d, tx: tx}, nil
+	return &sqlTx{d: d}, nil
 }
 
 func (d *db) Ping(ctx context.Context) error {
-	if err := d.w.PingContext(ctx); err != nil {
+	if err := d.w.acquire(ctx); err != nil {
+		return err
+	}
+	err := d.w.conn.PingContext(ctx)
+	d.w.release()
+	if err != nil {
 		return err
 	}
 	return d.r.PingContext(ctx)
 }
 
 func (d *db) Close() error {
-	return errors.Join(d.stmts.close(), d.r.Close(), d.w.Close())
+	return errors.Join(d.w.close(), d.r.Close(), d.pool.Close())
 }
 
+// sqlTx is a write transaction on the writer, whose turn it holds until it ends.
 type sqlTx struct {
-	d      *db
-	tx     *sql.Tx
-	misses []string // statements run uncached, prepared once the transaction is over
+	d    *db
+	done bool
 }
 
 func (t *sqlTx) Exec(ctx context.Context, q string, args ...any) (int64, error) {
-	sq := t.d.rewrite(q)
-	if st := t.d.stmts.get(ctx, t.d.w, sq, false); st != nil {
-		return t.d.execStmt(ctx, t.tx.StmtContext(ctx, st), args)
+	if t.done {
+		return 0, sql.ErrTxDone
 	}
-	t.misses = append(t.misses, sq)
-	return t.d.exec(ctx, t.tx, q, args)
+	return result(t.d.w.exec(ctx, t.d.rewrite(q), encodeArgs(args)))
 }
 
+// Query reads inside the transaction, unprepared: a cached statement run again while an earlier
+// result set of it is still open would reset that result set.
 func (t *sqlTx) Query(ctx context.Context, q string, args ...any) (sqlcore.Rows, error) {
-	return t.d.query(ctx, t.tx, q, args)
+	if t.done {
+		return nil, sql.ErrTxDone
+	}
+	return t.d.query(ctx, t.d.w.conn, q, args)
 }
 
+// Commit commits and gives the writer back. A COMMIT that fails (its context ended while it
+// waited for a lock, say) can leave the transaction open on the connection: it is rolled back,
+// so the next transaction starts clean.
 func (t *sqlTx) Commit(ctx context.Context) error {
-	err := mapErr(t.tx.Commit())
-	t.d.stmts.prepare(ctx, t.d.w, t.misses)
-	return err
+	if t.done {
+		return sql.ErrTxDone
+	}
+	t.done = true
+	defer t.d.w.release()
+	if _, err := t.d.w.exec(ctx, commitSQL, nil); err != nil {
+		_, _ = t.d.w.exec(context.WithoutCancel(ctx), rollbackSQL, nil) // "no transaction is active" when the COMMIT ended it
+		return mapErr(err)
+	}
+	return nil
 }
 
+// Rollback rolls back and gives the writer back; it runs even when ctx has ended.
 func (t *sqlTx) Rollback(ctx context.Context) error {
-	err := t.tx.Rollback()
-	t.d.stmts.prepare(ctx, t.d.w, t.misses)
+	if t.done {
+		return sql.ErrTxDone
+	}
+	t.done = true
+	defer t.d.w.release()
+	_, err := t.d.w.exec(context.WithoutCancel(ctx), rollbackSQL, nil)
 	return err
 }
 

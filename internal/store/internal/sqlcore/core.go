@@ -746,8 +746,17 @@ func PlanWrites(conv string, afterSeq int64, now time.Time, b store.Batch) Write
 }
 
 // PlanBatch returns the statements that write b after the log's sequence check (see Append for
-// the rules), stamped now, in the order they must run.
+// the rules), stamped now, in the order they must run; its audit records are inserted last and
+// left for the caller to chain.
 func PlanBatch(conv string, afterSeq int64, now time.Time, b store.Batch) []Stmt {
+	out, audit := PlanBatchAudit(conv, afterSeq, now, b)
+	return insertMany(out, auditInsert, "", audit)
+}
+
+// PlanBatchAudit is PlanBatch without the audit records' insert: it returns their rows instead
+// (in the column order of the audit insert), for a store that inserts them already chained
+// (pgstore).
+func PlanBatchAudit(conv string, afterSeq int64, now time.Time, b store.Batch) ([]Stmt, [][]any) {
 	r := PlanWrites(conv, afterSeq, now, b)
 	var out []Stmt
 	out = insertMany(out, entriesInsert, "", r.Entries)
@@ -764,13 +773,14 @@ func PlanBatch(conv string, afterSeq int64, now time.Time, b store.Batch) []Stmt
 	out = insertMany(out, stepsInsert, stepsUpsert, r.Steps)
 	out = insertMany(out, grantsInsert, "", r.Grants)
 	out = insertMany(out, notifyInsert, "", r.Notify)
-	return insertMany(out, auditInsert, "", r.Audit)
+	return out, r.Audit
 }
 
 // PlanMerged returns the statements that write the rows of several appends — at most one per
 // conversation, their sequence checks already made — one statement per table whatever the
 // number of rows: each column travels as one array and unnest turns the arrays back into rows,
-// so the statements' text never changes and stays prepared. PostgreSQL only.
+// so the statements' text never changes and stays prepared. The audit records are left out (the
+// Writes' Audit rows): the caller inserts them chained. PostgreSQL only.
 func PlanMerged(rs []Writes) []Stmt {
 	var m Writes
 	for _, r := range rs {
@@ -780,7 +790,6 @@ func PlanMerged(rs []Writes) []Stmt {
 		m.Schedule = append(m.Schedule, r.Schedule...)
 		m.DoneSteps = append(m.DoneSteps, r.DoneSteps...)
 		m.Steps = append(m.Steps, r.Steps...)
-		m.Audit = append(m.Audit, r.Audit...)
 		m.Grants = append(m.Grants, r.Grants...)
 		m.Notify = append(m.Notify, r.Notify...)
 	}
@@ -799,9 +808,12 @@ func PlanMerged(rs []Writes) []Stmt {
 	add(stepsInsert+` SELECT * FROM UNNEST `+stepsUpsert, []string{"text", "text", "bigint", "timestamptz", "text", "timestamptz"}, m.Steps)
 	add(grantsInsert+` SELECT * FROM UNNEST`, grantTypes, m.Grants)
 	add(notifyInsert+` SELECT * FROM UNNEST`, []string{"text", "text", "timestamptz", "timestamptz"}, m.Notify)
-	add(auditInsert+` SELECT * FROM UNNEST`, []string{"text", "text", "text", "text", "text", "text", "text", "timestamptz", "text"}, m.Audit)
 	return out
 }
+
+// Columns transposes rows of width columns into one []any per column: the arrays of a statement
+// that takes a column per parameter.
+func Columns(rows [][]any, width int) []any { return columns(rows, width) }
 
 // unnest is "unnest($1::t1[], $2::t2[], …)".
 func unnest(types []string) string {
@@ -898,8 +910,10 @@ func (c *Core) GetToolCall(ctx context.Context, conversationID, toolCallID strin
 
 // ListPending implements store.Store: awaiting calls, newest first (by creation, then log order).
 func (c *Core) ListPending(ctx context.Context, f store.PendingFilter) ([]store.PendingCall, error) {
-	args := []any{store.CallAwaiting}
-	q := `SELECT ` + callCols + `, c.owner_id, c.title FROM tool_calls tc JOIN conversations c ON c.id = tc.conversation_id WHERE tc.status = $1`
+	// The status is a literal: PostgreSQL's index of pending calls holds awaiting ones only
+	// (migration 013), which a planner sees only in the query's text.
+	var args []any
+	q := `SELECT ` + callCols + `, c.owner_id, c.title FROM tool_calls tc JOIN conversations c ON c.id = tc.conversation_id WHERE tc.status = '` + string(store.CallAwaiting) + `'`
 	add := func(cond, v string) {
 		if v != "" {
 			args = append(args, v)
