@@ -337,7 +337,7 @@ func (s *Server) inboxSocket(c echo.Context) error {
 				if !reauthorize() {
 					return
 				}
-				recheck.Reset(s.cfg.LiveRecheck)
+				recheck.Reset(guard.every())
 			case <-guard.bell:
 				if !reauthorize() {
 					return

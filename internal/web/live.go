@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/labstack/echo/v4"
+	"golang.org/x/sync/singleflight"
 
 	"parley/internal/agent"
 	"parley/internal/auth"
@@ -18,8 +20,12 @@ import (
 // Live connections (page sockets, the inbox socket, event streams) outlive the request that
 // authenticated them, so they are re-authorized while they last: every LiveRecheck, and at once
 // when this process signs someone out, revokes a token or changes a role. A re-check reads the
-// credential from the store (never a cache), so a sign-out, a revocation or a demotion made by
-// another process on the same database is seen within LiveRecheck.
+// credential from the store, so a sign-out, a revocation or a demotion made by another process
+// on the same database is seen within LiveRecheck. Connections opened with one credential (a
+// program following many conversations with one token, a person's tabs) share its reads: one
+// read serves every check of that credential for LiveRecheck/5 (recheckShare), and each
+// connection checks every LiveRecheck − LiveRecheck/5, so none learns later than LiveRecheck.
+// A change made on this process drops the shared reads before it rings the connections.
 
 // grant is the credential a live connection was opened with.
 type grant struct {
@@ -40,6 +46,71 @@ func grantOf(c echo.Context) grant {
 
 // errSignedOut ends a live connection whose credential no longer holds.
 var errSignedOut = fault.New(fault.KindNotAuthenticated, "the session ended or the token was revoked", nil)
+
+// recheckShare is how long one read of a credential serves the checks of every connection
+// opened with it.
+func (s *Server) recheckShare() time.Duration { return s.cfg.LiveRecheck / 5 }
+
+// recheckKey names a grant's credential among the shared reads.
+func (g grant) recheckKey() string {
+	if g.session != nil {
+		return "s" + string(g.session)
+	}
+	return "t" + string(g.token)
+}
+
+// reauthorizeShared is reauthorize through the reads that the connections opened with the same
+// credential share (see the top of this file).
+func (s *Server) reauthorizeShared(ctx context.Context, g grant, via string) (agent.Principal, error) {
+	if g.session == nil && g.token == nil {
+		return agent.Principal{}, errSignedOut
+	}
+	key, l, now := g.recheckKey(), &s.live, s.now()
+	l.mu.Lock()
+	r, ok := l.reads[key]
+	gen := l.gen
+	l.mu.Unlock()
+	if !ok || now.Sub(r.at) >= s.recheckShare() || now.Before(r.at) {
+		v, err, _ := l.loads.Do(fmt.Sprintf("%d/%s", gen, key), func() (any, error) {
+			at := s.now()
+			// Not the first caller's context: its end must not fail the others waiting.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			by, err := s.reauthorize(rctx, g, "")
+			read := sharedRead{at: at, userID: by.UserID, role: by.Role, err: err}
+			if err != nil && !ended(err) {
+				return read, nil // a failure to read is not shared: each check tries again
+			}
+			l.mu.Lock()
+			if l.gen == gen { // no ring since the read began
+				if l.reads == nil {
+					l.reads = map[string]sharedRead{}
+				}
+				if len(l.reads) >= maxSharedReads {
+					for k, old := range l.reads {
+						if at.Sub(old.at) >= s.recheckShare() {
+							delete(l.reads, k)
+						}
+					}
+					if len(l.reads) >= maxSharedReads {
+						clear(l.reads)
+					}
+				}
+				l.reads[key] = read
+			}
+			l.mu.Unlock()
+			return read, nil
+		})
+		if err != nil {
+			return agent.Principal{}, err
+		}
+		r = v.(sharedRead)
+	}
+	if r.err != nil {
+		return agent.Principal{}, r.err
+	}
+	return agent.Principal{UserID: r.userID, Role: r.role, Via: via}, nil
+}
 
 // reauthorize reads the grant's credential and user again and returns the principal it now
 // stands for: errSignedOut when the session ended (signed out, expired) or the token was
@@ -80,11 +151,30 @@ func (s *Server) reauthorize(ctx context.Context, g grant, via string) (agent.Pr
 }
 
 // liveSet is this process's live connections, each with a doorbell that asks it to re-check
-// now (a sign-out, a revocation, a role change here). The mutex guards only the set.
+// now (a sign-out, a revocation, a role change here), and the credential reads they share. The
+// mutex guards only the set and the reads.
 type liveSet struct {
 	mu    sync.Mutex
 	bells map[chan struct{}]struct{}
+	reads map[string]sharedRead // by credential (recheckKey)
+	// gen counts ringAll calls: a read that began before a ring is not shared after it.
+	gen uint64
+	// loads makes concurrent checks of one credential wait for one read.
+	loads singleflight.Group
 }
+
+// sharedRead is one re-read of a credential: the user it stood for, or the error that ends the
+// connections opened with it.
+type sharedRead struct {
+	at     time.Time
+	userID string
+	role   store.Role
+	err    error
+}
+
+// maxSharedReads bounds the shared reads kept: past it, the stale ones go, and if all are
+// fresh, all of them (the next checks read again).
+const maxSharedReads = 10000
 
 // join adds a connection; its bell rings (coalescing, never blocking) on ringAll. leave removes it.
 func (l *liveSet) join() (bell chan struct{}, leave func()) {
@@ -102,10 +192,13 @@ func (l *liveSet) join() (bell chan struct{}, leave func()) {
 	}
 }
 
-// ringAll asks every live connection of this process to re-check its credential now.
+// ringAll asks every live connection of this process to re-check its credential now, from a
+// fresh read.
 func (l *liveSet) ringAll() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	clear(l.reads)
+	l.gen++
 	for b := range l.bells {
 		select {
 		case b <- struct{}{}:
@@ -136,7 +229,7 @@ func (s *Server) newLiveGuard(c echo.Context, convID string) *liveGuard {
 // check re-authorizes: the principal as it stands now, or an error that ends the connection
 // (errSignedOut, or not_found when the refreshed principal may no longer see the conversation).
 func (lg *liveGuard) check(ctx context.Context) (agent.Principal, error) {
-	by, err := lg.s.reauthorize(ctx, lg.g, lg.via)
+	by, err := lg.s.reauthorizeShared(ctx, lg.g, lg.via)
 	if err != nil {
 		return agent.Principal{}, err
 	}
@@ -167,5 +260,9 @@ func ended(err error) bool {
 	return k == fault.KindNotAuthenticated || k == fault.KindNotFound || k == fault.KindPermissionDenied
 }
 
-// timer is the guard's re-check timer, on the server's clock.
-func (lg *liveGuard) timer() clock.Timer { return lg.s.clock.NewTimer(lg.s.cfg.LiveRecheck) }
+// timer is the guard's re-check timer, on the server's clock: LiveRecheck less the time a
+// shared read may already be old.
+func (lg *liveGuard) timer() clock.Timer { return lg.s.clock.NewTimer(lg.every()) }
+
+// every is how often the guard re-checks.
+func (lg *liveGuard) every() time.Duration { return lg.s.cfg.LiveRecheck - lg.s.recheckShare() }

@@ -160,7 +160,7 @@ func (s *Server) apiEvents(c echo.Context) error {
 			if !reauthorize() {
 				return nil
 			}
-			recheck.Reset(s.cfg.LiveRecheck)
+			recheck.Reset(guard.every())
 		case <-guard.bell:
 			if !reauthorize() {
 				return nil
