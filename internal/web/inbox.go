@@ -199,15 +199,16 @@ func (s *Server) inboxSocket(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	defer release()
 	guard := s.newLiveGuard(c, "")
-	defer guard.leave()
 	conn, err := accept(c)
 	if err != nil {
+		guard.leave()
+		release()
 		return nil
 	}
-	ctx, cancel := context.WithCancel(c.Request().Context())
-	defer cancel()
+	// The socket outlives this handler (socket.start): its context keeps the request's values,
+	// not its end.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(c.Request().Context()))
 	k := newSocket(s, conn, s.log.With("socket", "inbox", "user", u.ID), cancel)
 	// ?count=1 is the count-only socket every reviewer's page opens for the pending count on its
 	// Inbox link and tab title: it sends count frames and never the list.
@@ -282,6 +283,8 @@ func (s *Server) inboxSocket(c echo.Context) error {
 			case <-s.stopping:
 				k.finish(websocket.StatusGoingAway, "server shutting down")
 				return
+			case <-k.keepalive():
+				k.sendPing()
 			case <-recheck.C():
 				if !reauthorize() {
 					return
@@ -310,6 +313,6 @@ func (s *Server) inboxSocket(c echo.Context) error {
 			}
 		}
 	}
-	k.serve(ctx, readLoop, pump)
+	k.start(ctx, readLoop, pump, cancel, guard.leave, release)
 	return nil
 }

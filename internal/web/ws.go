@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"parley/internal/agent"
+	"parley/internal/clock"
 	"parley/internal/fault"
 	"parley/internal/tools"
 	"parley/views"
@@ -80,16 +82,26 @@ type clientFrame struct {
 	Error      *agent.ClientError `json:"error"`
 }
 
-// socket is one page's WebSocket. Three goroutines serve it, each with one job: the handler's
-// goroutine runs pump (the only one that reads agent events and renders), writeLoop is the only
-// writer to the connection, readLoop the only reader. They share the bounded send queue and a
-// cancel function; the handler returns only after both helpers stopped.
+// socket is one page's WebSocket. An idle socket keeps two goroutines: the one running serve
+// and pump (the only one that reads agent events and renders, and the owner of the keepalive
+// timer) and readLoop, the only reader (coder/websocket's Read blocks). A writer runs only while
+// frames or a ping wait: enqueue starts one, and it ends when the queue is empty, so there is at
+// most one writer at a time and frames leave in order. serve returns only after the reader and
+// any writer stopped.
 type socket struct {
 	s      *Server
 	conn   *websocket.Conn
 	log    *slog.Logger
-	send   chan []byte
 	cancel context.CancelFunc
+	ping   clock.Timer // keepalive, set by serve; the pump selects on keepalive()
+
+	mu      sync.Mutex
+	queue   [][]byte        // frames waiting for the writer, oldest first; nil when empty (guarded by mu)
+	pingDue bool            // a ping waits for the writer (guarded by mu)
+	writing bool            // a writer goroutine owns the queue (guarded by mu)
+	wctx    context.Context // the socket's context once serve runs; nil before, so no writer starts (guarded by mu)
+	writeErr error          // the write that failed, which ends the socket (guarded by mu)
+	writers sync.WaitGroup  // the writer, while one runs
 
 	closeOnce   sync.Once
 	closeCode   websocket.StatusCode
@@ -97,8 +109,7 @@ type socket struct {
 }
 
 func newSocket(s *Server, conn *websocket.Conn, log *slog.Logger, cancel context.CancelFunc) *socket {
-	return &socket{s: s, conn: conn, log: log, send: make(chan []byte, sendQueueSize), cancel: cancel,
-		closeCode: websocket.StatusNormalClosure}
+	return &socket{s: s, conn: conn, log: log, cancel: cancel, closeCode: websocket.StatusNormalClosure}
 }
 
 // finish records why the socket ends (the first reason wins) and stops its goroutines.
@@ -109,87 +120,159 @@ func (k *socket) finish(code websocket.StatusCode, reason string) {
 	k.cancel()
 }
 
-// enqueue hands a frame to the writer. Overflow policy: the queue never blocks the pump and
-// never drops a frame silently; when it is full the page is too slow to follow, so the socket
-// is closed with StatusPolicyViolation and the page reconnects and resyncs from a fresh render.
+// enqueue hands a frame to the writer. Overflow policy: the queue (at most sendQueueSize frames,
+// its room allocated as frames arrive and released when it empties) never blocks the pump and
+// never drops a frame silently; when it is full the page is too slow to follow, so the socket is
+// closed with StatusPolicyViolation and the page reconnects and resyncs from a fresh render.
 func (k *socket) enqueue(f frame) bool {
 	b, err := json.Marshal(f)
 	if err != nil {
 		k.log.Error("encode socket frame", "err", err)
 		return false
 	}
-	select {
-	case k.send <- b:
-		return true
-	default:
+	k.mu.Lock()
+	if len(k.queue) >= sendQueueSize {
+		k.mu.Unlock()
 		SocketOverflows.Add(1)
 		k.log.Warn("socket send queue full; closing so the page resyncs", "queue", sendQueueSize)
 		k.finish(websocket.StatusPolicyViolation, "send queue overflow; resync")
 		return false
 	}
+	k.queue = append(k.queue, b)
+	k.startWriterLocked()
+	k.mu.Unlock()
+	return true
 }
 
-// writeLoop writes queued frames and pings, each with a timeout. It stops between writes when
-// ctx ends; a write under way is not cancelled with it (it is bounded by writeTimeout): a
-// cancelled write tears the connection down, and the close that follows would lose the status
-// that tells the page why.
-func (k *socket) writeLoop(ctx context.Context) error {
-	ping := k.s.clock.NewTimer(pingInterval)
-	defer ping.Stop()
+// keepalive is the ping timer's channel; the pump calls sendPing when it fires.
+func (k *socket) keepalive() <-chan time.Time { return k.ping.C() }
+
+// sendPing asks the writer for a ping (one at most waits; it does not count against the queue)
+// and sets the next one. A ping that gets no pong within writeTimeout ends the socket.
+func (k *socket) sendPing() {
+	k.mu.Lock()
+	k.pingDue = true
+	k.startWriterLocked()
+	k.mu.Unlock()
+	k.ping.Reset(pingInterval)
+}
+
+// startWriterLocked starts a writer when there is work, none runs, serve is running and the
+// socket is not ending.
+func (k *socket) startWriterLocked() {
+	if k.writing || k.wctx == nil || k.wctx.Err() != nil || k.writeErr != nil {
+		return
+	}
+	k.writing = true
+	k.writers.Add(1)
+	go k.write(k.wctx)
+}
+
+// write delivers queued frames and a due ping, each with a timeout, until none waits; then it
+// ends and the next enqueue starts another. It stops between writes when ctx ends; a write under
+// way is not cancelled with it (it is bounded by writeTimeout): a cancelled write tears the
+// connection down, and the close that follows would lose the status that tells the page why.
+func (k *socket) write(ctx context.Context) {
+	defer k.writers.Done()
 	wbase := context.WithoutCancel(ctx)
 	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case b := <-k.send:
-			wctx, cancel := context.WithTimeout(wbase, writeTimeout)
-			err := k.conn.Write(wctx, websocket.MessageText, b)
-			cancel()
-			if err != nil {
-				return err
+		k.mu.Lock()
+		if ctx.Err() != nil || (!k.pingDue && len(k.queue) == 0) {
+			k.writing = false
+			if len(k.queue) == 0 {
+				k.queue = nil // an idle socket keeps no queue
 			}
-		case <-ping.C():
-			pctx, cancel := context.WithTimeout(wbase, writeTimeout)
-			err := k.conn.Ping(pctx)
-			cancel()
-			if err != nil {
-				return err
-			}
-			ping.Reset(pingInterval)
+			k.mu.Unlock()
+			return
+		}
+		var b []byte
+		ping := k.pingDue
+		if ping {
+			k.pingDue = false
+		} else {
+			b = k.queue[0]
+			k.queue[0] = nil
+			k.queue = k.queue[1:]
+		}
+		k.mu.Unlock()
+		wctx, cancel := context.WithTimeout(wbase, writeTimeout)
+		var err error
+		if ping {
+			err = k.conn.Ping(wctx)
+		} else {
+			err = k.conn.Write(wctx, websocket.MessageText, b)
+		}
+		cancel()
+		if err != nil {
+			k.mu.Lock()
+			k.writing, k.writeErr = false, err
+			k.mu.Unlock()
+			k.finish(websocket.StatusInternalError, "write failed")
+			return
 		}
 	}
 }
 
-// serve runs the socket: readLoop and writeLoop in their goroutines, pump in this one; when any
-// ends, the others are stopped, the connection is closed with the recorded status, and serve
-// returns after both goroutines did.
+// start serves the socket on a goroutine of its own and returns: the request's goroutine, whose
+// stack the upgrade's middleware and render left deep, ends with the handler (net/http lets a
+// hijacked connection outlive it), and with it the request and its echo context. done runs when
+// the socket has ended (the connection cap's release, the live guard's leave).
+func (k *socket) start(ctx context.Context, readLoop func(context.Context) error, pump func(context.Context), done ...func()) {
+	go func() {
+		defer func() {
+			for _, f := range done {
+				f()
+			}
+		}()
+		k.serve(ctx, readLoop, pump)
+	}()
+}
+
+// serve runs the socket: readLoop in its goroutine, pump in this one, a writer while frames
+// wait; when any ends, the others are stopped, the connection is closed with the recorded
+// status, and serve returns after the reader and the writer did. A panic in pump closes the
+// socket with StatusInternalError and is logged (no middleware recovers this goroutine).
 func (k *socket) serve(ctx context.Context, readLoop func(context.Context) error, pump func(context.Context)) {
 	SocketsOpen.Add(1)
 	defer SocketsOpen.Add(-1)
+	k.ping = k.s.clock.NewTimer(pingInterval)
+	defer k.ping.Stop()
+	k.mu.Lock()
+	k.wctx = ctx
+	if len(k.queue) > 0 {
+		k.startWriterLocked()
+	}
+	k.mu.Unlock()
 	// The reader gets its own context, cancelled only after Close: cancelling a Read tears the
 	// connection down without the close handshake that tells the page why.
 	readCtx, cancelRead := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
-	var readErr, writeErr error
-	wg.Add(2)
+	readDone := make(chan struct{})
+	var readErr error
 	go func() {
-		defer wg.Done()
+		defer close(readDone)
 		readErr = readLoop(readCtx)
 		k.finish(websocket.StatusNormalClosure, "")
 	}()
-	go func() {
-		defer wg.Done()
-		writeErr = k.writeLoop(ctx)
-		if writeErr != nil {
-			k.finish(websocket.StatusInternalError, "write failed")
-		}
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				k.log.Error("socket: panic", "panic", r, "stack", string(debug.Stack()))
+				k.finish(websocket.StatusInternalError, "internal error")
+			}
+		}()
+		pump(ctx)
 	}()
-	pump(ctx)
 	k.cancel()
 	k.closeOnce.Do(func() {})
+	// No writer starts once ctx ended and one running stops between writes; Close waits for a
+	// write under way, and ends a ping waiting for its pong.
 	closeErr := k.conn.Close(k.closeCode, k.closeReason)
 	cancelRead()
-	wg.Wait()
+	<-readDone
+	k.writers.Wait()
+	k.mu.Lock()
+	writeErr := k.writeErr
+	k.mu.Unlock()
 	for _, err := range []error{readErr, writeErr} {
 		if err != nil && !normalClose(err) {
 			k.log.Warn("socket ended with an error", "err", err, "status", k.closeCode.String())
@@ -233,19 +316,20 @@ func (s *Server) conversationSocket(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	defer release()
 	guard := s.newLiveGuard(c, id)
-	defer guard.leave()
 	conn, err := accept(c)
 	if err != nil {
+		guard.leave()
+		release()
 		return nil // Accept answered the request itself (403 for a foreign Origin)
 	}
 	conn.SetReadLimit(maxClientFrame)
-	ctx, cancel := context.WithCancel(c.Request().Context())
-	defer cancel()
+	// The socket outlives this handler (socket.start): its context keeps the request's values,
+	// not its end.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(c.Request().Context()))
 	k := newSocket(s, conn, s.log.With("conversation", id, "user", by.UserID), cancel)
 	cs := &convSocket{socket: k, id: id, by: by, page: page, revs: map[string]string{}, guard: guard}
-	k.serve(ctx, cs.readLoop, cs.pump)
+	k.start(ctx, cs.readLoop, cs.pump, cancel, guard.leave, release)
 	return nil
 }
 
@@ -295,6 +379,8 @@ func (cs *convSocket) pump(ctx context.Context) {
 		case <-s.stopping:
 			cs.finish(websocket.StatusGoingAway, "server shutting down")
 			return
+		case <-cs.keepalive():
+			cs.sendPing()
 		case <-recheck.C():
 			if !cs.reauthorize(ctx) {
 				return
