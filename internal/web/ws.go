@@ -1,13 +1,16 @@
 package web
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -298,7 +301,45 @@ func normalClose(err error) bool {
 // a page on another site cannot open a socket with the user's cookie. Programs that send no
 // Origin (Bearer clients) are accepted.
 func accept(c echo.Context) (*websocket.Conn, error) {
-	return websocket.Accept(c.Response(), c.Request(), &websocket.AcceptOptions{})
+	return websocket.Accept(smallBuffers{c.Response()}, c.Request(), &websocket.AcceptOptions{})
+}
+
+// The buffers a socket's connection keeps for its whole life (coder/websocket reads and writes
+// through the hijacked bufio.Reader and bufio.Writer). net/http hands over 4 KiB of each, ~8 KiB
+// per idle socket; a socket reads little (pongs, a client tool's result, which bufio reads past
+// the buffer when it is larger) and most frames it writes are a few hundred bytes, so these are
+// enough: a longer frame is written in two writes (the buffer, then the rest directly).
+const (
+	socketReadBuffer  = 512
+	socketWriteBuffer = 1 << 10
+)
+
+// smallBuffers is the upgrade's ResponseWriter: its Hijack hands coder/websocket the connection
+// with buffers of socketReadBuffer and socketWriteBuffer instead of net/http's, which are then
+// dropped with the request. Bytes the client sent past the request, already read into net/http's
+// buffer, start the new one.
+type smallBuffers struct{ http.ResponseWriter }
+
+// Unwrap lets http.ResponseController reach the writer underneath.
+func (w smallBuffers) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Hijack implements http.Hijacker.
+func (w smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, fmt.Errorf("hijack: %w", err)
+	}
+	n := brw.Reader.Buffered()
+	if n == 0 {
+		return conn, bufio.NewReadWriter(bufio.NewReaderSize(conn, socketReadBuffer), bufio.NewWriterSize(conn, socketWriteBuffer)), nil
+	}
+	early, _ := brw.Reader.Peek(n) // cannot fail: n bytes are buffered
+	r := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(early)), conn), max(n, socketReadBuffer))
+	if _, err := r.Peek(n); err != nil { // into the buffer, where coder/websocket looks for them
+		_ = conn.Close()
+		return nil, nil, fmt.Errorf("hijack: keep the bytes read early: %w", err)
+	}
+	return conn, bufio.NewReadWriter(r, bufio.NewWriterSize(conn, socketWriteBuffer)), nil
 }
 
 // conversationSocket: GET /conversations/{id}/ws. Whoever may see the page may follow it (404
