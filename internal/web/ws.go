@@ -98,13 +98,18 @@ type socket struct {
 	cancel context.CancelFunc
 	ping   clock.Timer // keepalive, set by serve; the pump selects on keepalive()
 
-	mu      sync.Mutex
-	queue   [][]byte        // frames waiting for the writer, oldest first; nil when empty (guarded by mu)
-	pingDue bool            // a ping waits for the writer (guarded by mu)
-	writing bool            // a writer goroutine owns the queue (guarded by mu)
-	wctx    context.Context // the socket's context once serve runs; nil before, so no writer starts (guarded by mu)
-	writeErr error          // the write that failed, which ends the socket (guarded by mu)
-	writers sync.WaitGroup  // the writer, while one runs
+	mu       sync.Mutex
+	queue    [][]byte        // frames waiting for the writer, oldest first; nil when empty (guarded by mu)
+	pingDue  bool            // a ping waits for the writer (guarded by mu)
+	writing  bool            // a writer goroutine owns the queue (guarded by mu)
+	wctx     context.Context // the socket's context once serve runs; nil before, so no writer starts (guarded by mu)
+	writeErr error           // the write that failed, which ends the socket (guarded by mu)
+	writers  sync.WaitGroup  // the writer, while one runs
+
+	// The reader (set by begin, read by end after readDone closed).
+	cancelRead context.CancelFunc
+	readDone   chan struct{}
+	readErr    error
 
 	closeOnce   sync.Once
 	closeCode   websocket.StatusCode
@@ -235,11 +240,21 @@ func (k *socket) start(ctx context.Context, readLoop func(context.Context) error
 // wait; when any ends, the others are stopped, the connection is closed with the recorded
 // status, and serve returns after the reader and the writer did. A panic in pump closes the
 // socket with StatusInternalError and is logged (no middleware recovers this goroutine).
+//
+// The setup and the ending are methods of their own so that while the pump waits, idle, the
+// frames under it are small: a goroutine's stack shrinks (at a GC) only to four times what it
+// uses, and the pump's grew during the connect render.
 func (k *socket) serve(ctx context.Context, readLoop func(context.Context) error, pump func(context.Context)) {
 	SocketsOpen.Add(1)
 	defer SocketsOpen.Add(-1)
+	k.begin(ctx, readLoop)
+	k.runPump(ctx, pump)
+	k.end()
+}
+
+// begin sets the keepalive, lets writers start and starts the reader.
+func (k *socket) begin(ctx context.Context, readLoop func(context.Context) error) {
 	k.ping = k.s.clock.NewTimer(pingInterval)
-	defer k.ping.Stop()
 	k.mu.Lock()
 	k.wctx = ctx
 	if len(k.queue) > 0 {
@@ -249,34 +264,42 @@ func (k *socket) serve(ctx context.Context, readLoop func(context.Context) error
 	// The reader gets its own context, cancelled only after Close: cancelling a Read tears the
 	// connection down without the close handshake that tells the page why.
 	readCtx, cancelRead := context.WithCancel(context.WithoutCancel(ctx))
-	readDone := make(chan struct{})
-	var readErr error
+	k.cancelRead = cancelRead
+	k.readDone = make(chan struct{})
 	go func() {
-		defer close(readDone)
-		readErr = readLoop(readCtx)
+		defer close(k.readDone)
+		k.readErr = readLoop(readCtx)
 		k.finish(websocket.StatusNormalClosure, "")
 	}()
-	func() {
-		defer func() {
-			if r := recover(); r != nil {
-				k.log.Error("socket: panic", "panic", r, "stack", string(debug.Stack()))
-				k.finish(websocket.StatusInternalError, "internal error")
-			}
-		}()
-		pump(ctx)
+}
+
+// runPump runs pump until it returns or panics.
+func (k *socket) runPump(ctx context.Context, pump func(context.Context)) {
+	defer func() {
+		if r := recover(); r != nil {
+			k.log.Error("socket: panic", "panic", r, "stack", string(debug.Stack()))
+			k.finish(websocket.StatusInternalError, "internal error")
+		}
 	}()
+	pump(ctx)
+}
+
+// end stops the socket once the pump returned: it closes the connection with the recorded
+// status and waits for the reader and the writer.
+func (k *socket) end() {
+	k.ping.Stop()
 	k.cancel()
 	k.closeOnce.Do(func() {})
 	// No writer starts once ctx ended and one running stops between writes; Close waits for a
 	// write under way, and ends a ping waiting for its pong.
 	closeErr := k.conn.Close(k.closeCode, k.closeReason)
-	cancelRead()
-	<-readDone
+	k.cancelRead()
+	<-k.readDone
 	k.writers.Wait()
 	k.mu.Lock()
 	writeErr := k.writeErr
 	k.mu.Unlock()
-	for _, err := range []error{readErr, writeErr} {
+	for _, err := range []error{k.readErr, writeErr} {
 		if err != nil && !normalClose(err) {
 			k.log.Warn("socket ended with an error", "err", err, "status", k.closeCode.String())
 			return
