@@ -412,30 +412,24 @@ type convSocket struct {
 	streamed   bool              // the page's streaming area has text
 	lastText   time.Time         // when the streaming area was last rendered
 	clientSent map[string]bool   // client_exec frames sent on this socket
+
+	sub     *agent.Subscription // the conversation's events, subscribed again after a resync
+	detach  func()              // ends the socket's attachment as a client (the owner's sockets)
+	recheck clock.Timer         // the guard's re-check
+	flush   <-chan time.Time    // when the gathered streaming text is due; nil when none waits
+	resync  bool                // the subscription lagged: subscribe again when it closes
 }
 
 // pump follows the conversation's events and keeps the page current until ctx ends, the
-// server stops, or the subscription ends for good.
+// server stops, or the subscription ends for good. Its loop only waits and dispatches (the work
+// is in methods it calls): an idle socket's pump then uses little enough of its stack for the
+// runtime to shrink it back after the renders grew it (socket.serve).
 func (cs *convSocket) pump(ctx context.Context) {
-	s := cs.s
-	sub, err := s.agent.Subscribe(ctx, cs.id, cs.by)
-	if err != nil {
-		cs.finish(websocket.StatusPolicyViolation, "the conversation cannot be followed")
+	defer cs.leave()
+	if !cs.join(ctx) {
 		return
 	}
-	defer func() { sub.Close() }()
-	if agent.MayAnswer(cs.by, sub.OwnerID) {
-		detach := s.agent.AttachClient(cs.id)
-		defer detach()
-	}
-	cs.clientSent = map[string]bool{}
-	if !cs.sync(ctx, true) {
-		return
-	}
-	var flush <-chan time.Time
-	resync := false
-	recheck := cs.guard.timer()
-	defer recheck.Stop()
+	s, recheck := cs.s, cs.recheck
 	for {
 		select {
 		case <-ctx.Done():
@@ -454,70 +448,110 @@ func (cs *convSocket) pump(ctx context.Context) {
 			if !cs.reauthorize(ctx) {
 				return
 			}
-		case <-flush:
-			flush = nil
+		case <-cs.flush:
+			cs.flush = nil
 			cs.flushText(ctx)
-		case ev, ok := <-sub.C:
-			if !ok {
-				if !resync {
-					cs.finish(websocket.StatusGoingAway, "conversation closed")
-					return
-				}
-				// We lagged behind the agent's events: subscribe again and catch up as a page that
-				// just connected would (deltas were lost, so the streaming area is replaced too).
-				resync = false
-				if sub, err = s.agent.Subscribe(ctx, cs.id, cs.by); err != nil {
-					cs.finish(websocket.StatusPolicyViolation, "the conversation cannot be followed")
-					return
-				}
-				flush = nil
-				if !cs.sync(ctx, true) {
-					return
-				}
-				continue
-			}
-			dirty := false
-			for {
-				switch ev.Type {
-				case agent.EventTextDelta:
-					// Leading edge: a delta after a quiet spell is rendered at once; the ones that
-					// follow within the gap are gathered and rendered together when it ends.
-					cs.stream.WriteString(ev.Text)
-					cs.textDirty = true
-					if flush == nil {
-						gap := streamGap(cs.stream.Len())
-						if since := s.clock.Now().Sub(cs.lastText); since >= gap {
-							cs.flushText(ctx)
-						} else {
-							flush = s.clock.After(gap - since)
-						}
-					}
-				case agent.EventResync:
-					resync = true
-				case agent.EventClientExec:
-					cs.flushText(ctx)
-					cs.clientExec(ev)
-				default:
-					cs.flushText(ctx)
-					dirty = true
-				}
-				// Take whatever else is already queued before rendering: a burst of events
-				// costs one View and one diff.
-				select {
-				case ev, ok = <-sub.C:
-					if ok {
-						continue
-					}
-				default:
-				}
-				break
-			}
-			// A channel closed during the drain yields !ok again at the top of the loop.
-			if dirty && !cs.sync(ctx, false) {
+		case ev, ok := <-cs.sub.C:
+			if !cs.events(ctx, ev, ok) {
 				return
 			}
 		}
 	}
+}
+
+// join subscribes to the conversation's events, attaches the socket as a client of its
+// owner's calls when it is the owner's, and syncs the page; false ends the socket. leave undoes
+// what join did.
+func (cs *convSocket) join(ctx context.Context) bool {
+	sub, err := cs.s.agent.Subscribe(ctx, cs.id, cs.by)
+	if err != nil {
+		cs.finish(websocket.StatusPolicyViolation, "the conversation cannot be followed")
+		return false
+	}
+	cs.sub = sub
+	if agent.MayAnswer(cs.by, sub.OwnerID) {
+		cs.detach = cs.s.agent.AttachClient(cs.id)
+	}
+	cs.clientSent = map[string]bool{}
+	if !cs.sync(ctx, true) {
+		return false
+	}
+	cs.recheck = cs.guard.timer()
+	return true
+}
+
+// leave stops what join started.
+func (cs *convSocket) leave() {
+	if cs.recheck != nil {
+		cs.recheck.Stop()
+	}
+	if cs.detach != nil {
+		cs.detach()
+	}
+	if cs.sub != nil {
+		cs.sub.Close()
+	}
+}
+
+// events takes ev from the subscription (ok false: its channel closed) and whatever else is
+// already queued, and brings the page up to date; false ends the socket.
+func (cs *convSocket) events(ctx context.Context, ev agent.Event, ok bool) bool {
+	s := cs.s
+	if !ok {
+		if !cs.resync {
+			cs.finish(websocket.StatusGoingAway, "conversation closed")
+			return false
+		}
+		// We lagged behind the agent's events: subscribe again and catch up as a page that
+		// just connected would (deltas were lost, so the streaming area is replaced too).
+		cs.resync = false
+		sub, err := s.agent.Subscribe(ctx, cs.id, cs.by)
+		if err != nil {
+			cs.finish(websocket.StatusPolicyViolation, "the conversation cannot be followed")
+			return false
+		}
+		cs.sub = sub
+		cs.flush = nil
+		return cs.sync(ctx, true)
+	}
+	dirty := false
+	for {
+		switch ev.Type {
+		case agent.EventTextDelta:
+			// Leading edge: a delta after a quiet spell is rendered at once; the ones that
+			// follow within the gap are gathered and rendered together when it ends.
+			cs.stream.WriteString(ev.Text)
+			cs.textDirty = true
+			if cs.flush == nil {
+				gap := streamGap(cs.stream.Len())
+				if since := s.clock.Now().Sub(cs.lastText); since >= gap {
+					cs.flushText(ctx)
+				} else {
+					cs.flush = s.clock.After(gap - since)
+				}
+			}
+		case agent.EventResync:
+			cs.resync = true
+		case agent.EventClientExec:
+			cs.flushText(ctx)
+			cs.clientExec(ev)
+		default:
+			cs.flushText(ctx)
+			dirty = true
+		}
+		// Take whatever else is already queued before rendering: a burst of events
+		// costs one View and one diff.
+		select {
+		case ev, ok = <-cs.sub.C:
+			if ok {
+				continue
+			}
+		default:
+		}
+		break
+	}
+	// A channel closed during the drain yields !ok again in the pump's next select.
+	return !dirty || cs.sync(ctx, false)
 }
 
 // reauthorize re-checks the socket's credential and right (liveGuard); a socket whose session
