@@ -308,7 +308,7 @@ func (s *Server) inboxSocket(c echo.Context) error {
 	readLoop := func(ctx context.Context) error {
 		// The inbox page sends nothing; reading keeps pings, pongs and the close handshake working.
 		for {
-			if _, _, err := conn.Read(ctx); err != nil {
+			if _, _, err := k.read(ctx); err != nil {
 				return err
 			}
 		}

@@ -273,6 +273,15 @@ func (k *socket) begin(ctx context.Context, readLoop func(context.Context) error
 	}()
 }
 
+// read reads the page's next message. The read itself gets a context that never ends: on one
+// that can, coder/websocket registers a context.AfterFunc for every Read (with the context's
+// done channel and its children's map, ~0.5 KiB an idle socket keeps). The reader ends all the
+// same: end closes the connection (Close always does, after the handshake or its timeouts), and
+// only then cancels ctx, which bounds what the reader does with a message (a Resolve).
+func (k *socket) read(ctx context.Context) (websocket.MessageType, []byte, error) {
+	return k.conn.Read(context.WithoutCancel(ctx))
+}
+
 // runPump runs pump until it returns or panics.
 func (k *socket) runPump(ctx context.Context, pump func(context.Context)) {
 	defer func() {
@@ -678,7 +687,7 @@ func (cs *convSocket) clientExec(ev agent.Event) {
 // readLoop takes the page's frames: client tool results and errors, into Resolve as the owner.
 func (cs *convSocket) readLoop(ctx context.Context) error {
 	for {
-		typ, data, err := cs.conn.Read(ctx)
+		typ, data, err := cs.read(ctx)
 		if err != nil {
 			return err
 		}
