@@ -96,7 +96,7 @@ type socket struct {
 	conn   *websocket.Conn
 	log    *slog.Logger
 	cancel context.CancelFunc
-	ping   clock.Timer // keepalive, set by serve; the pump selects on keepalive()
+	ping   clock.Timer // keepalive, set by begin; the pump selects on keepalive()
 
 	mu       sync.Mutex
 	queue    [][]byte        // frames waiting for the writer, oldest first; nil when empty (guarded by mu)
