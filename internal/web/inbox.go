@@ -250,15 +250,16 @@ func (s *Server) inboxSocket(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	defer release()
 	guard := s.newLiveGuard(c, "")
-	defer guard.leave()
 	conn, err := accept(c)
 	if err != nil {
+		guard.leave()
+		release()
 		return nil
 	}
-	ctx, cancel := context.WithCancel(c.Request().Context())
-	defer cancel()
+	// The socket outlives this handler (socket.start): its context keeps the request's values,
+	// not its end.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(c.Request().Context()))
 	k := newSocket(s, conn, s.log.With("socket", "inbox", "user", u.ID), cancel)
 	// ?count=1 is the count-only socket every reviewer's page opens for the pending count on its
 	// Inbox link and tab title: it sends count frames and never the list.
@@ -333,6 +334,8 @@ func (s *Server) inboxSocket(c echo.Context) error {
 			case <-s.stopping:
 				k.finish(websocket.StatusGoingAway, "server shutting down")
 				return
+			case <-k.keepalive():
+				k.sendPing()
 			case <-recheck.C():
 				if !reauthorize() {
 					return
@@ -356,11 +359,11 @@ func (s *Server) inboxSocket(c echo.Context) error {
 	readLoop := func(ctx context.Context) error {
 		// The inbox page sends nothing; reading keeps pings, pongs and the close handshake working.
 		for {
-			if _, _, err := conn.Read(ctx); err != nil {
+			if _, _, err := k.read(ctx); err != nil {
 				return err
 			}
 		}
 	}
-	k.serve(ctx, readLoop, pump)
+	k.start(ctx, readLoop, pump, cancel, guard.leave, release)
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -133,6 +134,23 @@ func BenchmarkScaleSockets(b *testing.B) {
 			}
 			_ = f.Close()
 		}
+		if path := os.Getenv("PARLEY_SCALE_GOROUTINEPROFILE"); path != "" {
+			f, err := os.Create(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := pprof.Lookup("goroutine").WriteTo(f, 1); err != nil {
+				b.Fatal(err)
+			}
+			_ = f.Close()
+		}
+		// The stack a new goroutine starts with (the runtime's average of the stacks it scanned),
+		// and how much of the goroutines' stacks is in use (scanned by the last GC), against
+		// StackInuse, which counts each stack's whole allocation.
+		sm := []metrics.Sample{{Name: "/gc/stack/starting-size:bytes"}, {Name: "/gc/scan/stack:bytes"}}
+		metrics.Read(sm)
+		b.ReportMetric(float64(sm[0].Value.Uint64()), "B-stack-start")
+		b.ReportMetric(float64(sm[1].Value.Uint64())/1e6, "MB-stacks-used")
 		b.ReportMetric(after/1e6, "MB-RSS")
 		b.ReportMetric((after-before)/1e6, "MB-RSS-growth")
 		b.ReportMetric((after-before)/float64(n)/1e3, "KB/socket")

@@ -1,13 +1,17 @@
 package web
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +20,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"parley/internal/agent"
+	"parley/internal/clock"
 	"parley/internal/fault"
 	"parley/internal/tools"
 	"parley/views"
@@ -81,16 +86,31 @@ type clientFrame struct {
 	Error      *agent.ClientError `json:"error"`
 }
 
-// socket is one page's WebSocket. Three goroutines serve it, each with one job: the handler's
-// goroutine runs pump (the only one that reads agent events and renders), writeLoop is the only
-// writer to the connection, readLoop the only reader. They share the bounded send queue and a
-// cancel function; the handler returns only after both helpers stopped.
+// socket is one page's WebSocket. An idle socket keeps two goroutines: the one running serve
+// and pump (the only one that reads agent events and renders, and the owner of the keepalive
+// timer) and readLoop, the only reader (coder/websocket's Read blocks). A writer runs only while
+// frames or a ping wait: enqueue starts one, and it ends when the queue is empty, so there is at
+// most one writer at a time and frames leave in order. serve returns only after the reader and
+// any writer stopped.
 type socket struct {
 	s      *Server
 	conn   *websocket.Conn
 	log    *slog.Logger
-	send   chan []byte
 	cancel context.CancelFunc
+	ping   clock.Timer // keepalive, set by begin; the pump selects on keepalive()
+
+	mu       sync.Mutex
+	queue    [][]byte        // frames waiting for the writer, oldest first; nil when empty (guarded by mu)
+	pingDue  bool            // a ping waits for the writer (guarded by mu)
+	writing  bool            // a writer goroutine owns the queue (guarded by mu)
+	wctx     context.Context // the socket's context once serve runs; nil before, so no writer starts (guarded by mu)
+	writeErr error           // the write that failed, which ends the socket (guarded by mu)
+	writers  sync.WaitGroup  // the writer, while one runs
+
+	// The reader (set by begin, read by end after readDone closed).
+	cancelRead context.CancelFunc
+	readDone   chan struct{}
+	readErr    error
 
 	closeOnce   sync.Once
 	closeCode   websocket.StatusCode
@@ -98,8 +118,7 @@ type socket struct {
 }
 
 func newSocket(s *Server, conn *websocket.Conn, log *slog.Logger, cancel context.CancelFunc) *socket {
-	return &socket{s: s, conn: conn, log: log, send: make(chan []byte, sendQueueSize), cancel: cancel,
-		closeCode: websocket.StatusNormalClosure}
+	return &socket{s: s, conn: conn, log: log, cancel: cancel, closeCode: websocket.StatusNormalClosure}
 }
 
 // finish records why the socket ends (the first reason wins) and stops its goroutines.
@@ -110,88 +129,187 @@ func (k *socket) finish(code websocket.StatusCode, reason string) {
 	k.cancel()
 }
 
-// enqueue hands a frame to the writer. Overflow policy: the queue never blocks the pump and
-// never drops a frame silently; when it is full the page is too slow to follow, so the socket
-// is closed with StatusPolicyViolation and the page reconnects and resyncs from a fresh render.
+// enqueue hands a frame to the writer. Overflow policy: the queue (at most sendQueueSize frames,
+// its room allocated as frames arrive and released when it empties) never blocks the pump and
+// never drops a frame silently; when it is full the page is too slow to follow, so the socket is
+// closed with StatusPolicyViolation and the page reconnects and resyncs from a fresh render.
 func (k *socket) enqueue(f frame) bool {
 	b, err := json.Marshal(f)
 	if err != nil {
 		k.log.Error("encode socket frame", "err", err)
 		return false
 	}
-	select {
-	case k.send <- b:
-		return true
-	default:
+	k.mu.Lock()
+	if len(k.queue) >= sendQueueSize {
+		k.mu.Unlock()
 		SocketOverflows.Add(1)
 		k.log.Warn("socket send queue full; closing so the page resyncs", "queue", sendQueueSize)
 		k.finish(websocket.StatusPolicyViolation, "send queue overflow; resync")
 		return false
 	}
+	k.queue = append(k.queue, b)
+	k.startWriterLocked()
+	k.mu.Unlock()
+	return true
 }
 
-// writeLoop writes queued frames and pings, each with a timeout. It stops between writes when
-// ctx ends; a write under way is not cancelled with it (it is bounded by writeTimeout): a
-// cancelled write tears the connection down, and the close that follows would lose the status
-// that tells the page why.
-func (k *socket) writeLoop(ctx context.Context) error {
-	ping := k.s.clock.NewTimer(pingInterval)
-	defer ping.Stop()
+// keepalive is the ping timer's channel; the pump calls sendPing when it fires.
+func (k *socket) keepalive() <-chan time.Time { return k.ping.C() }
+
+// sendPing asks the writer for a ping (one at most waits; it does not count against the queue)
+// and sets the next one. A ping that gets no pong within writeTimeout ends the socket.
+func (k *socket) sendPing() {
+	k.mu.Lock()
+	k.pingDue = true
+	k.startWriterLocked()
+	k.mu.Unlock()
+	k.ping.Reset(pingInterval)
+}
+
+// startWriterLocked starts a writer when there is work, none runs, serve is running and the
+// socket is not ending.
+func (k *socket) startWriterLocked() {
+	if k.writing || k.wctx == nil || k.wctx.Err() != nil || k.writeErr != nil {
+		return
+	}
+	k.writing = true
+	k.writers.Add(1)
+	go k.write(k.wctx)
+}
+
+// write delivers queued frames and a due ping, each with a timeout, until none waits; then it
+// ends and the next enqueue starts another. It stops between writes when ctx ends; a write under
+// way is not cancelled with it (it is bounded by writeTimeout): a cancelled write tears the
+// connection down, and the close that follows would lose the status that tells the page why.
+func (k *socket) write(ctx context.Context) {
+	defer k.writers.Done()
 	wbase := context.WithoutCancel(ctx)
 	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case b := <-k.send:
-			wctx, cancel := context.WithTimeout(wbase, writeTimeout)
-			err := k.conn.Write(wctx, websocket.MessageText, b)
-			cancel()
-			if err != nil {
-				return err
+		k.mu.Lock()
+		if ctx.Err() != nil || (!k.pingDue && len(k.queue) == 0) {
+			k.writing = false
+			if len(k.queue) == 0 {
+				k.queue = nil // an idle socket keeps no queue
 			}
-		case <-ping.C():
-			pctx, cancel := context.WithTimeout(wbase, writeTimeout)
-			err := k.conn.Ping(pctx)
-			cancel()
-			if err != nil {
-				return err
-			}
-			ping.Reset(pingInterval)
+			k.mu.Unlock()
+			return
+		}
+		var b []byte
+		ping := k.pingDue
+		if ping {
+			k.pingDue = false
+		} else {
+			b = k.queue[0]
+			k.queue[0] = nil
+			k.queue = k.queue[1:]
+		}
+		k.mu.Unlock()
+		wctx, cancel := context.WithTimeout(wbase, writeTimeout)
+		var err error
+		if ping {
+			err = k.conn.Ping(wctx)
+		} else {
+			err = k.conn.Write(wctx, websocket.MessageText, b)
+		}
+		cancel()
+		if err != nil {
+			k.mu.Lock()
+			k.writing, k.writeErr = false, err
+			k.mu.Unlock()
+			k.finish(websocket.StatusInternalError, "write failed")
+			return
 		}
 	}
 }
 
-// serve runs the socket: readLoop and writeLoop in their goroutines, pump in this one; when any
-// ends, the others are stopped, the connection is closed with the recorded status, and serve
-// returns after both goroutines did.
+// start serves the socket on a goroutine of its own and returns: the request's goroutine, whose
+// stack the upgrade's middleware and render left deep, ends with the handler (net/http lets a
+// hijacked connection outlive it), and with it the request and its echo context. done runs when
+// the socket has ended (the connection cap's release, the live guard's leave).
+func (k *socket) start(ctx context.Context, readLoop func(context.Context) error, pump func(context.Context), done ...func()) {
+	go func() {
+		defer func() {
+			for _, f := range done {
+				f()
+			}
+		}()
+		k.serve(ctx, readLoop, pump)
+	}()
+}
+
+// serve runs the socket: readLoop in its goroutine, pump in this one, a writer while frames
+// wait; when any ends, the others are stopped, the connection is closed with the recorded
+// status, and serve returns after the reader and the writer did. A panic in pump closes the
+// socket with StatusInternalError and is logged (no middleware recovers this goroutine).
+//
+// The setup and the ending are methods of their own so that while the pump waits, idle, the
+// frames under it are small: a goroutine's stack shrinks (at a GC) only to four times what it
+// uses, and the pump's grew during the connect render.
 func (k *socket) serve(ctx context.Context, readLoop func(context.Context) error, pump func(context.Context)) {
 	SocketsOpen.Add(1)
 	defer SocketsOpen.Add(-1)
+	k.begin(ctx, readLoop)
+	k.runPump(ctx, pump)
+	k.end()
+}
+
+// begin sets the keepalive, lets writers start and starts the reader.
+func (k *socket) begin(ctx context.Context, readLoop func(context.Context) error) {
+	k.ping = k.s.clock.NewTimer(pingInterval)
+	k.mu.Lock()
+	k.wctx = ctx
+	if len(k.queue) > 0 {
+		k.startWriterLocked()
+	}
+	k.mu.Unlock()
 	// The reader gets its own context, cancelled only after Close: cancelling a Read tears the
 	// connection down without the close handshake that tells the page why.
 	readCtx, cancelRead := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
-	var readErr, writeErr error
-	wg.Add(2)
+	k.cancelRead = cancelRead
+	k.readDone = make(chan struct{})
 	go func() {
-		defer wg.Done()
-		readErr = readLoop(readCtx)
+		defer close(k.readDone)
+		k.readErr = readLoop(readCtx)
 		k.finish(websocket.StatusNormalClosure, "")
 	}()
-	go func() {
-		defer wg.Done()
-		writeErr = k.writeLoop(ctx)
-		if writeErr != nil {
-			k.finish(websocket.StatusInternalError, "write failed")
+}
+
+// read reads the page's next message. The read itself gets a context that never ends: on one
+// that can, coder/websocket registers a context.AfterFunc for every Read (with the context's
+// done channel and its children's map, ~0.5 KiB an idle socket keeps). The reader ends all the
+// same: end closes the connection (Close always does, after the handshake or its timeouts), and
+// only then cancels ctx, which bounds what the reader does with a message (a Resolve).
+func (k *socket) read(ctx context.Context) (websocket.MessageType, []byte, error) {
+	return k.conn.Read(context.WithoutCancel(ctx))
+}
+
+// runPump runs pump until it returns or panics.
+func (k *socket) runPump(ctx context.Context, pump func(context.Context)) {
+	defer func() {
+		if r := recover(); r != nil {
+			k.log.Error("socket: panic", "panic", r, "stack", string(debug.Stack()))
+			k.finish(websocket.StatusInternalError, "internal error")
 		}
 	}()
 	pump(ctx)
+}
+
+// end stops the socket once the pump returned: it closes the connection with the recorded
+// status and waits for the reader and the writer.
+func (k *socket) end() {
+	k.ping.Stop()
 	k.cancel()
 	k.closeOnce.Do(func() {})
+	// No writer starts once ctx ended and one running stops between writes; Close waits for a
+	// write under way, and ends a ping waiting for its pong.
 	closeErr := k.conn.Close(k.closeCode, k.closeReason)
-	cancelRead()
-	wg.Wait()
-	for _, err := range []error{readErr, writeErr} {
+	k.cancelRead()
+	<-k.readDone
+	k.writers.Wait()
+	k.mu.Lock()
+	writeErr := k.writeErr
+	k.mu.Unlock()
+	for _, err := range []error{k.readErr, writeErr} {
 		if err != nil && !normalClose(err) {
 			k.log.Warn("socket ended with an error", "err", err, "status", k.closeCode.String())
 			return
@@ -216,7 +334,45 @@ func normalClose(err error) bool {
 // a page on another site cannot open a socket with the user's cookie. Programs that send no
 // Origin (Bearer clients) are accepted.
 func accept(c echo.Context) (*websocket.Conn, error) {
-	return websocket.Accept(c.Response(), c.Request(), &websocket.AcceptOptions{})
+	return websocket.Accept(smallBuffers{c.Response()}, c.Request(), &websocket.AcceptOptions{})
+}
+
+// The buffers a socket's connection keeps for its whole life (coder/websocket reads and writes
+// through the hijacked bufio.Reader and bufio.Writer). net/http hands over 4 KiB of each, ~8 KiB
+// per idle socket; a socket reads little (pongs, a client tool's result, which bufio reads past
+// the buffer when it is larger) and most frames it writes are a few hundred bytes, so these are
+// enough: a longer frame is written in two writes (the buffer, then the rest directly).
+const (
+	socketReadBuffer  = 512
+	socketWriteBuffer = 1 << 10
+)
+
+// smallBuffers is the upgrade's ResponseWriter: its Hijack hands coder/websocket the connection
+// with buffers of socketReadBuffer and socketWriteBuffer instead of net/http's, which are then
+// dropped with the request. Bytes the client sent past the request, already read into net/http's
+// buffer, start the new one.
+type smallBuffers struct{ http.ResponseWriter }
+
+// Unwrap lets http.ResponseController reach the writer underneath.
+func (w smallBuffers) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Hijack implements http.Hijacker.
+func (w smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, fmt.Errorf("hijack: %w", err)
+	}
+	n := brw.Reader.Buffered()
+	if n == 0 {
+		return conn, bufio.NewReadWriter(bufio.NewReaderSize(conn, socketReadBuffer), bufio.NewWriterSize(conn, socketWriteBuffer)), nil
+	}
+	early, _ := brw.Reader.Peek(n) // cannot fail: n bytes are buffered
+	r := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(early)), conn), max(n, socketReadBuffer))
+	if _, err := r.Peek(n); err != nil { // into the buffer, where coder/websocket looks for them
+		_ = conn.Close()
+		return nil, nil, fmt.Errorf("hijack: keep the bytes read early: %w", err)
+	}
+	return conn, bufio.NewReadWriter(r, bufio.NewWriterSize(conn, socketWriteBuffer)), nil
 }
 
 // conversationSocket: GET /conversations/{id}/ws. Whoever may see the page may follow it (404
@@ -234,19 +390,20 @@ func (s *Server) conversationSocket(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	defer release()
 	guard := s.newLiveGuard(c, id)
-	defer guard.leave()
 	conn, err := accept(c)
 	if err != nil {
+		guard.leave()
+		release()
 		return nil // Accept answered the request itself (403 for a foreign Origin)
 	}
 	conn.SetReadLimit(maxClientFrame)
-	ctx, cancel := context.WithCancel(c.Request().Context())
-	defer cancel()
+	// The socket outlives this handler (socket.start): its context keeps the request's values,
+	// not its end.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(c.Request().Context()))
 	k := newSocket(s, conn, s.log.With("conversation", id, "user", by.UserID), cancel)
 	cs := &convSocket{socket: k, id: id, by: by, page: page, revs: map[string]string{}, guard: guard}
-	k.serve(ctx, cs.readLoop, cs.pump)
+	k.start(ctx, cs.readLoop, cs.pump, cancel, guard.leave, release)
 	return nil
 }
 
@@ -262,10 +419,15 @@ type convSocket struct {
 	status     string            // status line HTML last sent
 	clientSent map[string]bool   // client_exec frames sent on this socket
 
+	sub     *agent.Subscription // the conversation's events, subscribed again after a resync
+	detach  func()              // ends the socket's attachment as a client (the owner's sockets)
+	recheck clock.Timer         // the guard's re-check
+	resync  bool                // the subscription lagged: subscribe again when it closes
+
 	// The streaming answer (stream.go): the conversation's shared stream renders it for every
 	// socket of this process; the socket sends its page the renders that move it on.
 	shared   *streamMember
-	flush    <-chan time.Time // the socket's render window: when it ends, the text waiting is rendered
+	flush    <-chan time.Time // the socket's render window: when it ends, the text waiting is rendered; nil when none waits
 	shownSeq int64            // the answer the page's streaming area shows (0: it is empty)
 	shownN   int              // how many bytes of its text
 	fedSeq   int64            // the newest answer this socket's own events (or view) told of
@@ -273,28 +435,15 @@ type convSocket struct {
 }
 
 // pump follows the conversation's events and keeps the page current until ctx ends, the
-// server stops, or the subscription ends for good.
+// server stops, or the subscription ends for good. Its loop only waits and dispatches (the work
+// is in methods it calls): an idle socket's pump then uses little enough of its stack for the
+// runtime to shrink it back after the renders grew it (socket.serve).
 func (cs *convSocket) pump(ctx context.Context) {
-	s := cs.s
-	sub, err := s.agent.Subscribe(ctx, cs.id, cs.by)
-	if err != nil {
-		cs.finish(websocket.StatusPolicyViolation, "the conversation cannot be followed")
+	defer cs.leave()
+	if !cs.join(ctx) {
 		return
 	}
-	defer func() { sub.Close() }()
-	if agent.MayAnswer(cs.by, sub.OwnerID) {
-		detach := s.agent.AttachClient(cs.id)
-		defer detach()
-	}
-	cs.clientSent = map[string]bool{}
-	cs.shared = s.streams.join(cs.id)
-	defer s.streams.leave(cs.id, cs.shared)
-	if !cs.sync(ctx, true) {
-		return
-	}
-	resync := false
-	recheck := cs.guard.timer()
-	defer recheck.Stop()
+	s, recheck := cs.s, cs.recheck
 	for {
 		select {
 		case <-ctx.Done():
@@ -302,11 +451,13 @@ func (cs *convSocket) pump(ctx context.Context) {
 		case <-s.stopping:
 			cs.finish(websocket.StatusGoingAway, "server shutting down")
 			return
+		case <-cs.keepalive():
+			cs.sendPing()
 		case <-recheck.C():
 			if !cs.reauthorize(ctx) {
 				return
 			}
-			recheck.Reset(s.cfg.LiveRecheck)
+			recheck.Reset(cs.guard.every())
 		case <-cs.guard.bell:
 			if !cs.reauthorize(ctx) {
 				return
@@ -314,65 +465,109 @@ func (cs *convSocket) pump(ctx context.Context) {
 		case <-cs.flush:
 			cs.flush = nil
 			cs.flushText(ctx, false)
-		case ev, ok := <-sub.C:
-			if !ok {
-				if !resync {
-					cs.finish(websocket.StatusGoingAway, "conversation closed")
-					return
-				}
-				// We lagged behind the agent's events: subscribe again and catch up as a page that
-				// just connected would (deltas were lost, so the streaming area is replaced too).
-				resync = false
-				if sub, err = s.agent.Subscribe(ctx, cs.id, cs.by); err != nil {
-					cs.finish(websocket.StatusPolicyViolation, "the conversation cannot be followed")
-					return
-				}
-				cs.flush = nil
-				if !cs.sync(ctx, true) {
-					return
-				}
-				continue
-			}
-			dirty := false
-			for {
-				switch ev.Type {
-				case agent.EventTextDelta:
-					// Leading edge: a delta after a quiet spell is rendered at once; the ones that
-					// follow within the gap are gathered and rendered together when it ends. What
-					// the page already has (the text the connect's view held) is skipped.
-					cs.fedSeq = max(cs.fedSeq, ev.Seq)
-					if cs.shared.feed(ev) {
-						cs.reseed(ctx)
-					}
-					if cs.flush == nil {
-						cs.flushText(ctx, false)
-					}
-				case agent.EventResync:
-					resync = true
-				case agent.EventClientExec:
-					cs.flushText(ctx, true)
-					cs.clientExec(ev)
-				default:
-					cs.flushText(ctx, true)
-					dirty = true
-				}
-				// Take whatever else is already queued before rendering: a burst of events
-				// costs one View and one diff.
-				select {
-				case ev, ok = <-sub.C:
-					if ok {
-						continue
-					}
-				default:
-				}
-				break
-			}
-			// A channel closed during the drain yields !ok again at the top of the loop.
-			if dirty && !cs.sync(ctx, false) {
+		case ev, ok := <-cs.sub.C:
+			if !cs.events(ctx, ev, ok) {
 				return
 			}
 		}
 	}
+}
+
+// join subscribes to the conversation's events, attaches the socket as a client of its
+// owner's calls when it is the owner's, and syncs the page; false ends the socket. leave undoes
+// what join did.
+func (cs *convSocket) join(ctx context.Context) bool {
+	sub, err := cs.s.agent.Subscribe(ctx, cs.id, cs.by)
+	if err != nil {
+		cs.finish(websocket.StatusPolicyViolation, "the conversation cannot be followed")
+		return false
+	}
+	cs.sub = sub
+	if agent.MayAnswer(cs.by, sub.OwnerID) {
+		cs.detach = cs.s.agent.AttachClient(cs.id)
+	}
+	cs.clientSent = map[string]bool{}
+	cs.shared = cs.s.streams.join(cs.id)
+	if !cs.sync(ctx, true) {
+		return false
+	}
+	cs.recheck = cs.guard.timer()
+	return true
+}
+
+// leave stops what join started.
+func (cs *convSocket) leave() {
+	if cs.recheck != nil {
+		cs.recheck.Stop()
+	}
+	if cs.shared != nil {
+		cs.s.streams.leave(cs.id, cs.shared)
+	}
+	if cs.detach != nil {
+		cs.detach()
+	}
+	if cs.sub != nil {
+		cs.sub.Close()
+	}
+}
+
+// events takes ev from the subscription (ok false: its channel closed) and whatever else is
+// already queued, and brings the page up to date; false ends the socket.
+func (cs *convSocket) events(ctx context.Context, ev agent.Event, ok bool) bool {
+	s := cs.s
+	if !ok {
+		if !cs.resync {
+			cs.finish(websocket.StatusGoingAway, "conversation closed")
+			return false
+		}
+		// We lagged behind the agent's events: subscribe again and catch up as a page that
+		// just connected would (deltas were lost, so the streaming area is replaced too).
+		cs.resync = false
+		sub, err := s.agent.Subscribe(ctx, cs.id, cs.by)
+		if err != nil {
+			cs.finish(websocket.StatusPolicyViolation, "the conversation cannot be followed")
+			return false
+		}
+		cs.sub = sub
+		cs.flush = nil
+		return cs.sync(ctx, true)
+	}
+	dirty := false
+	for {
+		switch ev.Type {
+		case agent.EventTextDelta:
+			// Leading edge: a delta after a quiet spell is rendered at once; the ones that
+			// follow within the gap are gathered and rendered together when it ends. What
+			// the page already has (the text the connect's view held) is skipped.
+			cs.fedSeq = max(cs.fedSeq, ev.Seq)
+			if cs.shared.feed(ev) {
+				cs.reseed(ctx)
+			}
+			if cs.flush == nil {
+				cs.flushText(ctx, false)
+			}
+		case agent.EventResync:
+			cs.resync = true
+		case agent.EventClientExec:
+			cs.flushText(ctx, true)
+			cs.clientExec(ev)
+		default:
+			cs.flushText(ctx, true)
+			dirty = true
+		}
+		// Take whatever else is already queued before rendering: a burst of events
+		// costs one View and one diff.
+		select {
+		case ev, ok = <-cs.sub.C:
+			if ok {
+				continue
+			}
+		default:
+		}
+		break
+	}
+	// A channel closed during the drain yields !ok again in the pump's next select.
+	return !dirty || cs.sync(ctx, false)
 }
 
 // reauthorize re-checks the socket's credential and right (liveGuard); a socket whose session
@@ -553,7 +748,7 @@ func (cs *convSocket) clientExec(ev agent.Event) {
 // readLoop takes the page's frames: client tool results and errors, into Resolve as the owner.
 func (cs *convSocket) readLoop(ctx context.Context) error {
 	for {
-		typ, data, err := cs.conn.Read(ctx)
+		typ, data, err := cs.read(ctx)
 		if err != nil {
 			return err
 		}
