@@ -361,3 +361,58 @@ func TestBodyDeadlineIsLiftedOnceRead(t *testing.T) {
 		t.Fatalf("a slow handler after its body: %d %s", res.StatusCode, body)
 	}
 }
+
+// TestConnectionsShareTheirCredentialsReads: the checks of connections opened with one token
+// share a read for LiveRecheck/5, so a revocation made elsewhere (the row changed in the store,
+// as another process would) is seen once that read is that old, and each connection checks
+// often enough to learn it within LiveRecheck; a change made here drops the shared read at once.
+func TestConnectionsShareTheirCredentialsReads(t *testing.T) {
+	eachStore(t, func(t *testing.T, open opener) {
+		e := newTestEnv(t, open, Config{})
+		ann := e.user("ann", store.RoleMember)
+		secret := e.token(ann)
+		g := grant{token: auth.Hash(secret)}
+		ctx := context.Background()
+		share := e.srv.recheckShare()
+		if share <= 0 || share >= e.srv.cfg.LiveRecheck {
+			t.Fatalf("share %v of %v", share, e.srv.cfg.LiveRecheck)
+		}
+		if by, err := e.srv.reauthorizeShared(ctx, g, "token"); err != nil || by.UserID != ann.ID || by.Via != "token" {
+			t.Fatalf("first check: %+v, %v", by, err)
+		}
+		toks, err := e.st.ListAPITokens(ctx, ann.ID)
+		if err != nil || len(toks) != 1 {
+			t.Fatalf("tokens: %v, %v", toks, err)
+		}
+		// Revoked as another process would: this process's shared read does not know yet.
+		if err := e.st.RevokeAPIToken(ctx, ann.ID, toks[0].ID); err != nil {
+			t.Fatal(err)
+		}
+		e.clk.Advance(share - time.Millisecond)
+		if _, err := e.srv.reauthorizeShared(ctx, g, "token"); err != nil {
+			t.Fatalf("within the shared read's age: %v, want it shared", err)
+		}
+		e.clk.Advance(time.Millisecond)
+		if _, err := e.srv.reauthorizeShared(ctx, g, "token"); !ended(err) {
+			t.Fatalf("once the shared read is %v old: %v, want the revocation seen", share, err)
+		}
+
+		// A change made here (ringAll) is never answered from a shared read.
+		bob := e.user("bob", store.RoleMember)
+		bg := grant{token: auth.Hash(e.token(bob))}
+		if _, err := e.srv.reauthorizeShared(ctx, bg, "token"); err != nil {
+			t.Fatal(err)
+		}
+		btoks, err := e.st.ListAPITokens(ctx, bob.ID)
+		if err != nil || len(btoks) != 1 {
+			t.Fatalf("tokens: %v, %v", btoks, err)
+		}
+		if err := e.st.RevokeAPIToken(ctx, bob.ID, btoks[0].ID); err != nil {
+			t.Fatal(err)
+		}
+		e.srv.live.ringAll()
+		if _, err := e.srv.reauthorizeShared(ctx, bg, "token"); !ended(err) {
+			t.Fatalf("after a ring: %v, want the revocation seen at once", err)
+		}
+	})
+}
