@@ -2,6 +2,7 @@ package browsertest
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -201,8 +203,24 @@ func sharedBrowser() (context.Context, error) {
 	return chromium.first, chromium.err
 }
 
-// TestMain stops the shared Chromium (if a test started it) once every test has run.
+// parallel is how many browser tests run at once unless -test.parallel says otherwise. The
+// tests mostly wait (the demo model's pace, count_down's seconds, socket round trips): a run
+// uses about a third of the wall time in CPU, so GOMAXPROCS (2 in CI) would leave the cores
+// idle.
+const parallel = 4
+
+// TestMain runs up to parallel browser tests at once, and stops the shared Chromium (if a test
+// started it) once every test has run.
 func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set && goruntime.GOMAXPROCS(0) < parallel {
+		if err := flag.Set("test.parallel", strconv.Itoa(parallel)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+	}
 	code := m.Run()
 	for _, cancel := range chromium.cancel {
 		cancel()
@@ -448,6 +466,7 @@ func mcpToolsFile(t *testing.T) string {
 }
 
 func TestBrowser(t *testing.T) {
+	t.Parallel()
 	// One person sends every message of this long session within a minute: a burst above the
 	// default budget keeps the limit (tested in the web layer) out of the way.
 	h := newHarness(t, withEnv(map[string]string{"PARLEY_TOOLS": mcpToolsFile(t), "PARLEY_MESSAGE_BURST": "40"}))
