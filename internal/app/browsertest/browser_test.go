@@ -77,8 +77,9 @@ func requireChromium(t *testing.T, root string) {
 	}
 }
 
-// harness is the app on 127.0.0.1:0 with the embedded store and the demo model, and one
-// headless browser.
+// harness is the app on 127.0.0.1:0 with the embedded store and the demo model, and the
+// package's shared headless Chromium (sharedBrowser), in which its tabs open browser contexts of
+// their own.
 type harness struct {
 	t         *testing.T
 	url       string
