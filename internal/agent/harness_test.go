@@ -46,8 +46,27 @@ var storeKinds = []struct {
 	}},
 }
 
-// eachStore runs f as a subtest on every store kind.
+// eachStore marks t parallel (its caller must not) and runs f as a parallel subtest on every
+// store kind. Each subtest has its own store, clock, model and manager; the package's tests
+// mostly wait (on PostgreSQL creating and dropping their databases, on goroutines handing
+// work over), so running them side by side roughly halves the package's time.
 func eachStore(t *testing.T, f func(t *testing.T, open func(testing.TB, clock.Clock) store.Store)) {
+	t.Helper()
+	t.Parallel()
+	for _, k := range storeKinds {
+		t.Run(k.name, func(t *testing.T) {
+			t.Parallel()
+			f(t, k.open)
+		})
+	}
+}
+
+// eachStoreSerial runs f on every store kind, one after the other and never beside another
+// test: for tests that read the process's metrics (package metrics' counters and gauges),
+// which a parallel test would move. Go runs every serial top-level test before it resumes
+// the parallel ones.
+func eachStoreSerial(t *testing.T, f func(t *testing.T, open func(testing.TB, clock.Clock) store.Store)) {
+	t.Helper()
 	for _, k := range storeKinds {
 		t.Run(k.name, func(t *testing.T) { f(t, k.open) })
 	}

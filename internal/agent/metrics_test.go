@@ -41,7 +41,7 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 // is answered on the revived actor or expires; live actors, revivals, resolve latency and
 // expiries move with it.
 func TestPendingGaugeFollowsTheCallsAcrossHibernation(t *testing.T) {
-	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+	eachStoreSerial(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
 		prov := newScripted(
 			callTools(tc{"c1", "send_email", emailArgs}, tc{"q1", "ask_user", askArgs}), say("Done."),
 			callTools(tc{"q2", "ask_user", askArgs}), say("Too late."))
@@ -113,7 +113,7 @@ func TestPendingGaugeFollowsTheCallsAcrossHibernation(t *testing.T) {
 // TestLoopMetrics: model calls and their tokens by provider, tool runs by tool and outcome, and
 // retries by step are counted.
 func TestLoopMetrics(t *testing.T) {
-	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+	eachStoreSerial(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
 		runs := &counter{}
 		prov := newScripted(callTools(tc{"f1", "flaky", `{}`}), say("Worked."))
 		e := newEnv(t, open, prov, func(store.Store) []*tools.Tool { return []*tools.Tool{flakyTool(t, 1, 0, runs)} },

@@ -83,7 +83,7 @@ func histSum(t *testing.T, h *prometheus.HistogramVec, labels ...string) (uint64
 // Resolve, the tool run under the Resolve, the appends; no span holds the call's arguments or
 // the model's text; the approval histograms count it.
 func TestTraceOfAnApprovedCall(t *testing.T) {
-	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+	eachStoreSerial(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
 		rec, withTracer := recorded(t)
 		prov := newScripted(callTools(tc{"c1", "send_email", emailArgs}), say("Sent to Bob."))
 		e := newEnv(t, open, prov, emailTools, withTracer)

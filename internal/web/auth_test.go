@@ -146,6 +146,9 @@ func TestLoginThrottle(t *testing.T) {
 // TestLoginSpraying: thirty names from one address are slowed by the address's limit, whatever
 // the names; an X-Forwarded-For the server does not trust changes nothing.
 func TestLoginSpraying(t *testing.T) {
+	// Parallel: its own server and store; its time is bcrypt comparisons against the
+	// production-cost dummy hash (unknown names), which overlap the tests that wait.
+	t.Parallel()
 	e := newTestEnv(t, openSQLite, Config{LoginFailuresPerIP: 10, LoginWindow: 15 * time.Minute})
 	e.user("ada", store.RoleMember)
 	b := e.anon()
@@ -170,6 +173,9 @@ func TestLoginSpraying(t *testing.T) {
 // TestTrustedProxy: behind a trusted proxy the client is the one X-Forwarded-For names, so two
 // clients of one proxy are limited apart.
 func TestTrustedProxy(t *testing.T) {
+	// Parallel: its own server and store; its time is bcrypt comparisons against the
+	// production-cost dummy hash (unknown names), which overlap the tests that wait.
+	t.Parallel()
 	e := newTestEnv(t, openSQLite, Config{LoginFailuresPerIP: 2, TrustedProxies: []string{"127.0.0.0/8"}})
 	b := e.anon()
 	post := func(client string) int {

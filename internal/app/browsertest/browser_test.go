@@ -1,8 +1,8 @@
 package browsertest
 
 import (
-	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +28,8 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"parley/internal/app"
+	"parley/internal/auth"
+	"parley/internal/store"
 	"parley/internal/tools/mcpadapter/mcptest"
 )
 
@@ -74,8 +77,9 @@ func requireChromium(t *testing.T, root string) {
 	}
 }
 
-// harness is the app on 127.0.0.1:0 with the embedded store and the demo model, and one
-// headless browser.
+// harness is the app on 127.0.0.1:0 with the embedded store and the demo model, and the
+// package's shared headless Chromium (sharedBrowser), in which its tabs open browser contexts of
+// their own.
 type harness struct {
 	t         *testing.T
 	url       string
@@ -119,17 +123,11 @@ func newHarness(t *testing.T, hopts ...harnessOption) *harness {
 	}
 	getenv := func(k string) string { return env[k] }
 	ctx := context.Background()
-	for _, u := range users {
-		var out, errOut bytes.Buffer
-		std := app.IO{Stdin: strings.NewReader("password-" + u.name + "\n"), Stdout: &out, Stderr: &errOut}
-		if code := app.Main(ctx, []string{"user", "add", "--name", u.name, "--role", u.role, "--password-stdin"}, getenv, std); code != 0 {
-			t.Fatalf("user add %s: %d %s", u.name, code, errOut.String())
-		}
-	}
 	cfg, err := app.FromEnv(getenv)
 	if err != nil {
 		t.Fatal(err)
 	}
+	addUsers(t, cfg, users)
 	a, err := app.New(ctx, cfg, app.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), PasswordCost: bcrypt.MinCost})
 	if err != nil {
 		t.Fatal(err)
@@ -145,13 +143,8 @@ func newHarness(t *testing.T, hopts ...harnessOption) *harness {
 	})
 	waitHealthy(t, a.URL())
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.NoSandbox, chromedp.WindowSize(1100, 1000))
-	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	t.Cleanup(cancelAlloc)
-	// The first tab starts the browser; every user then gets a browser context of their own.
-	first, cancelFirst := chromedp.NewContext(alloc)
-	t.Cleanup(cancelFirst)
-	if err := chromedp.Do(first); err != nil {
+	first, err := sharedBrowser()
+	if err != nil {
 		t.Fatalf("start Chromium: %v", err)
 	}
 	artifacts := filepath.Join(root, "test-artifacts")
@@ -159,6 +152,81 @@ func newHarness(t *testing.T, hopts ...harnessOption) *harness {
 		t.Fatal(err)
 	}
 	return &harness{t: t, url: a.URL(), artifacts: artifacts, root: first}
+}
+
+// addUsers creates the harness's accounts in the app's store before it starts. The hashes
+// are bcrypt's at its lowest cost, as the app's own PasswordCost option makes them in tests:
+// "user add" (tested in internal/app) hashes at the production cost, which made every harness
+// and every sign-in spend seconds of a core under -race.
+func addUsers(t *testing.T, cfg app.Config, users []harnessUser) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := app.OpenStore(ctx, cfg, nil)
+	if err != nil {
+		t.Fatalf("open the store: %v", err)
+	}
+	defer st.Close()
+	for _, u := range users {
+		hash, err := auth.HashPassword("password-"+u.name, bcrypt.MinCost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.CreateUser(ctx, store.User{Name: u.name, Role: store.Role(u.role), PasswordHash: hash, CreatedAt: time.Now()}); err != nil {
+			t.Fatalf("add user %s: %v", u.name, err)
+		}
+	}
+	if err := st.Close(); err != nil {
+		t.Fatalf("close the store: %v", err)
+	}
+}
+
+// chromium is the package's one headless Chromium, started by the first harness that needs it
+// and stopped by TestMain. Every harness shares it; each of its tabs lives in a browser
+// context of its own (its own cookies, storage and permissions), so tests on different apps
+// cannot see each other's state.
+var chromium struct {
+	once   sync.Once
+	first  context.Context // the browser's first tab, the parent of every other
+	err    error
+	cancel []context.CancelFunc
+}
+
+// sharedBrowser starts Chromium once and returns its first tab.
+func sharedBrowser() (context.Context, error) {
+	chromium.once.Do(func() {
+		opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.NoSandbox, chromedp.WindowSize(1100, 1000))
+		alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+		first, cancelFirst := chromedp.NewContext(alloc)
+		chromium.cancel = []context.CancelFunc{cancelFirst, cancelAlloc}
+		chromium.first = first
+		chromium.err = chromedp.Do(first)
+	})
+	return chromium.first, chromium.err
+}
+
+// parallel is how many browser tests run at once unless -test.parallel says otherwise. The
+// tests mostly wait (the demo model's pace, count_down's seconds, socket round trips): a run
+// uses about a third of the wall time in CPU, so GOMAXPROCS (2 in CI) would leave the cores
+// idle.
+const parallel = 4
+
+// TestMain runs up to parallel browser tests at once, and stops the shared Chromium (if a test
+// started it) once every test has run.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set && goruntime.GOMAXPROCS(0) < parallel {
+		if err := flag.Set("test.parallel", strconv.Itoa(parallel)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+	}
+	code := m.Run()
+	for _, cancel := range chromium.cancel {
+		cancel()
+	}
+	os.Exit(code)
 }
 
 func waitHealthy(t *testing.T, url string) {
@@ -399,6 +467,7 @@ func mcpToolsFile(t *testing.T) string {
 }
 
 func TestBrowser(t *testing.T) {
+	t.Parallel()
 	// One person sends every message of this long session within a minute: a burst above the
 	// default budget keeps the limit (tested in the web layer) out of the way.
 	h := newHarness(t, withEnv(map[string]string{"PARLEY_TOOLS": mcpToolsFile(t), "PARLEY_MESSAGE_BURST": "40"}))

@@ -12,6 +12,7 @@ import (
 // deleted from its page's menu (a disclosure: no script needed), and found by title and by
 // message text on the conversations page; at 390 px the open menu does not make the page scroll sideways.
 func TestBrowserConversations(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	defer h.checkConsole()
 	ann := h.browserFor("ann")

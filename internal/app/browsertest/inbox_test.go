@@ -48,6 +48,7 @@ func reviewedEcho(t *testing.T, url string) string {
 // for browser notifications asks for permission, and a new approval while the tab is hidden
 // notifies with the tool and the requester only.
 func TestBrowserGovernance(t *testing.T) {
+	t.Parallel()
 	echoed := make(chan string, 8)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(io.LimitReader(r.Body, 4096))

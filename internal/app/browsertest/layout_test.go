@@ -16,6 +16,7 @@ import (
 // decision, a skip link leads to the content, and at 390 px nothing scrolls sideways and every
 // button is at least 44 px.
 func TestBrowserChatLayout(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	defer h.checkConsole()
 	ann := h.browserFor("ann")

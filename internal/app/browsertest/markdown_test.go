@@ -13,6 +13,7 @@ import (
 // (chroma's token classes, coloured by the stylesheet) and gets a copy button that puts the
 // code on the clipboard.
 func TestBrowserCodeBlocks(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	defer h.checkConsole()
 	ann := h.browserFor("ann")

@@ -22,6 +22,7 @@ const stopButton = `form[data-parley="stop"] button[type="submit"]`
 // button while a tool runs and while a call awaits the person, a message while a question
 // waits (it moves on), and a message while a tool runs (it is queued, then answered).
 func TestBrowserStopAndMoveOn(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	defer h.checkConsole()
 	ann := h.browserFor("ann")
