@@ -185,7 +185,9 @@ func TestInboxBulk(t *testing.T) {
 			t.Fatalf("a call rita may not decide was decided: %v", d)
 		}
 
-		// The API: deny with one reason; each item answered.
+		// The API: deny with one reason; each item answered. Bob's turn takes its reply first:
+		// the model's replies are one queue, and a turn still going would take the next one.
+		e.awaitStatus(b.ID, store.StatusIdle)
 		c := e.conversation(ann)
 		e.pending(c, ann, llmtest.Call("c1", "publish", map[string]any{"text": "four"}), llmtest.Call("c2", "publish", map[string]any{"text": "five"}))
 		e.model.Push(llmtest.Reply("Understood."))
