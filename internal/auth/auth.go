@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"sync"
 
 	"golang.org/x/crypto/bcrypt"
 )
@@ -38,17 +39,38 @@ func HashPassword(password string, cost int) ([]byte, error) {
 	return h, nil
 }
 
-// dummyHash is compared against when the user does not exist, so a wrong name costs as much
-// time as a wrong password and timing does not reveal which names exist.
-var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("parley-dummy-password"), bcrypt.DefaultCost)
+// dummyHashes holds, per bcrypt cost, the hash compared against when the user does not exist,
+// so a wrong name costs as much time as a wrong password and timing does not reveal which
+// names exist. Each is made on first use: a program (or test binary) that never meets an
+// unknown name does not spend a bcrypt hash at start.
+var dummyHashes sync.Map // int → []byte
+
+// dummyHash is the hash of a fixed password at cost (bcrypt.DefaultCost when 0).
+func dummyHash(cost int) []byte {
+	if cost == 0 {
+		cost = bcrypt.DefaultCost
+	}
+	if h, ok := dummyHashes.Load(cost); ok {
+		return h.([]byte)
+	}
+	h, err := bcrypt.GenerateFromPassword([]byte("parley-dummy-password"), cost)
+	if err != nil {
+		// Only a cost outside bcrypt's range fails; HashPassword refuses it the same way.
+		h, _ = bcrypt.GenerateFromPassword([]byte("parley-dummy-password"), bcrypt.DefaultCost)
+	}
+	actual, _ := dummyHashes.LoadOrStore(cost, h)
+	return actual.([]byte)
+}
 
 // CheckPassword reports whether password matches hash. A nil hash (unknown user) or an
-// over-long password still spends a bcrypt comparison and returns false.
-func CheckPassword(hash []byte, password string) bool {
+// over-long password still spends a bcrypt comparison, against a hash of cost (the cost
+// passwords are hashed at, as given to HashPassword: bcrypt.DefaultCost when 0), and returns
+// false.
+func CheckPassword(hash []byte, password string, cost int) bool {
 	// bcrypt compares only the first 72 bytes; a longer password was never accepted, so it
 	// must not match the hash of its prefix.
 	if len(hash) == 0 || len(password) > maxPasswordLen {
-		_ = bcrypt.CompareHashAndPassword(dummyHash, []byte(password))
+		_ = bcrypt.CompareHashAndPassword(dummyHash(cost), []byte(password))
 		return false
 	}
 	err := bcrypt.CompareHashAndPassword(hash, []byte(password))

@@ -24,12 +24,26 @@ func TestPasswords(t *testing.T) {
 		if err != nil {
 			continue
 		}
-		if !CheckPassword(h, tc.pw) || CheckPassword(h, tc.pw+"!") || bytes.Contains(h, []byte(tc.pw)) {
+		if !CheckPassword(h, tc.pw, bcrypt.MinCost) || CheckPassword(h, tc.pw+"!", bcrypt.MinCost) || bytes.Contains(h, []byte(tc.pw)) {
 			t.Fatalf("len %d: check failed", len(tc.pw))
 		}
 	}
-	if CheckPassword(nil, "anything") {
+	if CheckPassword(nil, "anything", bcrypt.MinCost) {
 		t.Fatal("an unknown user's password matched")
+	}
+}
+
+// TestUnknownUserSpendsTheHashCost: the comparison for an unknown user is against a hash of
+// the cost passwords are hashed at (the default when 0), so it takes as long as a real one.
+func TestUnknownUserSpendsTheHashCost(t *testing.T) {
+	for _, tc := range []struct{ cost, want int }{{bcrypt.MinCost, bcrypt.MinCost}, {5, 5}, {0, bcrypt.DefaultCost}} {
+		got, err := bcrypt.Cost(dummyHash(tc.cost))
+		if err != nil || got != tc.want {
+			t.Errorf("dummy hash for cost %d has cost %d (%v), want %d", tc.cost, got, err, tc.want)
+		}
+	}
+	if !bytes.Equal(dummyHash(5), dummyHash(5)) {
+		t.Error("the dummy hash is made again on every use")
 	}
 }
 

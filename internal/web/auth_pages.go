@@ -148,7 +148,7 @@ func (t passwordTry) check(ctx context.Context, hash []byte, password string) (b
 	if err := t.s.hashSlot(ctx); err != nil {
 		return false, err
 	}
-	ok := auth.CheckPassword(hash, password)
+	ok := auth.CheckPassword(hash, password, t.s.cfg.PasswordCost)
 	<-t.s.hashing
 	if ok {
 		t.s.throttle.Succeed(t.account)
