@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -27,6 +28,11 @@ func TestMain(m *testing.M) {
 		// database/sql and pgx keep these until their pools close; stores are closed in Cleanup,
 		// which may run after the leak check of a parallel test's goroutines.
 		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),
+		goleak.Cleanup(func(int) {
+			if err := pgMigrated.Drop(); err != nil {
+				fmt.Fprintln(os.Stderr, "drop the migrated template database:", err)
+			}
+		}),
 	)
 }
 

@@ -49,10 +49,21 @@ func openSQLite(t testing.TB, clk clock.Clock) store.Store {
 	return st
 }
 
-// openPG is PostgreSQL on a fresh database, dropped when the test ends (pgtest).
+// pgMigrated is a database with the migrations applied, made once for the package: each
+// PostgreSQL test gets a copy rather than migrating a database of its own (TestMain drops it).
+var pgMigrated = pgtest.NewTemplate(func(ctx context.Context, dsn string) error {
+	st, err := pgstore.Open(ctx, dsn, discardLogger())
+	if err != nil {
+		return err
+	}
+	return st.Close()
+})
+
+// openPG is PostgreSQL on a fresh database, a copy of pgMigrated, dropped when the test ends
+// (pgtest).
 func openPG(t testing.TB, clk clock.Clock) store.Store {
 	t.Helper()
-	st, err := pgstore.Open(context.Background(), pgtest.NewURL(t), discardLogger(), pgstore.WithClock(clk))
+	st, err := pgstore.Open(context.Background(), pgMigrated.NewURL(t), discardLogger(), pgstore.WithClock(clk))
 	if err != nil {
 		t.Fatalf("open postgres store: %v", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,7 +43,13 @@ func AdminURL() string {
 // and saying what to do when PostgreSQL does not answer or refuses the user.
 func NewURL(t testing.TB) string {
 	t.Helper()
-	admin := AdminURL()
+	return newDatabase(t, AdminURL(), "CREATE DATABASE %s")
+}
+
+// newDatabase runs create (a CREATE DATABASE statement with %s for the name) for a database
+// with a random name, and drops that database when the test ends.
+func newDatabase(t testing.TB, admin, create string) string {
+	t.Helper()
 	name := "parley_test_" + randomHex(8)
 	dsn, err := withDatabase(admin, name)
 	if err != nil {
@@ -56,7 +63,7 @@ func NewURL(t testing.TB) string {
 		t.Fatalf("pgtest: %s", connectFailure(admin, err))
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, fmt.Sprintf(create, pgx.Identifier{name}.Sanitize())); err != nil {
 		hint := ""
 		if pgCode(err) == "42501" { // insufficient_privilege
 			hint = " (the TEST_DATABASE_URL user needs CREATEDB: ALTER ROLE … CREATEDB)"
@@ -65,6 +72,77 @@ func NewURL(t testing.TB) string {
 	}
 	t.Cleanup(func() { drop(t, admin, name) })
 	return dsn
+}
+
+// Template is a database that tests copy (CREATE DATABASE … TEMPLATE) rather than each
+// building the same schema: prepare makes it once per test binary, on first use, typically by
+// applying the migrations. A copy is the database prepare left, so a package whose tests each
+// need a migrated store pays for the migrations once instead of once a test. The package's
+// TestMain drops it with Drop after the tests.
+type Template struct {
+	prepare func(ctx context.Context, dsn string) error
+
+	once sync.Once
+	name string // set by once
+	err  error  // set by once
+}
+
+// NewTemplate returns a template prepare makes on first use, with a connection string for it;
+// prepare must close every connection it opened (a template with a session cannot be copied).
+func NewTemplate(prepare func(ctx context.Context, dsn string) error) *Template {
+	return &Template{prepare: prepare}
+}
+
+// NewURL is NewURL with the database a copy of the template, made first if need be.
+func (tp *Template) NewURL(t testing.TB) string {
+	t.Helper()
+	admin := AdminURL()
+	tp.once.Do(func() {
+		name := "parley_template_" + randomHex(8)
+		dsn, err := withDatabase(admin, name)
+		if err != nil {
+			tp.err = fmt.Errorf("TEST_DATABASE_URL: %w", err)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := exec(ctx, admin, "create the template database "+name, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+			tp.err = err
+			return
+		}
+		tp.name = name
+		if err := tp.prepare(ctx, dsn); err != nil {
+			tp.err = fmt.Errorf("prepare the template database %s: %w", name, err)
+		}
+	})
+	if tp.err != nil {
+		t.Fatalf("pgtest: %v", tp.err)
+	}
+	return newDatabase(t, admin, "CREATE DATABASE %s TEMPLATE "+pgx.Identifier{tp.name}.Sanitize())
+}
+
+// Drop drops the template database, when one was made.
+func (tp *Template) Drop() error {
+	if tp.name == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return exec(ctx, AdminURL(), "drop the template database "+tp.name, "DROP DATABASE IF EXISTS "+pgx.Identifier{tp.name}.Sanitize()+" WITH (FORCE)")
+}
+
+// exec runs one statement on a connection of its own to dsn; its errors say what failed (what)
+// and name the server, never the password.
+func exec(ctx context.Context, dsn, what, sql string) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return errors.New(connectFailure(dsn, err))
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		return fmt.Errorf("%s on %s: %w", what, describe(dsn), err)
+	}
+	return nil
 }
 
 // withDatabase returns the connection string admin with its database replaced by name. A

@@ -159,3 +159,52 @@ func TestNewURLFailsWhenLoginRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestTemplateCopies: the template is prepared once, each NewURL is a copy of its own (what
+// one test writes the next does not see), and Drop removes the template.
+func TestTemplateCopies(t *testing.T) {
+	ctx := context.Background()
+	prepared := 0
+	tp := NewTemplate(func(ctx context.Context, dsn string) error {
+		prepared++
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, `CREATE TABLE seed (n int); INSERT INTO seed VALUES (1)`)
+		return err
+	})
+	count := func(dsn string) int {
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM seed`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, `INSERT INTO seed VALUES (2)`); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	a, b := tp.NewURL(t), tp.NewURL(t)
+	if a == b || count(a) != 1 || count(b) != 1 || prepared != 1 {
+		t.Fatalf("copies %s and %s, prepared %d times: want two databases each with the seed row, one preparation", a, b, prepared)
+	}
+	name := tp.name
+	if err := tp.Drop(); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, AdminURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil || exists {
+		t.Fatalf("template %s exists after Drop (%v)", name, err)
+	}
+}
