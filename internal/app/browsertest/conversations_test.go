@@ -19,10 +19,15 @@ func TestBrowserConversations(t *testing.T) {
 
 	ann.newConversation("")
 	ann.say("what time is it\nplease")
+	// The status is idle before the message is taken too: wait for the answer, which the turn
+	// writes after the title (a reload sooner can render the page before the title is stored).
+	ann.until(`document.querySelector('[data-parley="message"][data-role="assistant"]') !== null`)
 	ann.until(statusIs("idle"))
 	id := eval[string](ann, `document.querySelector('[data-parley="conversation"]').dataset.conversationId`)
 	ann.do(chromedp.Reload())
 	ann.until(`document.querySelector('[data-parley="conversation-title"]').textContent === "what time is it"`)
+	// The socket's resync on connect re-renders the page: open the menu after it.
+	ann.until(`document.documentElement.dataset.parleySocket === "open"`)
 	if got := eval[string](ann, `document.title`); got != "what time is it · Parley" {
 		t.Errorf("document title %q", got)
 	}
