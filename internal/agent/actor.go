@@ -252,7 +252,9 @@ func (a *actor) internalError(what string, err error) *fault.Error {
 // --- requests -------------------------------------------------------------------------------
 
 func (a *actor) handle(req *request) {
-	if a.stopping {
+	if a.stopping || a.evicted() {
+		// Evicted: the select may have taken this request before the eviction. Renames and
+		// deletes write without commit, so they are refused here too.
 		req.reply <- response{err: errClosed()}
 		return
 	}
