@@ -99,11 +99,7 @@ func boundedSnippet(s string) string {
 	if len(s) <= maxSnippetBytes {
 		return s
 	}
-	cut := maxSnippetBytes
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	s = s[:cut]
+	s = tools.CutRunes(s, maxSnippetBytes)
 	if strings.LastIndex(s, store.SnippetMark) > strings.LastIndex(s, store.SnippetEnd) {
 		s += store.SnippetEnd
 	}

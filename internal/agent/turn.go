@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"parley/internal/fault"
 	"parley/internal/llm"
@@ -42,11 +41,7 @@ func (b *streamBuf) add(s string, limit int) (kept string, seq int64, offset int
 		return "", b.seq, len(b.text), true
 	}
 	if room := max(limit-len(b.text), 0); len(s) > room {
-		cut := room
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s, b.full = s[:cut], true
+		s, b.full = tools.CutRunes(s, room), true
 	}
 	offset = len(b.text)
 	b.text = append(b.text, s...)

@@ -22,9 +22,18 @@ func BoundedText(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	cut := n - len("…")
+	return CutRunes(s, n-len("…")) + "…"
+}
+
+// CutRunes is s cut to at most n bytes without splitting a UTF-8 sequence (s whole when it fits;
+// "" when n <= 0).
+func CutRunes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := max(n, 0)
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
-	return s[:cut] + "…"
+	return s[:cut]
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"parley/internal/fault"
-	"unicode/utf8"
 )
 
 // TruncationMarker ends text cut by Truncate, so the model knows output was cut.
@@ -21,23 +20,10 @@ func Truncate(s string, max int) string {
 	}
 	// The marker's length depends on the kept count; reserve for the widest form.
 	reserve := len(fmt.Sprintf(TruncationMarker, len(s), len(s)))
-	keep := max - reserve
-	if keep < 0 {
-		keep = 0
-	}
-	for keep > 0 && !utf8.RuneStart(s[keep]) {
-		keep--
-	}
-	out := s[:keep] + fmt.Sprintf(TruncationMarker, keep, len(s))
-	if len(out) > max {
-		// max is smaller than the marker itself: keep what fits of the marker, rune-safe.
-		cut := max
-		for cut > 0 && !utf8.RuneStart(out[cut]) {
-			cut--
-		}
-		return out[:cut]
-	}
-	return out
+	kept := CutRunes(s, max-reserve)
+	out := kept + fmt.Sprintf(TruncationMarker, len(kept), len(s))
+	// When max is smaller than the marker itself: keep what fits of the marker, rune-safe.
+	return CutRunes(out, max)
 }
 
 // MinOutputBytes is the smallest output bound: below it not even a truncated envelope with its
