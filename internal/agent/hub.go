@@ -59,7 +59,7 @@ type sub struct {
 	closed   bool    // takes no more events; c is closed once the backlog is delivered
 	backlog  []Event // events waiting for room in c, oldest first
 	draining bool    // a drainer owns the backlog's delivery and closing c
-	inHand   bool    // the drainer took an event from the backlog and waits for room in c
+	inHand   int     // 1 while the drainer holds an event from the backlog, waiting for room in c
 	stop     chan struct{}
 	stopped  bool // the subscriber left (Subscription.Close): the drainer drops the backlog
 }
@@ -135,21 +135,13 @@ func (h *Hub) Publish(e Event) {
 }
 
 func (h *Hub) sendLocked(s *sub, e Event) {
-	if len(s.c)+len(s.backlog)+inHand(s) < s.size {
+	if len(s.c)+len(s.backlog)+s.inHand < s.size {
 		h.putLocked(s, e)
 		return
 	}
 	h.putLocked(s, Event{ConversationID: e.ConversationID, Seq: e.Seq, Type: EventResync})
 	h.dropped.Add(1)
 	h.removeLocked(s)
-}
-
-// inHand is 1 while s's drainer holds an event on its way into c.
-func inHand(s *sub) int {
-	if s.inHand {
-		return 1
-	}
-	return 0
 }
 
 // putLocked queues e for s in order: into the channel when it has room and nothing waits before
@@ -173,7 +165,7 @@ func (h *Hub) putLocked(s *sub, e Event) {
 func (h *Hub) drain(s *sub, stop chan struct{}) {
 	for {
 		h.mu.Lock()
-		s.inHand = false
+		s.inHand = 0
 		if s.stopped || len(s.backlog) == 0 {
 			s.draining = false
 			s.backlog = nil
@@ -186,7 +178,7 @@ func (h *Hub) drain(s *sub, stop chan struct{}) {
 		e := s.backlog[0]
 		s.backlog[0] = Event{}
 		s.backlog = s.backlog[1:]
-		s.inHand = true // still counted against the bound until it is in c
+		s.inHand = 1 // still counted against the bound until it is in c
 		h.mu.Unlock()
 		select {
 		case s.c <- e:
