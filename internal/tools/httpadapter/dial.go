@@ -46,6 +46,9 @@ type DialPolicy struct {
 // NewClient returns the client every adapter call uses: the dial policy above, no proxy from
 // the environment (a proxy would dial on our behalf, past the check), and redirects returned
 // as they are, never followed. It has no overall timeout: each request carries its own.
+// Idle connections are kept per host up to idleConnsPerHost (net/http's default is 2), so calls
+// made at once to one endpoint — a webhook receives every approved call of its tool — reuse
+// their connections instead of dialing, checking and closing one each.
 func NewClient(p DialPolicy) *http.Client {
 	// exempt maps a listed host to whether it is an IP literal.
 	exempt := map[string]bool{}
@@ -81,13 +84,21 @@ func NewClient(p DialPolicy) *http.Client {
 			ForceAttemptHTTP2:      true,
 			TLSHandshakeTimeout:    10 * time.Second,
 			ResponseHeaderTimeout:  0,
-			MaxIdleConns:           16,
+			MaxIdleConns:           idleConns,
+			MaxIdleConnsPerHost:    idleConnsPerHost,
 			IdleConnTimeout:        90 * time.Second,
 			MaxResponseHeaderBytes: 64 << 10,
 		},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 }
+
+// idleConns and idleConnsPerHost bound the idle connections a client keeps, in all and to one
+// host; connections beyond them are closed when they go idle.
+const (
+	idleConns        = 64
+	idleConnsPerHost = 16
+)
 
 // checkAddress is the dialer's Control hook.
 func checkAddress(network, address string, c syscall.RawConn) error {
