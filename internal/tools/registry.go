@@ -23,6 +23,9 @@ type Registry struct {
 	byName  map[string]*Tool    // guarded by mu
 	order   []*Tool             // guarded by mu
 	sources map[string][]string // guarded by mu: a dynamic source's tool names
+	// exported holds each format's tool definitions as last built (every model call sends
+	// them); guarded by mu, emptied whenever the tools change.
+	exported map[string][]json.RawMessage
 }
 
 // NewRegistry builds a registry, refusing a duplicate name.
@@ -56,6 +59,7 @@ func (r *Registry) addLocked(t *Tool) error {
 	}
 	r.byName[t.Name()] = t
 	r.order = append(r.order, t)
+	clear(r.exported)
 	return nil
 }
 
@@ -74,6 +78,7 @@ func (r *Registry) SetSource(source string, ts []*Tool) error {
 	}
 	old := r.sources[source]
 	r.order = slices.DeleteFunc(r.order, func(t *Tool) bool { return slices.Contains(old, t.Name()) && r.byName[t.Name()] == nil })
+	clear(r.exported)
 	var errs []error
 	var names []string
 	for _, t := range ts {
@@ -114,12 +119,36 @@ func (r *Registry) Export(format string) []json.RawMessage {
 	return r.OpenAITools()
 }
 
+// cached returns format's definitions, building them with build on the first call after the
+// tools changed. The definitions are shared by every caller: the returned slice is the
+// caller's, the bytes of each definition are read-only.
+func (r *Registry) cached(format string, build func([]*Tool) []json.RawMessage) []json.RawMessage {
+	r.mu.RLock()
+	defs, ok := r.exported[format]
+	r.mu.RUnlock()
+	if !ok {
+		r.mu.Lock()
+		if defs, ok = r.exported[format]; !ok {
+			defs = build(r.order)
+			if r.exported == nil {
+				r.exported = map[string][]json.RawMessage{}
+			}
+			r.exported[format] = defs
+		}
+		r.mu.Unlock()
+	}
+	return slices.Clone(defs)
+}
+
 // OpenAITools exports the tools in the OpenAI Chat Completions format, the parameter schema
 // byte for byte as declared. A provider tool is exported with its native definition only when
 // that definition is in the OpenAI format: Anthropic's hosted tools (web_search_20250305) mean
 // nothing to an OpenAI-compatible endpoint, which would reject the whole request.
-func (r *Registry) OpenAITools() []json.RawMessage {
-	all := r.All()
+//
+// The definitions are built once per change of the tools and shared (read-only).
+func (r *Registry) OpenAITools() []json.RawMessage { return r.cached(FormatOpenAI, openAITools) }
+
+func openAITools(all []*Tool) []json.RawMessage {
 	out := make([]json.RawMessage, 0, len(all))
 	for _, t := range all {
 		if t.Executor() == Provider {
@@ -144,8 +173,13 @@ func (r *Registry) OpenAITools() []json.RawMessage {
 // AnthropicTools exports the tools in the Anthropic Messages format, the parameter schema byte
 // for byte as input_schema. A provider tool (hosted web search) is exported with its native
 // definition when that definition is in the Anthropic format.
+//
+// The definitions are built once per change of the tools and shared (read-only).
 func (r *Registry) AnthropicTools() []json.RawMessage {
-	all := r.All()
+	return r.cached(FormatAnthropic, anthropicTools)
+}
+
+func anthropicTools(all []*Tool) []json.RawMessage {
 	out := make([]json.RawMessage, 0, len(all))
 	for _, t := range all {
 		if t.Executor() == Provider {

@@ -150,3 +150,52 @@ func TestExportsKeepSchemaVerbatim(t *testing.T) {
 		t.Errorf("the demo format gets the OpenAI export: %s", got)
 	}
 }
+
+// TestExportFollowsChanges: the definitions are built once and shared, and a change of the
+// tools (Add, or a dynamic source replacing its own) is in the next export of either format.
+func TestExportFollowsChanges(t *testing.T) {
+	r, err := NewRegistry(mustTool(t, Spec{Name: "a", Executor: Server, Func: noop}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := func(defs []json.RawMessage) string {
+		var out []string
+		for _, d := range defs {
+			var v struct {
+				Name     string `json:"name"`
+				Function struct {
+					Name string `json:"name"`
+				} `json:"function"`
+			}
+			if err := json.Unmarshal(d, &v); err != nil {
+				t.Fatalf("%s: %v", d, err)
+			}
+			out = append(out, v.Name+v.Function.Name)
+		}
+		return strings.Join(out, ",")
+	}
+	check := func(want string) {
+		t.Helper()
+		for _, f := range []string{FormatOpenAI, FormatAnthropic} {
+			if got := names(r.Export(f)); got != want {
+				t.Errorf("%s: %s, want %s", f, got, want)
+			}
+		}
+	}
+	check("a")
+	first := r.OpenAITools()
+	first[0] = nil // the caller's slice: the registry's copy is untouched
+	check("a")
+	if err := r.Add(mustTool(t, Spec{Name: "b", Executor: Server, Func: noop})); err != nil {
+		t.Fatal(err)
+	}
+	check("a,b")
+	if err := r.SetSource("mcp", []*Tool{mustTool(t, Spec{Name: "c", Executor: Server, Func: noop})}); err != nil {
+		t.Fatal(err)
+	}
+	check("a,b,c")
+	if err := r.SetSource("mcp", []*Tool{mustTool(t, Spec{Name: "d", Executor: Server, Func: noop})}); err != nil {
+		t.Fatal(err)
+	}
+	check("a,b,d")
+}
