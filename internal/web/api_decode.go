@@ -11,6 +11,7 @@ import (
 	"parley/internal/fault"
 	"reflect"
 	"strings"
+	"sync"
 
 	"github.com/labstack/echo/v4"
 )
@@ -160,14 +161,17 @@ func checkKeys(body []byte, fields map[string]bool) error {
 
 // jsonFieldNames are the JSON names of the fields of the struct v points to.
 func jsonFieldNames(v any) map[string]bool {
-	out := map[string]bool{}
 	t := reflect.TypeOf(v)
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
 	if t == nil || t.Kind() != reflect.Struct {
-		return out
+		return map[string]bool{}
 	}
+	if names, ok := fieldNames.Load(t); ok {
+		return names.(map[string]bool)
+	}
+	out := map[string]bool{}
 	for i := range t.NumField() {
 		f := t.Field(i)
 		if !f.IsExported() {
@@ -182,5 +186,10 @@ func jsonFieldNames(v any) map[string]bool {
 		}
 		out[name] = true
 	}
-	return out
+	names, _ := fieldNames.LoadOrStore(t, out)
+	return names.(map[string]bool)
 }
+
+// fieldNames caches jsonFieldNames per struct type (the request types are few and fixed); the
+// maps are read-only once stored.
+var fieldNames sync.Map // reflect.Type → map[string]bool
