@@ -72,6 +72,9 @@ const (
 	// deltaEvery is how often a conversation's streamed text is sent to the other processes
 	// (at most 20 notifications a second per streaming conversation).
 	deltaEvery = 50 * time.Millisecond
+	// maxPackedReply bounds a reply that rides in the events' notification; a larger one is
+	// sent on its own, as before.
+	maxPackedReply = 2048
 )
 
 // Config configures a Node.
@@ -126,9 +129,15 @@ type Node struct {
 	waiting map[uint64]chan message // forwarded requests awaiting their reply; guarded by waitMu
 	nextReq atomic.Uint64
 
+	// replies holds the replies to forwarded requests that go out with the next events (the
+	// sender's); repMu guards repClosed, set once the sender stopped taking them.
+	replies   chan packedReply
+	repMu     sync.Mutex
+	repClosed bool
+
 	serving chan struct{} // semaphore of forwarded requests being served
 
-	stats struct{ notifications, forwarded, served, heartbeats, claims, deafRestarts atomic.Int64 }
+	stats struct{ notifications, forwarded, served, packed, heartbeats, claims, deafRestarts atomic.Int64 }
 
 	// The heartbeat pings the node's own channel with each beat (pingSent, in the same
 	// statement) and the listener records the pings it hears (pingHeard): a listener
@@ -173,7 +182,8 @@ func New(cfg Config) *Node {
 		src: cfg.Pool, conns: cfg.Conns, log: cfg.Logger.With("node", id), clock: cfg.Clock, ttl: cfg.TTL, id: id,
 		hub: agent.NewHub(cfg.SubscriberBuffer), out: make(chan agent.Event, outQueue),
 		dropped: map[string]bool{}, waiting: map[uint64]chan message{}, serving: make(chan struct{}, maxServing),
-		ctx: ctx, cancel: cancel,
+		replies: make(chan packedReply, maxServing),
+		ctx:     ctx, cancel: cancel,
 	}
 }
 
@@ -182,6 +192,7 @@ type Stats struct {
 	Notifications int64 // NOTIFY payloads sent (events, control messages, requests, replies)
 	Forwarded     int64 // requests forwarded to another process
 	Served        int64 // requests served for another process
+	PackedReplies int64 // replies to forwarded requests sent with events (not alone)
 	Heartbeats    int64 // heartbeat writes
 	Claims        int64 // claims asked of the database (a request that landed here without an owner hint)
 	DeafRestarts  int64 // listener restarts because it stopped hearing the node's own pings
@@ -190,7 +201,7 @@ type Stats struct {
 // Stats returns the node's counters.
 func (n *Node) Stats() Stats {
 	return Stats{Notifications: n.stats.notifications.Load(), Forwarded: n.stats.forwarded.Load(),
-		Served: n.stats.served.Load(), Heartbeats: n.stats.heartbeats.Load(), Claims: n.stats.claims.Load(),
+		Served: n.stats.served.Load(), PackedReplies: n.stats.packed.Load(), Heartbeats: n.stats.heartbeats.Load(), Claims: n.stats.claims.Load(),
 		DeafRestarts: n.stats.deafRestarts.Load()}
 }
 
@@ -447,6 +458,18 @@ type message struct {
 	Conv string          `json:"conv,omitempty"`
 	Body json.RawMessage `json:"body,omitempty"`
 	Mail int64           `json:"mail,omitempty"` // the body is in cluster_mail
+	// Pack, on a request: the sender reads replies packed with events (Reps), so the reply may
+	// ride in the notification that carries the events the request produced.
+	Pack bool `json:"pack,omitempty"`
+	// Reps, on evs and reps: replies to forwarded requests, each for the node To.
+	Reps []packedReply `json:"reps,omitempty"`
+}
+
+// packedReply is a reply to a forwarded request carried with events.
+type packedReply struct {
+	To   string          `json:"to"`
+	ID   uint64          `json:"id"`
+	Body json.RawMessage `json:"body"`
 }
 
 // Forward implements agent.Cluster.
@@ -462,7 +485,7 @@ func (n *Node) Forward(ctx context.Context, node string, body []byte) ([]byte, e
 		delete(n.waiting, id)
 		n.waitMu.Unlock()
 	}()
-	if err := n.notify(ctx, nodeChannel(node), message{T: "req", ID: id, Body: body}); err != nil {
+	if err := n.notify(ctx, nodeChannel(node), message{T: "req", ID: id, Body: body, Pack: true}); err != nil {
 		return nil, err
 	}
 	// While waiting, look every TTL/3 whether the owner is still alive: a killed owner never
@@ -509,10 +532,50 @@ func (n *Node) serve(msg message) {
 		}
 		cancel()
 	}
+	// The request's events were published before its answer came back: the sender packs the
+	// reply with them (or with the next events) when it can, which saves a notification — a
+	// commit on PostgreSQL's notification queue and a wake-up of every listener.
+	if msg.Pack && len(out) <= maxPackedReply && n.packReply(packedReply{To: msg.From, ID: msg.ID, Body: out}) {
+		return
+	}
+	n.reply(packedReply{To: msg.From, ID: msg.ID, Body: out})
+}
+
+// packReply hands r to the sender; false when the sender stopped or its queue is full.
+func (n *Node) packReply(r packedReply) bool {
+	n.repMu.Lock()
+	defer n.repMu.Unlock()
+	if n.repClosed {
+		return false
+	}
+	select {
+	case n.replies <- r:
+		return true
+	default:
+		return false
+	}
+}
+
+// reply sends r alone on its node's channel (through cluster_mail when large), even while the
+// node is closing.
+func (n *Node) reply(r packedReply) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(n.ctx), 5*time.Second)
 	defer cancel()
-	if err := n.notify(ctx, nodeChannel(msg.From), message{T: "rep", ID: msg.ID, Body: out}); err != nil {
-		n.log.Warn("cluster: reply to a forwarded request", "to", msg.From, "err", err)
+	if err := n.notify(ctx, nodeChannel(r.To), message{T: "rep", ID: r.ID, Body: r.Body}); err != nil {
+		n.log.Warn("cluster: reply to a forwarded request", "to", r.To, "err", err)
+	}
+}
+
+// deliver hands a reply to the forwarded request waiting for it, if any still waits.
+func (n *Node) deliver(msg message) {
+	n.waitMu.Lock()
+	reply := n.waiting[msg.ID]
+	n.waitMu.Unlock()
+	if reply != nil {
+		select {
+		case reply <- msg:
+		default:
+		}
 	}
 }
 
@@ -710,43 +773,17 @@ func (n *Node) receive(note *pgconn.Notification) {
 		n.wg.Add(1)
 		go n.serve(msg)
 	case "rep":
-		n.waitMu.Lock()
-		reply := n.waiting[msg.ID]
-		n.waitMu.Unlock()
-		if reply != nil {
-			select {
-			case reply <- msg:
-			default:
+		n.deliver(msg)
+	case "ev", "evs", "reps":
+		if msg.T != "reps" {
+			n.receiveEvents(msg, in)
+		}
+		// The replies after the events they follow: a request's answer reaches its caller
+		// once the events it produced are published here.
+		for _, r := range msg.Reps {
+			if r.To == n.id {
+				n.deliver(message{T: "rep", From: msg.From, ID: r.ID, Body: r.Body})
 			}
-		}
-	case "ev", "evs":
-		body, err := n.body(n.ctx, msg, false)
-		if err != nil {
-			n.log.Warn("cluster: event", "err", err)
-			n.hub.Resync(msg.Conv)
-			return
-		}
-		var events []wireEvent
-		if msg.T == "ev" {
-			events = make([]wireEvent, 1)
-			err = json.Unmarshal(body, &events[0])
-		} else {
-			err = json.Unmarshal(body, &events)
-		}
-		if err != nil {
-			n.log.Warn("cluster: undecodable event", "err", err)
-			n.hub.Resync(msg.Conv)
-			return
-		}
-		for i, w := range events {
-			e := w.Event
-			e.Entries = w.Entries
-			// The sender runs the conversation's actor: a hint of its owner, which saves the
-			// next request landing here the claim's round trip.
-			if in != nil && in.Owned != nil && (i == 0 || e.ConversationID != events[i-1].ConversationID) {
-				in.Owned(e.ConversationID, msg.From)
-			}
-			n.hub.Publish(e)
 		}
 	case "resync":
 		n.hub.Resync(msg.Conv)
@@ -759,6 +796,38 @@ func (n *Node) receive(note *pgconn.Notification) {
 			in.Rescan()
 		}
 	case "hello":
+	}
+}
+
+// receiveEvents publishes the events of an ev or evs message to the local subscribers.
+func (n *Node) receiveEvents(msg message, in *agent.Inbound) {
+	body, err := n.body(n.ctx, msg, false)
+	if err != nil {
+		n.log.Warn("cluster: event", "err", err)
+		n.hub.Resync(msg.Conv)
+		return
+	}
+	var events []wireEvent
+	if msg.T == "ev" {
+		events = make([]wireEvent, 1)
+		err = json.Unmarshal(body, &events[0])
+	} else {
+		err = json.Unmarshal(body, &events)
+	}
+	if err != nil {
+		n.log.Warn("cluster: undecodable event", "err", err)
+		n.hub.Resync(msg.Conv)
+		return
+	}
+	for i, w := range events {
+		e := w.Event
+		e.Entries = w.Entries
+		// The sender runs the conversation's actor: a hint of its owner, which saves the next
+		// request landing here the claim's round trip.
+		if in != nil && in.Owned != nil && (i == 0 || e.ConversationID != events[i-1].ConversationID) {
+			in.Owned(e.ConversationID, msg.From)
+		}
+		n.hub.Publish(e)
 	}
 }
 

@@ -54,10 +54,13 @@ func (n *Node) Close() { n.hub.Close() }
 // one round trip. Text deltas are held per conversation and sent at most every deltaEvery,
 // merged (up to deltaMerge bytes each), so streamed text costs a bounded rate of notifications
 // whatever the model's pace; any other event of the conversation sends its held text first, so
-// the order is kept.
+// the order is kept. Replies to forwarded requests (packReply) go in the same notifications,
+// after the events queued before them.
 func (n *Node) send() {
 	defer n.wg.Done()
+	defer n.closeReplies()
 	batch := make([]agent.Event, 0, sendBatch)
+	var reps []packedReply
 	held := map[string]agent.Event{} // conversation → its merged text delta not sent yet
 	flush := n.clock.NewTimer(deltaEvery)
 	flush.Stop()
@@ -65,6 +68,7 @@ func (n *Node) send() {
 	armed := false
 	for {
 		var out []agent.Event
+		batch, reps = batch[:0], reps[:0]
 		select {
 		case <-n.ctx.Done():
 			return
@@ -75,33 +79,86 @@ func (n *Node) send() {
 				delete(held, conv)
 			}
 		case e := <-n.out:
-			batch = append(batch[:0], e)
-		drain:
-			for len(batch) < sendBatch {
-				select {
-				case e := <-n.out:
-					batch = append(batch, e)
-				default:
-					break drain
-				}
+			batch = append(batch, e)
+		case r := <-n.replies:
+			reps = append(reps, r)
+		}
+		// Everything already waiting goes too: the events first, then the replies, which
+		// follow the events their requests produced (queued before them).
+	drain:
+		for len(batch) < sendBatch {
+			select {
+			case e := <-n.out:
+				batch = append(batch, e)
+			default:
+				break drain
 			}
-			out = holdDeltas(batch, held)
+		}
+	replies:
+		for len(reps) < maxServing {
+			select {
+			case r := <-n.replies:
+				reps = append(reps, r)
+			default:
+				break replies
+			}
+		}
+		if len(batch) > 0 {
+			out = append(out, holdDeltas(batch, held)...)
 			if len(held) > 0 && !armed {
 				flush.Reset(deltaEvery)
 				armed = true
 			}
 		}
-		if len(out) == 0 {
+		if len(out) == 0 && len(reps) == 0 {
 			continue
 		}
-		if err := n.sendAll(n.encode(out)); err != nil && n.ctx.Err() == nil {
-			n.log.Warn("cluster: send events", "events", len(out), "err", err)
-			// What was in the batch is lost to the others: their subscribers reload.
+		n.stats.packed.Add(int64(len(reps)))
+		if err := n.sendAll(packReplies(n.encode(out), reps)); err != nil && n.ctx.Err() == nil {
+			n.log.Warn("cluster: send events", "events", len(out), "replies", len(reps), "err", err)
+			// What was in the batch is lost to the others: their subscribers reload, and the
+			// forwarded requests whose replies were in it time out and ask again.
 			n.dropMu.Lock()
 			n.dropAll = true
 			n.dropMu.Unlock()
 		}
 	}
+}
+
+// closeReplies stops packing replies once the sender ends, and sends the ones still queued
+// on their own.
+func (n *Node) closeReplies() {
+	n.repMu.Lock()
+	n.repClosed = true
+	n.repMu.Unlock()
+	for {
+		select {
+		case r := <-n.replies:
+			n.reply(r)
+		default:
+			return
+		}
+	}
+}
+
+// packReplies adds reps to msgs: into the last packed events while they fit under maxPack,
+// the rest into reps messages of their own.
+func packReplies(msgs []message, reps []packedReply) []message {
+	size := 0
+	last := -1
+	if k := len(msgs) - 1; k >= 0 && msgs[k].T == "evs" {
+		last, size = k, len(msgs[k].Body)
+	}
+	for _, r := range reps {
+		need := len(r.Body) + len(r.To) + 48 // {"to":…,"id":…,"body":…} around the body
+		if last < 0 || size+need > maxPack {
+			msgs = append(msgs, message{T: "reps"})
+			last, size = len(msgs)-1, 0
+		}
+		msgs[last].Reps = append(msgs[last].Reps, r)
+		size += need
+	}
+	return msgs
 }
 
 // holdDeltas returns the events of batch to send now, in order, and keeps its text deltas in

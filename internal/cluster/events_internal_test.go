@@ -96,3 +96,43 @@ func TestEncodePacksEvents(t *testing.T) {
 		t.Fatal("the oversized event kept its entries")
 	}
 }
+
+// Replies ride in the last packed events while they fit, after them; the rest go in reps
+// messages of their own, each under the payload bound.
+func TestPackRepliesAfterEvents(t *testing.T) {
+	n := New(Config{})
+	msgs := n.encode([]agent.Event{{ConversationID: "x", Seq: 1, Type: agent.EventMessage, Text: "hi"}})
+	rep := func(id uint64, size int) packedReply {
+		return packedReply{To: "b", ID: id, Body: json.RawMessage(`"` + strings.Repeat("r", size) + `"`)}
+	}
+	out := packReplies(msgs, []packedReply{rep(1, 10), rep(2, 10)})
+	if len(out) != 1 || out[0].T != "evs" || len(out[0].Reps) != 2 || out[0].Reps[0].ID != 1 {
+		t.Fatalf("small replies with one event: %+v", out)
+	}
+	// Replies alone, or too many to fit beside the events.
+	if out := packReplies(nil, []packedReply{rep(1, 10)}); len(out) != 1 || out[0].T != "reps" {
+		t.Fatalf("a reply without events: %+v", out)
+	}
+	var many []packedReply
+	for i := range 20 {
+		many = append(many, rep(uint64(i+1), maxPackedReply-100))
+	}
+	out = packReplies(n.encode([]agent.Event{{ConversationID: "x", Seq: 1, Type: agent.EventMessage}}), many)
+	got := 0
+	for _, m := range out {
+		got += len(m.Reps)
+		plain, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(plain) > maxPayload {
+			t.Errorf("a %s message of %d bytes is over the payload bound %d", m.T, len(plain), maxPayload)
+		}
+	}
+	if got != len(many) || len(out) < 2 {
+		t.Fatalf("%d replies in %d messages, want %d in several", got, len(out), len(many))
+	}
+	if out[0].T != "evs" || out[0].Reps[0].ID != 1 || out[len(out)-1].Reps[len(out[len(out)-1].Reps)-1].ID != 20 {
+		t.Fatalf("order: %+v", out)
+	}
+}
