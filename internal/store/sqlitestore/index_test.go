@@ -241,7 +241,6 @@ func TestUpgradeFromVersion7KeepsTheIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, q := range []string{
-		`DROP INDEX conversations_unindexed`,
 		`ALTER TABLE conversations DROP COLUMN indexed_seq`,
 		`CREATE TRIGGER entries_search_ai AFTER INSERT ON entries WHEN new.type IN ('user_message', 'assistant_message') BEGIN
 	INSERT INTO message_text (conversation_id, seq, body) VALUES (new.conversation_id, new.seq,
@@ -300,5 +299,41 @@ func TestCloseStopsTheIndexer(t *testing.T) {
 	}
 	if _, err := s.d.readPending(context.Background(), pendingAnySQL, 1); err == nil {
 		t.Fatal("the file is still open after Close")
+	}
+}
+
+// When more appends than maxHints wait for the background indexer, the hints it dropped are
+// not lost: that round looks through every conversation. The hints here name conversations
+// that do not exist (deleted ones look the same), which the round skips.
+func TestIndexerScansWhenItsHintsOverflow(t *testing.T) {
+	s, fc := openFake(t, filepath.Join(t.TempDir(), "parley.db"))
+	ctx := t.Context()
+	conv := func(title string) store.Conversation {
+		c, err := s.CreateConversation(ctx, store.Conversation{OwnerID: "ana", Title: title})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	first, second, unhinted := conv("first"), conv("second"), conv("unhinted")
+	waitForIndexer(t, fc)
+	fc.Advance(indexDelay) // the round Open asks for
+	// Once the indexer waits again, for the round this append asks for, the first is done.
+	appendMessage(t, s, first.ID, 0, "zebras")
+	waitForIndexer(t, fc)
+	// The log moves with no hint (Core.Append is the append without it), then the queue fills.
+	if _, err := s.Core.Append(ctx, unhinted.ID, 0, store.Batch{Entries: []store.Entry{{Type: store.EntryUserMessage, Actor: "ana",
+		Data: []byte(`{"text":"lions"}`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range maxHints {
+		s.ix.appended(fmt.Sprint("missing-", i))
+	}
+	fc.Advance(indexDelay)
+	appendMessage(t, s, second.ID, 0, "tigers")
+	waitForIndexer(t, fc)
+	// (The round may or may not see the last append: it is only there to say the round ended.)
+	if n := count(t, s, fmt.Sprintf(`SELECT count(*) FROM message_text WHERE conversation_id IN ('%s', '%s')`, first.ID, unhinted.ID)); n != 2 {
+		t.Fatalf("indexed rows of the hinted and the unhinted conversation after the round = %d, want 2", n)
 	}
 }

@@ -57,14 +57,11 @@ CREATE TABLE conversations (
 	created_at INTEGER NOT NULL,
 	updated_at INTEGER NOT NULL,
 	-- The log's entries up to here are in the search index (message_text, below); an append only
-	-- moves last_seq past it, which puts the conversation into conversations_unindexed.
+	-- moves last_seq past it.
 	indexed_seq INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX conversations_owner ON conversations (owner_id);
 CREATE INDEX conversations_active ON conversations (status) WHERE status <> 'idle';
--- The conversations with messages not yet indexed for search, by owner: a search indexes its
--- owner's first; the background indexer takes any.
-CREATE INDEX conversations_unindexed ON conversations (owner_id) WHERE last_seq > indexed_seq;
 
 CREATE TABLE entries (
 	conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
@@ -201,7 +198,9 @@ CREATE TABLE usage (
 -- many per transaction, by the next search of the owner (before it reads: search stays
 -- read-your-writes) or by the background indexer shortly after the append, whichever comes
 -- first; indexed_seq moves in the same transaction as the rows it covers, so nothing appended
--- is missed after a crash. Version 7 and before wrote the row in the append's own statement
+-- is missed after a crash. No index lists the pending conversations: one would cost every
+-- append a page (a search checks its owner's rows; the indexer is told of appends in memory
+-- and looks through the table on start). Version 7 and before wrote the row in the append's own statement
 -- (a trigger on entries), which cost a message's append about one more commit's worth of work
 -- (FTS5 flushing a new segment at every commit; docs/benchmarks.md). Deleting a conversation
 -- cascades to message_text, whose trigger takes the rows out of the index, and takes its

@@ -153,8 +153,7 @@ CREATE INDEX notify_outbox_due ON notify_outbox (next_attempt_at);`,
 	// is logged so far is indexed already: every conversation starts indexed up to its log.
 	8: `DROP TRIGGER entries_search_ai;
 ALTER TABLE conversations ADD COLUMN indexed_seq INTEGER NOT NULL DEFAULT 0;
-UPDATE conversations SET indexed_seq = last_seq;
-CREATE INDEX conversations_unindexed ON conversations (owner_id) WHERE last_seq > indexed_seq;`,
+UPDATE conversations SET indexed_seq = last_seq;`,
 }
 
 // busyTimeout is how long a statement waits for another handle's write lock.
@@ -230,7 +229,6 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		o(s)
 	}
 	s.ix = newIndexer(d, s.Clock, s.log)
-	d.ix = s.ix
 	s.ix.start()
 	return s, nil
 }
@@ -242,6 +240,16 @@ func (s *Store) Close() error {
 		s.closeErr = s.DB.Close()
 	})
 	return s.closeErr
+}
+
+// Append implements store.Store (sqlcore.Core.Append) and leaves the messages it logged to
+// the search indexer (index.go).
+func (s *Store) Append(ctx context.Context, conversationID string, afterSeq int64, b store.Batch) (int64, error) {
+	seq, err := s.Core.Append(ctx, conversationID, afterSeq, b)
+	if err == nil && len(b.Entries) > 0 {
+		s.ix.appended(conversationID)
+	}
+	return seq, err
 }
 
 // FindConversations implements store.Store: it first indexes the owner's messages appended
@@ -320,7 +328,6 @@ type db struct {
 	pool *sql.DB  // the writer's pool: one connection, which w holds
 	w    *writer  // every write
 	r    *sql.DB  // the read-only pool
-	ix   *indexer // told of every committed transaction
 	qs   sync.Map // PostgreSQL-style query → SQLite-style query
 }
 
@@ -470,7 +477,6 @@ func (t *sqlTx) Commit(ctx context.Context) error {
 		_, _ = t.d.w.exec(context.WithoutCancel(ctx), rollbackSQL, nil) // "no transaction is active" when the COMMIT ended it
 		return mapErr(err)
 	}
-	t.d.ix.notify() // an append leaves its messages for the indexer
 	return nil
 }
 

@@ -137,7 +137,6 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	// Put the file back at version 1: the old outbox table, holding one message; tokens without
 	// scope or expiry, no invitations, no search index.
 	for _, q := range []string{
-		`DROP INDEX conversations_unindexed`,
 		`ALTER TABLE conversations DROP COLUMN indexed_seq`,
 		`DROP TRIGGER entries_search_ad`,
 		`DROP TABLE message_search`,
