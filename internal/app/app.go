@@ -178,7 +178,7 @@ func OpenStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, 
 		}
 		return st, nil
 	}
-	st, err := sqlitestore.Open(ctx, cfg.sqlitePath())
+	st, err := sqlitestore.Open(ctx, cfg.sqlitePath(), sqlitestore.WithLogger(log))
 	if err != nil {
 		return nil, err
 	}

@@ -55,7 +55,10 @@ CREATE TABLE conversations (
 	status     TEXT NOT NULL,
 	last_seq   INTEGER NOT NULL,
 	created_at INTEGER NOT NULL,
-	updated_at INTEGER NOT NULL
+	updated_at INTEGER NOT NULL,
+	-- The log's entries up to here are in the search index (message_text, below); an append only
+	-- moves last_seq past it.
+	indexed_seq INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX conversations_owner ON conversations (owner_id);
 CREATE INDEX conversations_active ON conversations (status) WHERE status <> 'idle';
@@ -189,10 +192,20 @@ CREATE TABLE usage (
 
 -- Search over messages (store.FindConversations; PostgreSQL's twin is migration 009): the text
 -- of each user and assistant message (its first 100 000 characters, the excerpt markers
--- removed), written by a trigger in the statement that appends the entry, so in the append's
--- transaction, and an FTS5 index over it kept by triggers (external content). Deleting a
--- conversation cascades to message_text, whose trigger takes the rows out of the index.
--- unicode61 without diacritics removal folds case and nothing else, as PostgreSQL's 'simple'.
+-- removed) and an FTS5 index over it kept by triggers (external content). Since version 8 the
+-- text is written OUTSIDE the append's transaction (index.go): an append moves the
+-- conversation's last_seq past its indexed_seq, and the entries in between are copied here,
+-- many per transaction, by the next search of the owner (before it reads: search stays
+-- read-your-writes) or by the background indexer shortly after the append, whichever comes
+-- first; indexed_seq moves in the same transaction as the rows it covers, so nothing appended
+-- is missed after a crash. No index lists the pending conversations: one would cost every
+-- append a page (a search checks its owner's rows; the indexer is told of appends in memory
+-- and looks through the table on start). Version 7 and before wrote the row in the append's own statement
+-- (a trigger on entries), which cost a message's append about one more commit's worth of work
+-- (FTS5 flushing a new segment at every commit; docs/benchmarks.md). Deleting a conversation
+-- cascades to message_text, whose trigger takes the rows out of the index, and takes its
+-- unindexed entries with it. unicode61 without diacritics removal folds case and nothing
+-- else, as PostgreSQL's 'simple'.
 CREATE TABLE message_text (
 	id              INTEGER PRIMARY KEY,
 	conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
@@ -207,10 +220,6 @@ CREATE TRIGGER message_text_ai AFTER INSERT ON message_text BEGIN
 END;
 CREATE TRIGGER message_text_ad AFTER DELETE ON message_text BEGIN
 	INSERT INTO message_search (message_search, rowid, body) VALUES ('delete', old.id, old.body);
-END;
-CREATE TRIGGER entries_search_ai AFTER INSERT ON entries WHEN new.type IN ('user_message', 'assistant_message') BEGIN
-	INSERT INTO message_text (conversation_id, seq, body) VALUES (new.conversation_id, new.seq,
-		substr(replace(replace(coalesce(json_extract(CAST(new.data AS TEXT), '$.text'), ''), char(2), ''), char(3), ''), 1, 100000));
 END;
 CREATE TRIGGER entries_search_ad AFTER DELETE ON entries WHEN old.type IN ('user_message', 'assistant_message') BEGIN
 	DELETE FROM message_text WHERE conversation_id = old.conversation_id AND seq = old.seq;

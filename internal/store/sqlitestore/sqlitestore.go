@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,7 +37,7 @@ import (
 //go:embed schema.sql
 var schema string
 
-const schemaVersion = 7
+const schemaVersion = 8
 
 // upgrades bring a file from the version before each (the key) to that version; each runs in the
 // migration's transaction.
@@ -148,6 +149,11 @@ CREATE TABLE notify_outbox (
 	last_error      TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX notify_outbox_due ON notify_outbox (next_attempt_at);`,
+	// 7 → 8: messages are indexed for search outside the append's transaction (index.go). What
+	// is logged so far is indexed already: every conversation starts indexed up to its log.
+	8: `DROP TRIGGER entries_search_ai;
+ALTER TABLE conversations ADD COLUMN indexed_seq INTEGER NOT NULL DEFAULT 0;
+UPDATE conversations SET indexed_seq = last_seq;`,
 }
 
 // busyTimeout is how long a statement waits for another handle's write lock.
@@ -159,6 +165,9 @@ const readers = 4
 // Store is the embedded store.Store.
 type Store struct {
 	sqlcore.Core
+	d         *db
+	ix        *indexer
+	log       *slog.Logger
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -170,6 +179,10 @@ type Option func(*Store)
 
 // WithClock sets the clock that stamps rows and decides session expiry (default: the wall clock).
 func WithClock(c clock.Clock) Option { return func(s *Store) { s.Clock = c } }
+
+// WithLogger sets where the background search indexer reports a failed round (default:
+// nowhere; the entries stay pending and the next search indexes them or reports the error).
+func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.log = l } }
 
 // Open opens or creates the database file at path (creating its directory), applies the schema
 // and returns the store. Only one process may use the file at a time.
@@ -209,17 +222,44 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	}
 	r.SetMaxOpenConns(readers)
 	r.SetMaxIdleConns(readers)
-	s := &Store{Core: sqlcore.Core{DB: &db{pool: w, w: wr, r: r}, Clock: clock.Real{}, Dialect: sqlcore.Dialect{FindSQL: findSQL, Match: ftsMatch}}}
+	d := &db{pool: w, w: wr, r: r}
+	s := &Store{Core: sqlcore.Core{DB: d, Clock: clock.Real{}, Dialect: sqlcore.Dialect{FindSQL: findSQL, Match: ftsMatch}}, d: d,
+		log: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		o(s)
 	}
+	s.ix = newIndexer(d, s.Clock, s.log)
+	s.ix.start()
 	return s, nil
 }
 
-// Close closes the file. Closing twice is harmless.
+// Close stops the background indexer and closes the file. Closing twice is harmless.
 func (s *Store) Close() error {
-	s.closeOnce.Do(func() { s.closeErr = s.DB.Close() })
+	s.closeOnce.Do(func() {
+		s.ix.close()
+		s.closeErr = s.DB.Close()
+	})
 	return s.closeErr
+}
+
+// Append implements store.Store (sqlcore.Core.Append) and leaves the messages it logged to
+// the search indexer (index.go).
+func (s *Store) Append(ctx context.Context, conversationID string, afterSeq int64, b store.Batch) (int64, error) {
+	seq, err := s.Core.Append(ctx, conversationID, afterSeq, b)
+	if err == nil && len(b.Entries) > 0 {
+		s.ix.appended(conversationID)
+	}
+	return seq, err
+}
+
+// FindConversations implements store.Store: it first indexes the owner's messages appended
+// since they were last indexed (index.go), so that it finds every message appended before it
+// was called, then searches.
+func (s *Store) FindConversations(ctx context.Context, ownerID, query string, limit int) ([]store.SearchHit, error) {
+	if err := s.d.indexOwner(ctx, ownerID); err != nil {
+		return nil, fmt.Errorf("find conversations: %w", err)
+	}
+	return s.Core.FindConversations(ctx, ownerID, query, limit)
 }
 
 // SchemaVersion implements store.Store: have is the file's PRAGMA user_version, want the

@@ -137,7 +137,7 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	// Put the file back at version 1: the old outbox table, holding one message; tokens without
 	// scope or expiry, no invitations, no search index.
 	for _, q := range []string{
-		`DROP TRIGGER entries_search_ai`,
+		`ALTER TABLE conversations DROP COLUMN indexed_seq`,
 		`DROP TRIGGER entries_search_ad`,
 		`DROP TABLE message_search`,
 		`DROP TABLE message_text`,
@@ -223,6 +223,9 @@ func TestSearchIndexFollowsDeletes(t *testing.T) {
 		Data: []byte(`{"text":"zebras and lions"}`)}}}); err != nil {
 		t.Fatal(err)
 	}
+	if hits, err := s.FindConversations(ctx, "ana", "zebras", 0); err != nil || len(hits) != 1 { // indexes before it reads
+		t.Fatalf("search = %v %+v", err, hits)
+	}
 	count := func() (n int64) {
 		t.Helper()
 		rows, err := s.DB.Query(ctx, `SELECT (SELECT count(*) FROM message_text) + (SELECT count(*) FROM message_search WHERE message_search MATCH 'zebras')`)
@@ -238,7 +241,7 @@ func TestSearchIndexFollowsDeletes(t *testing.T) {
 		return n
 	}
 	if n := count(); n != 2 {
-		t.Fatalf("indexed rows after the append = %d, want 2", n)
+		t.Fatalf("indexed rows after the append and a search = %d, want 2", n)
 	}
 	if err := s.DeleteConversation(ctx, c.ID, store.AuditRecord{ActorID: "ana", Action: "delete_conversation"}); err != nil {
 		t.Fatal(err)

@@ -86,6 +86,15 @@ func (w *writer) exec(ctx context.Context, q string, args []any) (sql.Result, er
 	return w.conn.ExecContext(ctx, q, args...)
 }
 
+// queryRow reads one row on the connection, prepared when it can be: Scan closes the row's
+// result set before the statement can run again. With the turn.
+func (w *writer) queryRow(ctx context.Context, q string, args []any, dest ...any) error {
+	if st := w.stmt(ctx, q); st != nil {
+		return st.QueryRowContext(ctx, args...).Scan(dest...)
+	}
+	return w.conn.QueryRowContext(ctx, q, args...).Scan(dest...)
+}
+
 // close waits for the write in progress, then closes the statements and gives the connection
 // back to its pool; later writes get errClosed.
 func (w *writer) close() error {
