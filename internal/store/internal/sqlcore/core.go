@@ -939,11 +939,17 @@ func (c *Core) ListPending(ctx context.Context, f store.PendingFilter) ([]store.
 // ---- timers, steps, outbox, audit ----
 
 // ScheduleExpiry implements store.Store: it replaces the call's timer and drops any claim on it.
+// The timer is inserted beside its conversation's row, read under Dialect.KeyShare: a
+// conversation that does not exist (or is deleted first) gets none, and is store.ErrNotFound.
 func (c *Core) ScheduleExpiry(ctx context.Context, e store.Expiry) error {
-	if _, err := c.DB.Exec(ctx, `INSERT INTO expiries (conversation_id, tool_call_id, at) VALUES ($1,$2,$3)
+	n, err := c.DB.Exec(ctx, `INSERT INTO expiries (conversation_id, tool_call_id, at) SELECT id, $2, $3 FROM conversations WHERE id = $1 `+c.Dialect.KeyShare+`
 		ON CONFLICT (conversation_id, tool_call_id) DO UPDATE SET at = excluded.at, claimed_until = NULL`,
-		e.ConversationID, e.ToolCallID, ts(e.At)); err != nil {
+		e.ConversationID, e.ToolCallID, ts(e.At))
+	if err != nil {
 		return fmt.Errorf("schedule expiry of call %q: %w", e.ToolCallID, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("schedule expiry of call %q: conversation %q: %w", e.ToolCallID, e.ConversationID, store.ErrNotFound)
 	}
 	return nil
 }
