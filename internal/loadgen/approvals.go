@@ -528,10 +528,12 @@ func dbCounters(ctx context.Context, admin *pgx.Conn, db string) (xacts, tups in
 	return xacts, tups
 }
 
-// backendsCPU reads the CPU so far of each backend connected to db (by PID).
+// backendsCPU reads the CPU so far of each client backend connected to db (by PID). An
+// autovacuum worker is left out: one that happened to be on the database at the end and not at
+// the start was counted with its whole life.
 func backendsCPU(ctx context.Context, admin *pgx.Conn, db string) map[int]time.Duration {
 	out := map[int]time.Duration{}
-	rows, err := admin.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = $1`, db)
+	rows, err := admin.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend'`, db)
 	if err != nil {
 		return out
 	}
