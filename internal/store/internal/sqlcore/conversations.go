@@ -31,16 +31,11 @@ func (c *Core) SetConversationTitle(ctx context.Context, id, title string, onlyI
 	return false, nil
 }
 
-// DeleteConversation implements store.Store: the conversation's row goes, then its log, calls,
-// timers and steps (childTables), in one transaction; its cluster ownership goes
-// with the row (ON DELETE CASCADE); the audit trail and the outbox stay, and audit is added to
-// the trail in the same transaction.
-//
-// The row is deleted first, which takes its lock: on PostgreSQL, whose log tables have no
-// foreign key (migration 014), an append holds that lock from its sequence check to its commit,
-// so one in flight commits first and its rows are deleted below (each statement reads what is
-// committed when it starts), and one that comes later finds no conversation and writes nothing.
-// On SQLite the keys cascade and these deletes find nothing left.
+// DeleteConversation implements store.Store: the conversation's row goes, and with it its log,
+// calls, timers and steps (on PostgreSQL by the trigger of migration 014, which runs after the
+// row is locked and deleted, so an append in flight commits first and its rows go too; on SQLite
+// by ON DELETE CASCADE) and its cluster ownership; the audit trail and the outbox stay, and audit
+// is added to the trail in the same transaction.
 func (c *Core) DeleteConversation(ctx context.Context, id string, audit store.AuditRecord) error {
 	at := c.now()
 	if !audit.At.IsZero() {
@@ -54,11 +49,6 @@ func (c *Core) DeleteConversation(ctx context.Context, id string, audit store.Au
 		if n == 0 {
 			return store.ErrNotFound
 		}
-		for _, table := range childTables {
-			if _, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE conversation_id = $1`, id); err != nil {
-				return fmt.Errorf("delete from %s: %w", table, err)
-			}
-		}
 		audit.ConversationID, audit.At = id, at
 		return c.writeAudit(ctx, tx, []store.AuditRecord{audit}) // chained like every record
 	})
@@ -67,11 +57,6 @@ func (c *Core) DeleteConversation(ctx context.Context, id string, audit store.Au
 	}
 	return nil
 }
-
-// childTables are the tables whose rows belong to one conversation and go with it: the ones an
-// append writes. DeleteConversation deletes their rows itself (PostgreSQL keeps no foreign key
-// from them to conversations, migration 014).
-var childTables = []string{"entries", "tool_calls", "expiries", "steps"}
 
 // SearchConversations implements store.Store: the owner's conversations whose title holds
 // query, ignoring case (the database's lower(): every letter on PostgreSQL, ASCII letters on
