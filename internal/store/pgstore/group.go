@@ -238,10 +238,9 @@ func (s *Store) commitGroup(ctx context.Context, live []*appendReq) {
 		r.done <- s.sendAppend(r.ctx, []*appendReq{r})
 		return
 	}
-	// In conversation order, the per-append statements take their rows in one order. The merged
-	// UPDATE's order is the planner's, so two groups racing for the same conversations (only
-	// several processes do) can deadlock; PostgreSQL then aborts one, whose appends are rerun
-	// one at a time below.
+	// In conversation order, parley_append locks their rows in one order, so two groups racing
+	// for the same conversations (only several processes do) wait rather than deadlock; should
+	// PostgreSQL abort one anyway, its appends are rerun one at a time below.
 	slices.SortStableFunc(live, func(a, b *appendReq) int { return strings.Compare(a.conv, b.conv) })
 	gctx, cancel := context.WithTimeout(ctx, groupTimeout)
 	err := s.sendAppend(gctx, live)
@@ -271,13 +270,15 @@ func (s *Store) commitGroup(ctx context.Context, live []*appendReq) {
 }
 
 // sendAppend writes the appends as one pipelined batch, which PostgreSQL runs as a single
-// implicit transaction: the sequence checks (which raise on a conflict), then the writes; an
-// error anywhere rolls back all of it. Appends to distinct conversations are merged into one
-// statement per table (sqlcore.PlanMerged); otherwise each append's statements run in turn.
+// implicit transaction: parley_append (migration 015) makes each append's sequence check (raising
+// on a conflict) and writes its entries, calls and expiries; steps, grants and notifications
+// follow, and the audit records go last; an error anywhere rolls back all of it. Appends to
+// distinct conversations share one call and one statement per table; otherwise each append's
+// statements run in turn.
 func (s *Store) sendAppend(ctx context.Context, rs []*appendReq) error {
 	var batch pgx.Batch
 	var audit [][]any // every append's audit records, inserted chained last
-	if len(rs) > 1 && distinctConversations(rs) {
+	queue := func(rs []*appendReq) {
 		n := len(rs)
 		convs, afters, lasts, ats, statuses := make([]string, n), make([]int64, n), make([]int64, n), make([]time.Time, n), make([]string, n)
 		writes := make([]sqlcore.Writes, n)
@@ -285,21 +286,19 @@ func (s *Store) sendAppend(ctx context.Context, rs []*appendReq) error {
 			convs[i], afters[i], ats[i], statuses[i] = r.conv, r.afterSeq, r.now, r.batch.Status
 			lasts[i] = r.afterSeq + int64(len(r.batch.Entries))
 			writes[i] = sqlcore.PlanWrites(r.conv, r.afterSeq, r.now, r.batch)
-			audit = append(audit, writes[i].Audit...)
 		}
-		batch.Queue(`SELECT parley_advance_all($1, $2, $3, $4, $5)`, convs, afters, lasts, ats, statuses)
-		for _, st := range sqlcore.PlanMerged(writes) {
+		m := sqlcore.MergeWrites(writes)
+		batch.Queue(appendSQL, append([]any{convs, afters, lasts, ats, statuses}, sqlcore.AppendWritesArgs(m)...)...)
+		for _, st := range sqlcore.PlanMergedRest(m) {
 			batch.Queue(st.SQL, st.Args...)
 		}
+		audit = append(audit, m.Audit...)
+	}
+	if len(rs) > 1 && distinctConversations(rs) {
+		queue(rs)
 	} else {
 		for _, r := range rs {
-			last := r.afterSeq + int64(len(r.batch.Entries))
-			batch.Queue(`SELECT parley_advance($1, $2, $3, $4, $5)`, r.conv, r.afterSeq, last, r.now, r.batch.Status)
-			stmts, recs := sqlcore.PlanBatchAudit(r.conv, r.afterSeq, r.now, r.batch)
-			for _, st := range stmts {
-				batch.Queue(st.SQL, st.Args...)
-			}
-			audit = append(audit, recs...)
+			queue([]*appendReq{r})
 		}
 	}
 	if len(audit) > 0 {
@@ -318,6 +317,18 @@ func (s *Store) sendAppend(ctx context.Context, rs []*appendReq) error {
 	}
 	return nil
 }
+
+// appendSQL calls parley_append (migration 015): the appends' sequence checks, then the columns
+// of their entries, calls and expiries (sqlcore.AppendWritesArgs).
+var appendSQL = func() string {
+	var b strings.Builder
+	b.WriteString(`SELECT parley_append($1::text[], $2::bigint[], $3::bigint[], $4::timestamptz[], $5::text[]`)
+	for i, t := range sqlcore.AppendWritesTypes() {
+		fmt.Fprintf(&b, ", $%d::%s", i+6, t)
+	}
+	b.WriteString(")")
+	return b.String()
+}()
 
 // auditAppendSQL inserts audit records already placed in the hash chain, one array per column
 // in the order of sqlcore's audit rows (migration 013): one row version each, where an insert

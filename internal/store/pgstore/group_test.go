@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"parley/internal/store"
+	"parley/internal/store/internal/sqlcore"
 	"parley/internal/store/pgtest"
 )
 
@@ -220,7 +221,32 @@ func TestGroupCommitAbandonedAppendWritesNothing(t *testing.T) {
 // conversations, and compares every row they left.
 func TestMergedGroupWritesWhatSingleAppendsWrite(t *testing.T) {
 	ctx := t.Context()
-	s, ids := groupFixture(t, 6, WithCommitters(0))
+	s, ids := groupFixture(t, 9, WithCommitters(0))
+	// reference writes an append as the statements both stores share (sqlcore.PlanBatch, as
+	// sqlcore.Core.Append runs them), which parley_append must match.
+	reference := func(conv string, after int64, b store.Batch, now time.Time) {
+		t.Helper()
+		tx, err := s.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		tag, err := tx.Exec(ctx, sqlcore.AdvanceSQL, after+int64(len(b.Entries)), now, b.Status, conv, after)
+		if err != nil || tag.RowsAffected() != 1 {
+			t.Fatalf("advance %s: %v, %d rows", conv, err, tag.RowsAffected())
+		}
+		for _, st := range sqlcore.PlanBatch(conv, after, now, b) {
+			if _, err := tx.Exec(ctx, st.SQL, st.Args...); err != nil {
+				t.Fatalf("%s: %v", st.SQL, err)
+			}
+		}
+		if _, err := tx.Exec(ctx, chainSQL); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 	now := time.Date(2030, 1, 2, 3, 4, 5, 6000, time.UTC)
 	due := now.Add(time.Hour)
 	retry := now.Add(time.Minute)
@@ -261,7 +287,7 @@ func TestMergedGroupWritesWhatSingleAppendsWrite(t *testing.T) {
 	// same keys must leave its expiry and step alone.
 	quiet := second
 	quiet.Cancel, quiet.DoneSteps = nil, nil
-	grouped, single := ids[:3], ids[3:]
+	grouped, single, ref := ids[:3], ids[3:6], ids[6:]
 	for step, batches := range [][]store.Batch{{first, first, first}, {second, second, quiet}} {
 		var group []*appendReq
 		for i := range grouped {
@@ -275,6 +301,7 @@ func TestMergedGroupWritesWhatSingleAppendsWrite(t *testing.T) {
 			if err := s.sendAppend(ctx, []*appendReq{r}); err != nil {
 				t.Fatal(err)
 			}
+			reference(ref[i], after, b, now)
 		}
 		s.commitGroup(ctx, take(group, 0))
 		for _, r := range group {
@@ -319,6 +346,9 @@ func TestMergedGroupWritesWhatSingleAppendsWrite(t *testing.T) {
 		got, want := dump(grouped[i]), dump(single[i])
 		if got != want {
 			t.Fatalf("merged group wrote\n%s\nsingle appends wrote\n%s", got, want)
+		}
+		if want := dump(ref[i]); got != want {
+			t.Fatalf("parley_append wrote\n%s\nthe shared statements wrote\n%s", got, want)
 		}
 		if !strings.Contains(got, `"tool_call_id": "c3", "claimed_until": null`) || !strings.Contains(got, `"last_seq": 6`) ||
 			strings.Count(got, `"seq"`) != 8 {

@@ -72,7 +72,7 @@ func Open(ctx context.Context, databaseURL string, logger *slog.Logger, opts ...
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{
-		Core:       sqlcore.Core{Dialect: sqlcore.Dialect{SkipLocked: "FOR UPDATE SKIP LOCKED", ChainSQL: chainSQL, FindSQL: findSQL, Match: tsMatch}, Clock: clock.Real{}},
+		Core:       sqlcore.Core{Dialect: sqlcore.Dialect{SkipLocked: "FOR UPDATE SKIP LOCKED", KeyShare: "FOR KEY SHARE", ChainSQL: chainSQL, FindSQL: findSQL, Match: tsMatch}, Clock: clock.Real{}},
 		committers: -1, // half the pool, decided once its size is known
 	}
 	for _, o := range opts {
@@ -116,7 +116,7 @@ func Open(ctx context.Context, databaseURL string, logger *slog.Logger, opts ...
 }
 
 // Append implements store.Store with the rules of sqlcore.Core.Append, in one round trip: the
-// sequence check (parley_advance, which raises on a conflict) and every write are sent as one
+// sequence check (parley_append, which raises on a conflict) and every write are sent as one
 // pipelined batch, which PostgreSQL runs as a single implicit transaction — an error anywhere
 // rolls back all of it. Appends that arrive together share that transaction (group.go). A
 // caller's context ending while its append waits for a connection returns ctx.Err() with nothing
@@ -398,9 +398,9 @@ func mapErr(err error) error {
 		case "23505": // unique_violation
 			return fmt.Errorf("%w: %w", store.ErrConflict, err)
 		case "23503", // foreign_key_violation
-			"P0002": // no_data_found, raised by parley_advance for a missing conversation
+			"P0002": // no_data_found, raised by parley_append for a missing conversation
 			return fmt.Errorf("%w: %w", store.ErrNotFound, err)
-		case "PY409": // parley_advance: another writer moved the log first
+		case "PY409": // parley_append: another writer moved the log first
 			return fmt.Errorf("%w: %w", store.ErrConflict, err)
 		}
 	}

@@ -65,9 +65,10 @@ func testRenameDeleteSearch(t *testing.T, open Opener) {
 		t.Errorf("SearchConversations with limit 2 = %d rows", len(got))
 	}
 
-	// Delete: the log, calls and timers go; the audit trail keeps what it had and the deletion.
+	// Delete: the log, calls, timers and steps go; the audit trail keeps what it had and the deletion.
 	b2 := callBatch("call_1")
 	b2.Schedule = []store.Expiry{{ToolCallID: "call_1", At: time.Now().Add(time.Hour)}}
+	b2.Steps = []store.Step{{Key: "tool:call_1", Attempts: 1, LastError: "timeout"}}
 	b2.Audit = []store.AuditRecord{{ToolCallID: "call_1", Tool: "send_email", ActorID: "ana", Action: "approve"}}
 	must(s.Append(ctx, b.ID, 0, b2))(t)
 	if err := s.DeleteConversation(ctx, b.ID, store.AuditRecord{ActorID: "ana", Action: "delete_conversation", Reason: "Quarterly REPORT 100%"}); err != nil {
@@ -83,6 +84,9 @@ func testRenameDeleteSearch(t *testing.T, open Opener) {
 	}
 	if due := must(s.ClaimDueExpiries(ctx, time.Now().Add(2*time.Hour), time.Minute, 10))(t); len(due) != 0 {
 		t.Errorf("a deleted conversation's timer is still due: %+v", due)
+	}
+	if steps := must(s.Steps(ctx, b.ID))(t); len(steps) != 0 {
+		t.Errorf("a deleted conversation has %d steps", len(steps))
 	}
 	audit := must(s.ListAudit(ctx, store.AuditFilter{ConversationID: b.ID}))(t)
 	if len(audit) != 2 || audit[0].Action != "delete_conversation" || audit[0].ActorID != "ana" || audit[1].Action != "approve" {

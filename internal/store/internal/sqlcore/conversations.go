@@ -31,9 +31,11 @@ func (c *Core) SetConversationTitle(ctx context.Context, id, title string, onlyI
 	return false, nil
 }
 
-// DeleteConversation implements store.Store: the conversation's row goes, and with it (ON
-// DELETE CASCADE) its log, calls, timers, steps and cluster ownership; the audit trail and the
-// outbox stay, and audit is added to the trail in the same transaction.
+// DeleteConversation implements store.Store: the conversation's row goes, and with it its log,
+// calls, timers and steps (on PostgreSQL by the trigger of migration 014, which runs after the
+// row is locked and deleted, so an append in flight commits first and its rows go too; on SQLite
+// by ON DELETE CASCADE) and its cluster ownership; the audit trail and the outbox stay, and audit
+// is added to the trail in the same transaction.
 func (c *Core) DeleteConversation(ctx context.Context, id string, audit store.AuditRecord) error {
 	at := c.now()
 	if !audit.At.IsZero() {

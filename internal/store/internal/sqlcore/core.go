@@ -749,14 +749,6 @@ func PlanWrites(conv string, afterSeq int64, now time.Time, b store.Batch) Write
 // the rules), stamped now, in the order they must run; its audit records are inserted last and
 // left for the caller to chain.
 func PlanBatch(conv string, afterSeq int64, now time.Time, b store.Batch) []Stmt {
-	out, audit := PlanBatchAudit(conv, afterSeq, now, b)
-	return insertMany(out, auditInsert, "", audit)
-}
-
-// PlanBatchAudit is PlanBatch without the audit records' insert: it returns their rows instead
-// (in the column order of the audit insert), for a store that inserts them already chained
-// (pgstore).
-func PlanBatchAudit(conv string, afterSeq int64, now time.Time, b store.Batch) ([]Stmt, [][]any) {
 	r := PlanWrites(conv, afterSeq, now, b)
 	var out []Stmt
 	out = insertMany(out, entriesInsert, "", r.Entries)
@@ -773,15 +765,31 @@ func PlanBatchAudit(conv string, afterSeq int64, now time.Time, b store.Batch) (
 	out = insertMany(out, stepsInsert, stepsUpsert, r.Steps)
 	out = insertMany(out, grantsInsert, "", r.Grants)
 	out = insertMany(out, notifyInsert, "", r.Notify)
-	return out, r.Audit
+	return insertMany(out, auditInsert, "", r.Audit)
 }
 
-// PlanMerged returns the statements that write the rows of several appends — at most one per
-// conversation, their sequence checks already made — one statement per table whatever the
-// number of rows: each column travels as one array and unnest turns the arrays back into rows,
-// so the statements' text never changes and stays prepared. The audit records are left out (the
-// Writes' Audit rows): the caller inserts them chained. PostgreSQL only.
-func PlanMerged(rs []Writes) []Stmt {
+// PlanMergedRest returns the statements that write what parley_append (migration 015) does not —
+// steps, grants and notifications — for the writes of several appends (MergeWrites), their
+// sequence checks already made: one statement per table whatever the number of rows, each
+// column travelling as one array that unnest turns back into rows, so the statements' text never
+// changes and stays prepared. The audit records are left out: the caller inserts them chained.
+// PostgreSQL only.
+func PlanMergedRest(m Writes) []Stmt {
+	var out []Stmt
+	add := func(sql string, types []string, rows [][]any) {
+		if len(rows) > 0 {
+			out = append(out, Stmt{strings.Replace(sql, "UNNEST", unnest(types), 1), columns(rows, len(types))})
+		}
+	}
+	add(`DELETE FROM steps WHERE (conversation_id, key) IN (SELECT * FROM UNNEST)`, []string{"text", "text"}, m.DoneSteps)
+	add(stepsInsert+` SELECT * FROM UNNEST `+stepsUpsert, []string{"text", "text", "bigint", "timestamptz", "text", "timestamptz"}, m.Steps)
+	add(grantsInsert+` SELECT * FROM UNNEST`, grantTypes, m.Grants)
+	add(notifyInsert+` SELECT * FROM UNNEST`, []string{"text", "text", "timestamptz", "timestamptz"}, m.Notify)
+	return out
+}
+
+// MergeWrites is the rows of several appends' writes together, table by table, in their order.
+func MergeWrites(rs []Writes) Writes {
 	var m Writes
 	for _, r := range rs {
 		m.Entries = append(m.Entries, r.Entries...)
@@ -790,24 +798,39 @@ func PlanMerged(rs []Writes) []Stmt {
 		m.Schedule = append(m.Schedule, r.Schedule...)
 		m.DoneSteps = append(m.DoneSteps, r.DoneSteps...)
 		m.Steps = append(m.Steps, r.Steps...)
+		m.Audit = append(m.Audit, r.Audit...)
 		m.Grants = append(m.Grants, r.Grants...)
 		m.Notify = append(m.Notify, r.Notify...)
 	}
-	var out []Stmt
-	add := func(sql string, types []string, rows [][]any) {
-		if len(rows) > 0 {
-			out = append(out, Stmt{strings.Replace(sql, "UNNEST", unnest(types), 1), columns(rows, len(types))})
+	return m
+}
+
+// The columns' types of the entries, tool_calls and expiries inserts, in their order.
+var (
+	entryTypes  = []string{"text", "bigint", "text", "text", "text", "json", "timestamptz"}
+	callTypes   = []string{"text", "text", "text", "text", "text", "text", "text", "text", "json", "json", "json", "timestamptz", "bigint", "timestamptz", "timestamptz"}
+	expiryTypes = []string{"text", "text", "timestamptz"}
+)
+
+// AppendWritesArgs are the arrays parley_append (migration 015) takes after the appends' own:
+// the columns of m's entries, tool calls, expiries to cancel and expiries to schedule, of the
+// types AppendWritesTypes names.
+func AppendWritesArgs(m Writes) []any {
+	var out []any
+	out = append(out, columns(m.Entries, len(entryTypes))...)
+	out = append(out, columns(m.Calls, len(callTypes))...)
+	out = append(out, columns(m.Cancel, 2)...)
+	return append(out, columns(m.Schedule, len(expiryTypes))...)
+}
+
+// AppendWritesTypes are the array types of AppendWritesArgs, in order.
+func AppendWritesTypes() []string {
+	var out []string
+	for _, ts := range [][]string{entryTypes, callTypes, {"text", "text"}, expiryTypes} {
+		for _, t := range ts {
+			out = append(out, t+"[]")
 		}
 	}
-	add(entriesInsert+` SELECT * FROM UNNEST`, []string{"text", "bigint", "text", "text", "text", "json", "timestamptz"}, m.Entries)
-	add(callsInsert+` SELECT * FROM UNNEST `+callsUpsert, []string{"text", "text", "text", "text", "text", "text", "text", "text",
-		"json", "json", "json", "timestamptz", "bigint", "timestamptz", "timestamptz"}, m.Calls)
-	add(`DELETE FROM expiries WHERE (conversation_id, tool_call_id) IN (SELECT * FROM UNNEST)`, []string{"text", "text"}, m.Cancel)
-	add(expiriesInsert+` SELECT * FROM UNNEST `+expiriesUpsert, []string{"text", "text", "timestamptz"}, m.Schedule)
-	add(`DELETE FROM steps WHERE (conversation_id, key) IN (SELECT * FROM UNNEST)`, []string{"text", "text"}, m.DoneSteps)
-	add(stepsInsert+` SELECT * FROM UNNEST `+stepsUpsert, []string{"text", "text", "bigint", "timestamptz", "text", "timestamptz"}, m.Steps)
-	add(grantsInsert+` SELECT * FROM UNNEST`, grantTypes, m.Grants)
-	add(notifyInsert+` SELECT * FROM UNNEST`, []string{"text", "text", "timestamptz", "timestamptz"}, m.Notify)
 	return out
 }
 
@@ -939,11 +962,17 @@ func (c *Core) ListPending(ctx context.Context, f store.PendingFilter) ([]store.
 // ---- timers, steps, outbox, audit ----
 
 // ScheduleExpiry implements store.Store: it replaces the call's timer and drops any claim on it.
+// The timer is inserted beside its conversation's row, read under Dialect.KeyShare: a
+// conversation that does not exist (or is deleted first) gets none, and is store.ErrNotFound.
 func (c *Core) ScheduleExpiry(ctx context.Context, e store.Expiry) error {
-	if _, err := c.DB.Exec(ctx, `INSERT INTO expiries (conversation_id, tool_call_id, at) VALUES ($1,$2,$3)
+	n, err := c.DB.Exec(ctx, `INSERT INTO expiries (conversation_id, tool_call_id, at) SELECT id, $2, $3 FROM conversations WHERE id = $1 `+c.Dialect.KeyShare+`
 		ON CONFLICT (conversation_id, tool_call_id) DO UPDATE SET at = excluded.at, claimed_until = NULL`,
-		e.ConversationID, e.ToolCallID, ts(e.At)); err != nil {
+		e.ConversationID, e.ToolCallID, ts(e.At))
+	if err != nil {
 		return fmt.Errorf("schedule expiry of call %q: %w", e.ToolCallID, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("schedule expiry of call %q: conversation %q: %w", e.ToolCallID, e.ConversationID, store.ErrNotFound)
 	}
 	return nil
 }

@@ -70,6 +70,11 @@ type Dialect struct {
 	// SkipLocked is appended to the SELECT that picks due expiries: "FOR UPDATE SKIP LOCKED" on
 	// PostgreSQL, empty on SQLite where the single writer already serializes claims.
 	SkipLocked string
+	// KeyShare locks the conversation row that ScheduleExpiry reads before inserting beside it:
+	// "FOR KEY SHARE" on PostgreSQL, whose log tables have no foreign key (migration 014), so
+	// that a deletion of the conversation waits for the insert and then deletes its row; empty on
+	// SQLite, whose single writer serializes the two and whose key refuses the row anyway.
+	KeyShare string
 	// ChainSQL chains a transaction's new audit records (governance.go): "SELECT
 	// parley_chain_audit()" on PostgreSQL, whose function serializes writers with an advisory
 	// lock; empty on SQLite, where Core chains them in Go under the single writer's lock.
