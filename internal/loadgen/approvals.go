@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -75,6 +76,11 @@ type Phase struct {
 	PgOwnCPU   time.Duration // only the backends connected to this run's database, from their schedstat (ns)
 	Xacts      int64         // write transactions on the server during the phase (transaction IDs assigned; host-wide)
 	TupWritten int64         // tup_inserted+tup_updated+tup_deleted of this run's database
+	// LoadCPU is this process's CPU: the clients, the fake model and the webhook receiver.
+	LoadCPU time.Duration
+	// MachineBusy is the CPU time every core of the machine spent not idle during the phase
+	// (/proc/stat: everything on the host), out of MachineCPU (the wall time times the cores).
+	MachineBusy, MachineCPU time.Duration
 	// Tables is the work per table in the phase (pg_stat_user_tables): scans and rows written.
 	Tables map[string]TableStats
 }
@@ -117,6 +123,8 @@ func (r ApprovalsReport) Print(w io.Writer) {
 		per(p1.ServerCPU, p1.Latency.Count), per(p1.PgCPU, p1.Latency.Count), per(p2.ServerCPU, p2.Latency.Count), per(p2.PgCPU, p2.Latency.Count))
 	fmt.Fprintf(w, "#   postgres CPU of this database's backends only: phase 1 %.3f ms, phase 2 %.3f ms per call\n",
 		per(p1.PgOwnCPU, p1.Latency.Count), per(p2.PgOwnCPU, p2.Latency.Count))
+	fmt.Fprintf(w, "#   machine in phase 2: load generator (clients, fake model, webhook receiver) %.2f ms per approval; all cores %.0f%% busy, %.2f ms of CPU per approval on the host\n",
+		per(p2.LoadCPU, p2.Latency.Count), 100*float64(p2.MachineBusy)/float64(max(1, p2.MachineCPU)), per(p2.MachineBusy, p2.Latency.Count))
 	fmt.Fprintf(w, "#   server system calls per approval (phase 2): %.1f writes, %.1f reads\n",
 		float64(p2.SyscallsW)/float64(max(1, p2.Latency.Count)), float64(p2.SyscallsR)/float64(max(1, p2.Latency.Count)))
 	fmt.Fprintf(w, "#   database per approval (phase 2): %.2f write transactions (host-wide), %.2f rows written\n",
@@ -224,10 +232,13 @@ func RunApprovals(ctx context.Context, cfg ApprovalsConfig) (ApprovalsReport, er
 		_, t0 := dbCounters(ctx, admin, dbName)
 		r0, w0 := procSyscalls(srv.pid)
 		s0, pg0 := procCPU(srv.pid), postgresCPU()
+		l0, busy0 := procCPU(os.Getpid()), machineBusy()
 		start := time.Now()
 		run()
 		p.Wall = time.Since(start)
 		p.ServerCPU, p.PgCPU = procCPU(srv.pid)-s0, postgresCPU()-pg0
+		p.LoadCPU, p.MachineBusy = procCPU(os.Getpid())-l0, machineBusy()-busy0
+		p.MachineCPU = p.Wall * time.Duration(runtime.NumCPU())
 		r1, w1 := procSyscalls(srv.pid)
 		p.SyscallsR, p.SyscallsW = r1-r0, w1-w0
 		p.PgOwnCPU = cpuSince(own0, backendsCPU(ctx, admin, dbName))
@@ -567,6 +578,29 @@ func cpuSince(before, now map[int]time.Duration) time.Duration {
 		sum += t - before[pid]
 	}
 	return sum
+}
+
+// machineBusy is the CPU time all cores spent not idle since boot (/proc/stat's cpu line:
+// every field but idle and iowait, in clock ticks of 10 ms; guest time is already in user).
+func machineBusy() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0
+	}
+	var busy uint64
+	for i, v := range f[1:min(len(f), 9)] { // user nice system idle iowait irq softirq steal
+		if i == 3 || i == 4 {
+			continue
+		}
+		n, _ := strconv.ParseUint(v, 10, 64)
+		busy += n
+	}
+	return time.Duration(busy) * 10 * time.Millisecond
 }
 
 // procCPU is a process's utime+stime from /proc/PID/stat (clock ticks of 10 ms), 0 if gone.
