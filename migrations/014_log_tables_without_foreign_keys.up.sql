@@ -16,6 +16,14 @@
 --     (FOR KEY SHARE) so that a deletion waits for it.
 -- conversation_owners keeps its key and cascade: it is written when a process claims a
 -- conversation, not per append. The embedded store (sqlitestore/schema.sql) keeps its keys.
+--
+-- Dropping a key locks its table and conversations (ACCESS EXCLUSIVE), table by table; an append
+-- of a binary still running from before this migration locks conversations first, then entries.
+-- The tables are locked here at once, conversations first (the appends' order), so the two cannot
+-- deadlock; waiting longer than lock_timeout fails the migration (55P03), which is retried
+-- (applyMigrations) rather than left holding every append behind it.
+SET LOCAL lock_timeout = '5s';
+LOCK TABLE conversations, entries, tool_calls, expiries, steps IN ACCESS EXCLUSIVE MODE;
 ALTER TABLE entries DROP CONSTRAINT entries_conversation_id_fkey;
 ALTER TABLE tool_calls DROP CONSTRAINT tool_calls_conversation_id_fkey;
 ALTER TABLE expiries DROP CONSTRAINT expiries_conversation_id_fkey;

@@ -2,13 +2,17 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"parley/internal/store"
@@ -114,22 +118,59 @@ func applyMigrations(ctx context.Context, pool *pgxpool.Pool, ms []migration, lo
 		if m.version <= current {
 			continue
 		}
-		tx, err := conn.Begin(ctx)
-		if err != nil {
-			return fmt.Errorf("migration %s: %w", m.name, err)
-		}
-		if _, err := tx.Exec(ctx, m.sql); err != nil {
-			_ = tx.Rollback(ctx) // the migration's error is the one to report
-			return fmt.Errorf("migration %s: %w", m.name, err)
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.version, m.name); err != nil {
-			_ = tx.Rollback(ctx) // as above
-			return fmt.Errorf("migration %s: record version: %w", m.name, err)
-		}
-		if err := tx.Commit(ctx); err != nil {
-			return fmt.Errorf("migration %s: commit: %w", m.name, err)
+		for attempt := 1; ; attempt++ {
+			err := applyOne(ctx, conn.Conn(), m)
+			if err == nil {
+				break
+			}
+			if !lockContention(err) || attempt == migrationAttempts {
+				return err
+			}
+			// The running processes' writes held a table the migration locks: it waited its
+			// lock_timeout and gave way (or was picked to end a deadlock). Try again shortly.
+			logger.Warn("migration waited for locks; trying again", "name", m.name, "attempt", attempt, "err", err)
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("migration %s: %w", m.name, ctx.Err())
+			case <-time.After(time.Duration(attempt) * migrationRetryWait):
+			}
 		}
 		logger.Info("applied migration", "version", m.version, "name", m.name)
 	}
 	return nil
+}
+
+// migrationAttempts bounds how often a migration that lost a lock wait is tried; migrationRetryWait
+// is the pause after the first failure, growing by as much after each.
+const (
+	migrationAttempts  = 5
+	migrationRetryWait = time.Second
+)
+
+// applyOne runs one migration and records its version in a transaction of its own.
+func applyOne(ctx context.Context, conn *pgx.Conn, m migration) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("migration %s: %w", m.name, err)
+	}
+	if _, err := tx.Exec(ctx, m.sql); err != nil {
+		_ = tx.Rollback(ctx) // the migration's error is the one to report
+		return fmt.Errorf("migration %s: %w", m.name, err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.version, m.name); err != nil {
+		_ = tx.Rollback(ctx) // as above
+		return fmt.Errorf("migration %s: record version: %w", m.name, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("migration %s: commit: %w", m.name, err)
+	}
+	return nil
+}
+
+// lockContention reports whether err is a lock wait the migration gave up (lock_not_available,
+// raised by its lock_timeout) or a deadlock PostgreSQL broke by aborting it: nothing of it was
+// written, and it may succeed once the running writes have moved on.
+func lockContention(err error) bool {
+	pe, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && (pe.Code == "55P03" || pe.Code == "40P01")
 }

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -329,5 +330,63 @@ func TestReadyNamesSchemaDrift(t *testing.T) {
 		if st.want == nil && err != nil || st.want != nil && !errors.Is(err, st.want) {
 			t.Fatalf("after %q: Ready = %v, want %v", st.sql, err, st.want)
 		}
+	}
+}
+
+// TestMigration014WaitsForRunningAppends: migration 014 locks the log tables while a binary from
+// before it may still be appending (conversations first, then entries). An append transaction
+// held open past the migration's lock_timeout makes it give way, and it is tried again, and
+// applied, once the append commits — no deadlock, and no failed start.
+func TestMigration014WaitsForRunningAppends(t *testing.T) {
+	url := pgtest.NewURL(t)
+	pool, err := connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ms, err := loadMigrations(migrationsFS())
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(ms, func(m migration) bool { return m.version == 14 })
+	if i < 0 {
+		t.Fatal("no migration 14")
+	}
+	if err := applyMigrations(t.Context(), pool, ms[:i], nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(t.Context(), `INSERT INTO users (id, name, role, created_at) VALUES ('u', 'u', 'member', now());
+		INSERT INTO conversations (id, owner_id, title, status, last_seq, created_at, updated_at) VALUES ('c', 'u', '', 'idle', 0, now(), now())`); err != nil {
+		t.Fatal(err)
+	}
+	// An older binary's append in flight: its sequence check holds the conversation's row, its
+	// entry the entries table, until it commits 5.5 s later (past the migration's 5 s wait).
+	tx, err := pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(t.Context(), `UPDATE conversations SET last_seq = 1 WHERE id = 'c'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(t.Context(), `INSERT INTO entries (conversation_id, seq, type, tool_call_id, actor, data, created_at) VALUES ('c', 1, 'user_message', '', 'u', '{"text":"hi"}', now())`); err != nil {
+		t.Fatal(err)
+	}
+	committed := make(chan error, 1)
+	go func() {
+		time.Sleep(5500 * time.Millisecond)
+		committed <- tx.Commit(context.Background())
+	}()
+	if err := applyMigrations(t.Context(), pool, ms, nil); err != nil {
+		t.Fatalf("migrating past 014 beside an open append: %v", err)
+	}
+	if err := <-committed; err != nil {
+		t.Fatalf("the append that was in flight: %v", err)
+	}
+	var version, entries int
+	if err := pool.QueryRow(t.Context(), `SELECT max(version), (SELECT count(*) FROM entries) FROM schema_migrations`).Scan(&version, &entries); err != nil {
+		t.Fatal(err)
+	}
+	if version != ms[len(ms)-1].version || entries != 1 {
+		t.Fatalf("version %d, %d entries; want %d and the append's one entry", version, entries, ms[len(ms)-1].version)
 	}
 }
