@@ -59,7 +59,11 @@ const maxHints = 1024
 
 // messageBodySQL is a message's searchable text from its entry's data: the text, the excerpt
 // markers (\x02, \x03) removed, cut at 100 000 characters. Upgrade 6 wrote it the same way.
-const messageBodySQL = `substr(replace(replace(coalesce(json_extract(CAST(data AS TEXT), '$.text'), ''), char(2), ''), char(3), ''), 1, 100000)`
+//
+// Data that is not JSON (Append refuses it; a file written otherwise may hold some) indexes as
+// no text rather than failing the indexing transaction, which would stall every conversation
+// indexed with it and every search of its owner.
+const messageBodySQL = `CASE WHEN json_valid(CAST(data AS TEXT)) THEN substr(replace(replace(coalesce(json_extract(CAST(data AS TEXT), '$.text'), ''), char(2), ''), char(3), ''), 1, 100000) ELSE '' END`
 
 const (
 	// indexRangeSQL copies a conversation's messages in (?2, ?3] into message_text. A row that

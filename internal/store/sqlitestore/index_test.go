@@ -337,3 +337,34 @@ func TestIndexerScansWhenItsHintsOverflow(t *testing.T) {
 		t.Fatalf("indexed rows of the hinted and the unhinted conversation after the round = %d, want 2", n)
 	}
 }
+
+// A message whose data is not JSON never reaches the file through Append (it is refused), but a
+// file may hold one (written otherwise): it indexes as no text, and the owner's searches and the
+// other messages indexed with it go on.
+func TestDataThatIsNotJSONDoesNotStallIndexing(t *testing.T) {
+	s, _ := openFake(t, filepath.Join(t.TempDir(), "parley.db"))
+	c, err := s.CreateConversation(t.Context(), store.Conversation{OwnerID: "ana", Title: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(t.Context(), c.ID, 0, store.Batch{Entries: []store.Entry{{Type: store.EntryUserMessage, Actor: "ana", Data: []byte(`{"text":"hello`)}}}); err == nil {
+		t.Fatal("Append took data that is not JSON")
+	}
+	seq := appendMessage(t, s, c.ID, 0, "zebras and lions")
+	if _, err := s.DB.Exec(t.Context(), `INSERT INTO entries (conversation_id, seq, type, tool_call_id, actor, data, created_at) VALUES (?, ?, 'user_message', '', 'ana', CAST('{"text":"broken' AS BLOB), 0)`, c.ID, seq+1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DB.Exec(t.Context(), `UPDATE conversations SET last_seq = ? WHERE id = ?`, seq+1, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	appendMessage(t, s, c.ID, seq+1, "giraffes")
+	if hits := find(t, s, "ana", "zebras"); len(hits) != 1 || hits[0].ID != c.ID {
+		t.Fatalf("search beside a message that is not JSON = %+v", hits)
+	}
+	if hits := find(t, s, "ana", "giraffes"); len(hits) != 1 {
+		t.Fatalf("the message after it = %+v", hits)
+	}
+	if n := count(t, s, countPending); n != 0 {
+		t.Fatalf("%d conversations left pending", n)
+	}
+}

@@ -245,6 +245,13 @@ func (s *Store) Close() error {
 // Append implements store.Store (sqlcore.Core.Append) and leaves the messages it logged to
 // the search indexer (index.go).
 func (s *Store) Append(ctx context.Context, conversationID string, afterSeq int64, b store.Batch) (int64, error) {
+	// An entry's data is JSON, as PostgreSQL's json column insists; SQLite stores any bytes, and
+	// the search indexer reads messages' data as JSON later, outside this append (index.go).
+	for i, e := range b.Entries {
+		if len(e.Data) > 0 && !json.Valid(e.Data) {
+			return 0, fmt.Errorf("append to conversation %q: entry %d (%s): data is not valid JSON", conversationID, i, e.Type)
+		}
+	}
 	seq, err := s.Core.Append(ctx, conversationID, afterSeq, b)
 	if err == nil && len(b.Entries) > 0 {
 		s.ix.appended(conversationID)

@@ -521,6 +521,10 @@ func testAppendAndLog(t *testing.T, open Opener) {
 	}
 	_, err := s.Append(ctx, "nope", 0, store.Batch{Entries: []store.Entry{entry(store.EntryUserMessage, "", `{}`)}})
 	wantErr(t, err, store.ErrNotFound, "Append to a missing conversation")
+	// Data that is not JSON is refused, with nothing of the batch written.
+	if _, err := s.Append(ctx, c.ID, 4, store.Batch{Entries: []store.Entry{entry(store.EntryUserMessage, "", `{}`), entry(store.EntryUserMessage, "", `{"text":"hello`)}}); err == nil {
+		t.Fatal("Append of data that is not JSON succeeded")
+	}
 
 	log := must(s.Log(ctx, c.ID, 0))(t)
 	if len(log) != 4 {
