@@ -137,7 +137,7 @@ type Node struct {
 
 	serving chan struct{} // semaphore of forwarded requests being served
 
-	stats struct{ notifications, forwarded, served, packed, heartbeats, claims, deafRestarts atomic.Int64 }
+	stats struct{ notifications, forwarded, served, packed, direct, heartbeats, claims, deafRestarts atomic.Int64 }
 
 	// The heartbeat pings the node's own channel with each beat (pingSent, in the same
 	// statement) and the listener records the pings it hears (pingHeard): a listener
@@ -192,7 +192,8 @@ type Stats struct {
 	Notifications int64 // NOTIFY payloads sent (events, control messages, requests, replies)
 	Forwarded     int64 // requests forwarded to another process
 	Served        int64 // requests served for another process
-	PackedReplies int64 // replies to forwarded requests sent with events (not alone)
+	PackedReplies int64 // replies to forwarded requests sent in the notification of events
+	DirectReplies int64 // replies sent alone on the caller's channel (large, queue full, closing, or an older caller)
 	Heartbeats    int64 // heartbeat writes
 	Claims        int64 // claims asked of the database (a request that landed here without an owner hint)
 	DeafRestarts  int64 // listener restarts because it stopped hearing the node's own pings
@@ -201,7 +202,7 @@ type Stats struct {
 // Stats returns the node's counters.
 func (n *Node) Stats() Stats {
 	return Stats{Notifications: n.stats.notifications.Load(), Forwarded: n.stats.forwarded.Load(),
-		Served: n.stats.served.Load(), PackedReplies: n.stats.packed.Load(), Heartbeats: n.stats.heartbeats.Load(), Claims: n.stats.claims.Load(),
+		Served: n.stats.served.Load(), PackedReplies: n.stats.packed.Load(), DirectReplies: n.stats.direct.Load(), Heartbeats: n.stats.heartbeats.Load(), Claims: n.stats.claims.Load(),
 		DeafRestarts: n.stats.deafRestarts.Load()}
 }
 
@@ -559,6 +560,7 @@ func (n *Node) packReply(r packedReply) bool {
 // reply sends r alone on its node's channel (through cluster_mail when large), even while the
 // node is closing.
 func (n *Node) reply(r packedReply) {
+	n.stats.direct.Add(1)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(n.ctx), 5*time.Second)
 	defer cancel()
 	if err := n.notify(ctx, nodeChannel(r.To), message{T: "rep", ID: r.ID, Body: r.Body}); err != nil {

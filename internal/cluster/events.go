@@ -55,12 +55,13 @@ func (n *Node) Close() { n.hub.Close() }
 // merged (up to deltaMerge bytes each), so streamed text costs a bounded rate of notifications
 // whatever the model's pace; any other event of the conversation sends its held text first, so
 // the order is kept. Replies to forwarded requests (packReply) go in the same notifications,
-// after the events queued before them.
+// after the events queued before them (text deltas still held may follow a reply: they are
+// hints, and the next event of their conversation sends them first).
 func (n *Node) send() {
 	defer n.wg.Done()
 	defer n.closeReplies()
 	batch := make([]agent.Event, 0, sendBatch)
-	var reps []packedReply
+	var reps []packedReply           // replies to send, carried while events queued before them wait
 	held := map[string]agent.Event{} // conversation → its merged text delta not sent yet
 	flush := n.clock.NewTimer(deltaEvery)
 	flush.Stop()
@@ -68,9 +69,12 @@ func (n *Node) send() {
 	armed := false
 	for {
 		var out []agent.Event
-		batch, reps = batch[:0], reps[:0]
+		batch = batch[:0]
 		select {
 		case <-n.ctx.Done():
+			for _, r := range reps {
+				n.reply(r)
+			}
 			return
 		case <-flush.C():
 			armed = false
@@ -83,8 +87,18 @@ func (n *Node) send() {
 		case r := <-n.replies:
 			reps = append(reps, r)
 		}
-		// Everything already waiting goes too: the events first, then the replies, which
-		// follow the events their requests produced (queued before them).
+		// The replies waiting now, then the events: an event published before one of these
+		// replies was queued before it, so it is in this batch — unless the batch fills up,
+		// and then the replies wait for a batch that holds the rest.
+	replies:
+		for len(reps) < 2*maxServing {
+			select {
+			case r := <-n.replies:
+				reps = append(reps, r)
+			default:
+				break replies
+			}
+		}
 	drain:
 		for len(batch) < sendBatch {
 			select {
@@ -94,15 +108,6 @@ func (n *Node) send() {
 				break drain
 			}
 		}
-	replies:
-		for len(reps) < maxServing {
-			select {
-			case r := <-n.replies:
-				reps = append(reps, r)
-			default:
-				break replies
-			}
-		}
 		if len(batch) > 0 {
 			out = append(out, holdDeltas(batch, held)...)
 			if len(held) > 0 && !armed {
@@ -110,17 +115,31 @@ func (n *Node) send() {
 				armed = true
 			}
 		}
-		if len(out) == 0 && len(reps) == 0 {
+		var send []packedReply
+		if len(batch) < sendBatch {
+			send = reps
+		}
+		if len(out) == 0 && len(send) == 0 {
 			continue
 		}
-		n.stats.packed.Add(int64(len(reps)))
-		if err := n.sendAll(packReplies(n.encode(out), reps)); err != nil && n.ctx.Err() == nil {
-			n.log.Warn("cluster: send events", "events", len(out), "replies", len(reps), "err", err)
-			// What was in the batch is lost to the others: their subscribers reload, and the
-			// forwarded requests whose replies were in it time out and ask again.
-			n.dropMu.Lock()
-			n.dropAll = true
-			n.dropMu.Unlock()
+		msgs, packed := packReplies(n.encode(out), send)
+		if err := n.sendAll(msgs); err != nil {
+			if n.ctx.Err() == nil {
+				n.log.Warn("cluster: send events", "events", len(out), "replies", len(send), "err", err)
+				// What was in the batch is lost to the others: their subscribers reload.
+				n.dropMu.Lock()
+				n.dropAll = true
+				n.dropMu.Unlock()
+			}
+			// The replies go alone, as they would have without events (closing included).
+			for _, r := range send {
+				n.reply(r)
+			}
+		} else {
+			n.stats.packed.Add(int64(packed))
+		}
+		if send != nil {
+			reps = reps[:0]
 		}
 	}
 }
@@ -142,9 +161,9 @@ func (n *Node) closeReplies() {
 }
 
 // packReplies adds reps to msgs: into the last packed events while they fit under maxPack,
-// the rest into reps messages of their own.
-func packReplies(msgs []message, reps []packedReply) []message {
-	size := 0
+// the rest into reps messages of their own. It returns how many went with events.
+func packReplies(msgs []message, reps []packedReply) ([]message, int) {
+	size, packed := 0, 0
 	last := -1
 	if k := len(msgs) - 1; k >= 0 && msgs[k].T == "evs" {
 		last, size = k, len(msgs[k].Body)
@@ -156,9 +175,12 @@ func packReplies(msgs []message, reps []packedReply) []message {
 			last, size = len(msgs)-1, 0
 		}
 		msgs[last].Reps = append(msgs[last].Reps, r)
+		if msgs[last].T == "evs" {
+			packed++
+		}
 		size += need
 	}
-	return msgs
+	return msgs, packed
 }
 
 // holdDeltas returns the events of batch to send now, in order, and keeps its text deltas in

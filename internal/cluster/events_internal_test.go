@@ -1,12 +1,20 @@
 package cluster
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"parley/internal/agent"
 	"parley/internal/store"
+	"parley/internal/store/pgstore"
+	"parley/internal/store/pgtest"
 )
 
 func TestHoldDeltas(t *testing.T) {
@@ -105,19 +113,19 @@ func TestPackRepliesAfterEvents(t *testing.T) {
 	rep := func(id uint64, size int) packedReply {
 		return packedReply{To: "b", ID: id, Body: json.RawMessage(`"` + strings.Repeat("r", size) + `"`)}
 	}
-	out := packReplies(msgs, []packedReply{rep(1, 10), rep(2, 10)})
-	if len(out) != 1 || out[0].T != "evs" || len(out[0].Reps) != 2 || out[0].Reps[0].ID != 1 {
+	out, packed := packReplies(msgs, []packedReply{rep(1, 10), rep(2, 10)})
+	if packed != 2 || len(out) != 1 || out[0].T != "evs" || len(out[0].Reps) != 2 || out[0].Reps[0].ID != 1 {
 		t.Fatalf("small replies with one event: %+v", out)
 	}
 	// Replies alone, or too many to fit beside the events.
-	if out := packReplies(nil, []packedReply{rep(1, 10)}); len(out) != 1 || out[0].T != "reps" {
+	if out, packed := packReplies(nil, []packedReply{rep(1, 10)}); packed != 0 || len(out) != 1 || out[0].T != "reps" {
 		t.Fatalf("a reply without events: %+v", out)
 	}
 	var many []packedReply
 	for i := range 20 {
 		many = append(many, rep(uint64(i+1), maxPackedReply-100))
 	}
-	out = packReplies(n.encode([]agent.Event{{ConversationID: "x", Seq: 1, Type: agent.EventMessage}}), many)
+	out, _ = packReplies(n.encode([]agent.Event{{ConversationID: "x", Seq: 1, Type: agent.EventMessage}}), many)
 	got := 0
 	for _, m := range out {
 		got += len(m.Reps)
@@ -135,4 +143,101 @@ func TestPackRepliesAfterEvents(t *testing.T) {
 	if out[0].T != "evs" || out[0].Reps[0].ID != 1 || out[len(out)-1].Reps[len(out[len(out)-1].Reps)-1].ID != 20 {
 		t.Fatalf("order: %+v", out)
 	}
+}
+
+// twoNodes starts b on a fresh database and makes a, a node of the same cluster whose sender
+// the test runs by hand.
+func twoNodes(t *testing.T) (a, b *Node, cleanup func()) {
+	url := pgtest.NewURL(t)
+	st, err := pgstore.Open(context.Background(), url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = New(Config{Pool: st.Pool(), TTL: 1500 * time.Millisecond, SubscriberBuffer: 4096})
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// a: its own pool and the cluster's key, and no goroutines: the test runs its sender itself.
+	a = New(Config{Pool: st.Pool(), TTL: 1500 * time.Millisecond})
+	pool, err := pgxpool.NewWithConfig(context.Background(), st.Pool().Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.pool = pool
+	if err := a.loadKey(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return a, b, func() { a.cancel(); pool.Close(); _ = b.Leave(context.Background()); _ = st.Close() }
+}
+
+// Replies still queued when the node closes are sent alone, whichever of the closing and the
+// queued replies the sender sees first.
+func TestRepliesQueuedAtShutdownAreSent(t *testing.T) {
+	lostTrials := 0
+	const trials = 10
+	for trial := 0; trial < trials; trial++ {
+		a, b, cleanup := twoNodes(t)
+		const k = 5
+		chans := make([]chan message, k)
+		for i := range k {
+			chans[i] = make(chan message, 1)
+			b.waitMu.Lock()
+			b.waiting[uint64(i+1)] = chans[i]
+			b.waitMu.Unlock()
+			if !a.packReply(packedReply{To: b.id, ID: uint64(i + 1), Body: json.RawMessage(`{"ok":true}`)}) {
+				t.Fatal("not packed")
+			}
+		}
+		a.cancel() // Leave: the node closes with the replies queued
+		a.wg.Add(1)
+		a.send()
+		got := 0
+		dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		for _, c := range chans {
+			select {
+			case <-c:
+				got++
+			case <-dctx.Done():
+			}
+		}
+		dcancel()
+		if got < k {
+			lostTrials++
+		}
+		t.Logf("trial %d: %d of %d replies delivered", trial, got, k)
+		cleanup()
+	}
+	if lostTrials > 0 {
+		t.Errorf("replies lost at shutdown in %d of %d trials", lostTrials, trials)
+	}
+}
+
+// A reply does not reach its caller before the events queued before it, even when they are
+// more than one batch.
+func TestReplyFollowsTheEventsQueuedBeforeIt(t *testing.T) {
+	a, b, cleanup := twoNodes(t)
+	defer cleanup()
+	var seen atomic.Int64
+	b.Serve(agent.Inbound{Owned: func(conv, from string) { seen.Add(1) }})
+	const events = 300
+	for i := range events {
+		a.out <- agent.Event{ConversationID: fmt.Sprintf("c%d", i), Seq: 1, Type: agent.EventMessage, Text: "hi"}
+	}
+	rep := make(chan message, 1)
+	b.waitMu.Lock()
+	b.waiting[7] = rep
+	b.waitMu.Unlock()
+	a.replies <- packedReply{To: b.id, ID: 7, Body: json.RawMessage(`{"ok":true}`)}
+	a.wg.Add(1)
+	go a.send()
+	select {
+	case <-rep:
+		if n := seen.Load(); n < events {
+			t.Errorf("the reply arrived after %d of the %d events queued before it", n, events)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("no reply")
+	}
+	a.cancel()
+	a.wg.Wait()
 }
