@@ -28,14 +28,25 @@ func newTracer(ctx context.Context, cfg Config) (*telemetry.Tracer, error) {
 // the server's CPU in the approvals profile). With tracing on, each request carries the
 // traceparent of its model call's span.
 func (a *App) modelClient() *http.Client {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConns = modelIdlePerHost
-	tr.MaxIdleConnsPerHost = modelIdlePerHost
-	if !a.tracer.On() {
-		return &http.Client{Transport: tr}
+	var rt http.RoundTripper = http.DefaultTransport
+	if def, ok := http.DefaultTransport.(*http.Transport); ok {
+		tr := def.Clone()
+		tr.MaxIdleConns = modelIdlePerHost
+		tr.MaxIdleConnsPerHost = modelIdlePerHost
+		// As the providers' SDK clients: a provider that takes the request and never answers
+		// ends the call after this long instead of holding the turn.
+		tr.ResponseHeaderTimeout = modelHeaderTimeout
+		rt = tr
 	}
-	return &http.Client{Transport: telemetry.Transport(tr)}
+	if a.tracer.On() {
+		rt = telemetry.Transport(rt)
+	}
+	return &http.Client{Transport: rt}
 }
+
+// modelHeaderTimeout bounds the wait for a model provider's response headers (the SDKs'
+// default clients use the same).
+const modelHeaderTimeout = 10 * time.Minute
 
 // modelIdlePerHost bounds the idle connections kept to a model provider: about as many as the
 // turns that stream at once on a busy process. More streams than that still run; the
