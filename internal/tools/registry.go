@@ -165,7 +165,7 @@ func openAITools(all []*Tool) []json.RawMessage {
 		b.WriteString(`,"parameters":`)
 		b.Write(t.Parameters())
 		b.WriteString(`}}`)
-		out = append(out, b.Bytes())
+		out = append(out, slices.Clip(b.Bytes())) // shared: no room to append into
 	}
 	return out
 }
@@ -196,7 +196,7 @@ func anthropicTools(all []*Tool) []json.RawMessage {
 		b.WriteString(`,"input_schema":`)
 		b.Write(t.Parameters())
 		b.WriteString(`}`)
-		out = append(out, b.Bytes())
+		out = append(out, slices.Clip(b.Bytes())) // shared: no room to append into
 	}
 	return out
 }
