@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -232,13 +231,15 @@ func RunApprovals(ctx context.Context, cfg ApprovalsConfig) (ApprovalsReport, er
 		_, t0 := dbCounters(ctx, admin, dbName)
 		r0, w0 := procSyscalls(srv.pid)
 		s0, pg0 := procCPU(srv.pid), postgresCPU()
-		l0, busy0 := procCPU(os.Getpid()), machineBusy()
+		l0 := procCPU(os.Getpid())
+		busy0, _ := machineBusy()
 		start := time.Now()
 		run()
 		p.Wall = time.Since(start)
 		p.ServerCPU, p.PgCPU = procCPU(srv.pid)-s0, postgresCPU()-pg0
-		p.LoadCPU, p.MachineBusy = procCPU(os.Getpid())-l0, machineBusy()-busy0
-		p.MachineCPU = p.Wall * time.Duration(runtime.NumCPU())
+		busy1, cores := machineBusy()
+		p.LoadCPU, p.MachineBusy = procCPU(os.Getpid())-l0, busy1-busy0
+		p.MachineCPU = p.Wall * time.Duration(cores)
 		r1, w1 := procSyscalls(srv.pid)
 		p.SyscallsR, p.SyscallsW = r1-r0, w1-w0
 		p.PgOwnCPU = cpuSince(own0, backendsCPU(ctx, admin, dbName))
@@ -580,27 +581,33 @@ func cpuSince(before, now map[int]time.Duration) time.Duration {
 	return sum
 }
 
-// machineBusy is the CPU time all cores spent not idle since boot (/proc/stat's cpu line:
-// every field but idle and iowait, in clock ticks of 10 ms; guest time is already in user).
-func machineBusy() time.Duration {
+// machineBusy is the CPU time all cores spent not idle since boot and how many cores there are
+// (/proc/stat's cpu line: user, nice, system, irq and softirq, in clock ticks of 10 ms — not
+// idle, iowait or steal, the time the hypervisor gave to other machines; guest time is already
+// in user; the cores are its cpuN lines, every core of the host whatever this process's
+// affinity).
+func machineBusy() (time.Duration, int) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0
+		return 0, 0
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
+	lines := strings.Split(string(b), "\n")
+	f := strings.Fields(lines[0])
 	if len(f) < 8 || f[0] != "cpu" {
-		return 0
+		return 0, 0
 	}
 	var busy uint64
-	for i, v := range f[1:min(len(f), 9)] { // user nice system idle iowait irq softirq steal
-		if i == 3 || i == 4 {
-			continue
-		}
-		n, _ := strconv.ParseUint(v, 10, 64)
+	for _, i := range []int{1, 2, 3, 6, 7} { // user nice system irq softirq
+		n, _ := strconv.ParseUint(f[i], 10, 64)
 		busy += n
 	}
-	return time.Duration(busy) * 10 * time.Millisecond
+	cores := 0
+	for _, l := range lines[1:] {
+		if strings.HasPrefix(l, "cpu") {
+			cores++
+		}
+	}
+	return time.Duration(busy) * 10 * time.Millisecond, cores
 }
 
 // procCPU is a process's utime+stime from /proc/PID/stat (clock ticks of 10 ms), 0 if gone.
