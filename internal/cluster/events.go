@@ -59,9 +59,9 @@ func (n *Node) Close() { n.hub.Close() }
 // hints, and the next event of their conversation sends them first).
 func (n *Node) send() {
 	defer n.wg.Done()
-	defer n.closeReplies()
 	batch := make([]agent.Event, 0, sendBatch)
-	var reps []packedReply           // replies to send, carried while events queued before them wait
+	var reps []packedReply // replies to send, carried while events queued before them wait
+	defer func() { n.closeReplies(reps) }()
 	held := map[string]agent.Event{} // conversation → its merged text delta not sent yet
 	flush := n.clock.NewTimer(deltaEvery)
 	flush.Stop()
@@ -72,9 +72,6 @@ func (n *Node) send() {
 		batch = batch[:0]
 		select {
 		case <-n.ctx.Done():
-			for _, r := range reps {
-				n.reply(r)
-			}
 			return
 		case <-flush.C():
 			armed = false
@@ -144,12 +141,15 @@ func (n *Node) send() {
 	}
 }
 
-// closeReplies stops packing replies once the sender ends, and sends the ones still queued
-// on their own.
-func (n *Node) closeReplies() {
+// closeReplies stops packing replies once the sender ends, and sends on their own the ones it
+// carried and those still queued.
+func (n *Node) closeReplies(carried []packedReply) {
 	n.repMu.Lock()
 	n.repClosed = true
 	n.repMu.Unlock()
+	for _, r := range carried {
+		n.reply(r)
+	}
 	for {
 		select {
 		case r := <-n.replies:
