@@ -122,6 +122,22 @@ func (h *Hub) removeLocked(s *sub) {
 	}
 }
 
+// Follows reports whether an event of any of convIDs would reach a subscriber now: one of
+// those conversations' or one of every conversation's.
+func (h *Hub) Follows(convIDs []string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.global) > 0 {
+		return true
+	}
+	for _, c := range convIDs {
+		if len(h.byConv[c]) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // Publish delivers e to the conversation's subscribers and to the global ones.
 func (h *Hub) Publish(e Event) {
 	h.mu.Lock()

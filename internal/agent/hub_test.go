@@ -63,3 +63,25 @@ func TestHubBacklog(t *testing.T) {
 		t.Fatalf("after Close: %d events", len(got))
 	}
 }
+
+// TestHubFollows: whether an event of some conversations would reach anyone, as subscriptions
+// come and go — those conversations' or every conversation's.
+func TestHubFollows(t *testing.T) {
+	h := NewHub(8)
+	if h.Follows([]string{"a", "b"}) {
+		t.Fatal("an empty hub follows a and b")
+	}
+	sa := h.Subscribe("a")
+	if !h.Follows([]string{"b", "a"}) || h.Follows([]string{"b"}) || h.Follows(nil) {
+		t.Fatal("with a subscriber of a: want a followed, b not")
+	}
+	all := h.Subscribe("")
+	if !h.Follows([]string{"b"}) || !h.Follows(nil) {
+		t.Fatal("with a subscriber of every conversation: want b followed")
+	}
+	all.Close()
+	sa.Close()
+	if h.Follows([]string{"a", "b"}) {
+		t.Fatal("after every subscriber left: a or b still followed")
+	}
+}

@@ -15,6 +15,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"crypto/aes"
 	"crypto/cipher"
@@ -137,7 +138,9 @@ type Node struct {
 
 	serving chan struct{} // semaphore of forwarded requests being served
 
-	stats struct{ notifications, forwarded, served, packed, direct, heartbeats, claims, deafRestarts atomic.Int64 }
+	stats struct {
+		notifications, forwarded, served, packed, direct, heartbeats, claims, deafRestarts, undecoded atomic.Int64
+	}
 
 	// The heartbeat pings the node's own channel with each beat (pingSent, in the same
 	// statement) and the listener records the pings it hears (pingHeard): a listener
@@ -197,13 +200,14 @@ type Stats struct {
 	Heartbeats    int64 // heartbeat writes
 	Claims        int64 // claims asked of the database (a request that landed here without an owner hint)
 	DeafRestarts  int64 // listener restarts because it stopped hearing the node's own pings
+	Undecoded     int64 // notifications of events left undecoded: nobody here followed their conversations
 }
 
 // Stats returns the node's counters.
 func (n *Node) Stats() Stats {
 	return Stats{Notifications: n.stats.notifications.Load(), Forwarded: n.stats.forwarded.Load(),
 		Served: n.stats.served.Load(), PackedReplies: n.stats.packed.Load(), DirectReplies: n.stats.direct.Load(), Heartbeats: n.stats.heartbeats.Load(), Claims: n.stats.claims.Load(),
-		DeafRestarts: n.stats.deafRestarts.Load()}
+		DeafRestarts: n.stats.deafRestarts.Load(), Undecoded: n.stats.undecoded.Load()}
 }
 
 // Self implements agent.Cluster.
@@ -452,13 +456,15 @@ func (n *Node) RemoteClients(ctx context.Context, convID string) (int, error) {
 
 // message is one notification's payload.
 type message struct {
-	T    string          `json:"t"`              // req, rep, ev, evs (events packed in an array), ring, left, hello, resync
-	From string          `json:"from,omitempty"` // the sending node
-	N    uint64          `json:"n,omitempty"`    // unique per sender: identical payloads are not folded
-	ID   uint64          `json:"id,omitempty"`   // a request and its reply
-	Conv string          `json:"conv,omitempty"`
-	Body json.RawMessage `json:"body,omitempty"`
-	Mail int64           `json:"mail,omitempty"` // the body is in cluster_mail
+	T    string `json:"t"`              // req, rep, ev, evs (events packed in an array), ring, left, hello, resync
+	From string `json:"from,omitempty"` // the sending node
+	N    uint64 `json:"n,omitempty"`    // unique per sender: identical payloads are not folded
+	ID   uint64 `json:"id,omitempty"`   // a request and its reply
+	Conv string `json:"conv,omitempty"`
+	// Convs, on evs whose events are of several conversations: those conversations.
+	Convs []string        `json:"convs,omitempty"`
+	Body  json.RawMessage `json:"body,omitempty"`
+	Mail  int64           `json:"mail,omitempty"` // the body is in cluster_mail
 	// Pack, on a request: the sender reads replies packed with events (Reps), so the reply may
 	// ride in the notification that carries the events the request produced.
 	Pack bool `json:"pack,omitempty"`
@@ -750,6 +756,11 @@ func (n *Node) receive(note *pgconn.Notification) {
 		n.log.Warn("cluster: refused a notification not sealed by this cluster", "channel", note.Channel)
 		return
 	}
+	// The node's own broadcasts come back to it: most of what this listener decodes is events,
+	// so its own are skipped before decoding.
+	if ownBroadcast(plain, n.id) {
+		return
+	}
 	var msg message
 	if err := json.Unmarshal(plain, &msg); err != nil {
 		n.log.Warn("cluster: undecodable notification", "channel", note.Channel, "err", err)
@@ -801,12 +812,59 @@ func (n *Node) receive(note *pgconn.Notification) {
 	}
 }
 
-// receiveEvents publishes the events of an ev or evs message to the local subscribers.
+// resync tells the local subscribers of the conversations of lost events to reload: conv's,
+// else those of convs, else every subscriber (the conversations are not known).
+func (n *Node) resync(conv string, convs []string) {
+	if conv != "" || len(convs) == 0 {
+		n.hub.Resync(conv)
+		return
+	}
+	for _, c := range convs {
+		n.hub.Resync(c)
+	}
+}
+
+// ownBroadcast reports whether plain is a message sent by node id other than its ping (which
+// its listener must hear), read from the head json.Marshal writes for a message — {"t":…,
+// "from":… in the struct's order — without decoding the rest. Anything else reads as not
+// its own, and is decoded as usual.
+func ownBroadcast(plain []byte, id string) bool {
+	rest, ok := bytes.CutPrefix(plain, []byte(`{"t":"`))
+	if !ok {
+		return false
+	}
+	end := bytes.IndexByte(rest, '"')
+	if end < 0 || string(rest[:end]) == "ping" {
+		return false
+	}
+	rest, ok = bytes.CutPrefix(rest[end:], []byte(`","from":"`))
+	if !ok || len(rest) <= len(id) || rest[len(id)] != '"' {
+		return false
+	}
+	return string(rest[:len(id)]) == id
+}
+
+// receiveEvents publishes the events of an ev or evs message to the local subscribers. Events
+// that no subscriber here follows are not decoded: only their conversations are read, from the
+// message (a sender that does not name them has its events decoded).
 func (n *Node) receiveEvents(msg message, in *agent.Inbound) {
+	convs := msg.Convs
+	if msg.Conv != "" {
+		convs = []string{msg.Conv}
+	}
+	if len(convs) > 0 && !n.hub.Follows(convs) {
+		n.stats.undecoded.Add(1)
+		if in != nil && in.Owned != nil {
+			for _, c := range convs {
+				in.Owned(c, msg.From)
+			}
+		}
+		return
+	}
 	body, err := n.body(n.ctx, msg, false)
 	if err != nil {
 		n.log.Warn("cluster: event", "err", err)
-		n.hub.Resync(msg.Conv)
+		n.resync(msg.Conv, msg.Convs)
 		return
 	}
 	var events []wireEvent
@@ -818,7 +876,7 @@ func (n *Node) receiveEvents(msg message, in *agent.Inbound) {
 	}
 	if err != nil {
 		n.log.Warn("cluster: undecodable event", "err", err)
-		n.hub.Resync(msg.Conv)
+		n.resync(msg.Conv, msg.Convs)
 		return
 	}
 	for i, w := range events {

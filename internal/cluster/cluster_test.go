@@ -722,6 +722,43 @@ func TestNonOwnerAsksNoClaim(t *testing.T) {
 	}
 }
 
+// TestEventsNobodyFollowsAreNotDecoded: a process where nobody follows a conversation leaves
+// its events undecoded, yet still learns its owner from them; once someone there follows it,
+// its events arrive decoded.
+func TestEventsNobodyFollowsAreNotDecoded(t *testing.T) {
+	w := newWorld(t)
+	a, b := w.start(procOptions{}), w.start(procOptions{})
+	conv := a.conversation(w.ann)
+	w.model.Push(llmtest.Calls(llmtest.Call("n1", "note", map[string]any{"text": "milk"})), llmtest.Reply("Noted."))
+	if err := a.m.Send(context.Background(), conv, w.ann, "note milk"); err != nil {
+		t.Fatal(err)
+	}
+	a.await(conv, w.ann, "awaiting n1", awaiting("n1"))
+	deadline := time.Now().Add(5 * time.Second)
+	for b.node.Stats().Undecoded == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("b decoded every event of a conversation nobody there follows")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	sub, err := b.m.Subscribe(context.Background(), conv, w.ann)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	claims := b.node.Stats().Claims
+	if _, err := b.m.Resolve(context.Background(), conv, "n1", agent.Resolution{Decision: "approve"}, w.ann); err != nil {
+		t.Fatalf("approve on b: %v", err)
+	}
+	if got := b.node.Stats().Claims - claims; got != 0 {
+		t.Fatalf("b asked the database for %d claims, want 0 (it knew the owner from the undecoded events)", got)
+	}
+	next(t, sub, "the final answer on b", func(e agent.Event) bool {
+		return e.Type == agent.EventMessage && strings.Contains(e.Text, "Noted.")
+	})
+}
+
 // TestForwardedRequestKeepsItsTrace: a resolve that lands on a non-owner is forwarded with its
 // caller's span, and the owner's resolve span continues that trace as its child.
 func TestForwardedRequestKeepsItsTrace(t *testing.T) {

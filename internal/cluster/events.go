@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -166,7 +167,7 @@ func packReplies(msgs []message, reps []packedReply) ([]message, int) {
 	size, packed := 0, 0
 	last := -1
 	if k := len(msgs) - 1; k >= 0 && msgs[k].T == "evs" {
-		last, size = k, len(msgs[k].Body)
+		last, size = k, len(msgs[k].Body)+convsSize(msgs[k].Convs)
 	}
 	for _, r := range reps {
 		need := len(r.Body) + len(r.To) + 48 // {"to":…,"id":…,"body":…} around the body
@@ -247,7 +248,7 @@ func (n *Node) encode(events []agent.Event) []message {
 			msgs = append(msgs, message{T: "ev", Conv: e.ConversationID, Body: b})
 			continue
 		}
-		if p.size+len(b)+1 > maxPack {
+		if p.size+p.cost(e.ConversationID, b) > maxPack {
 			msgs = p.flush(msgs)
 		}
 		p.add(e.ConversationID, b)
@@ -259,25 +260,42 @@ func (n *Node) encode(events []agent.Event) []message {
 // the message around them.
 const maxPack = maxPayload - 256
 
-// packer gathers encoded events into one "evs" message: a JSON array, in order.
+// packer gathers encoded events into one "evs" message: a JSON array, in order, with the
+// conversations they belong to (Conv when they share one, else Convs), which lets a receiver
+// skip the events nobody there follows without decoding them.
 type packer struct {
-	body []byte
-	size int
-	conv string // the events' conversation while they share one, else ""
-	n    int
+	body  []byte
+	size  int      // of the body once closed, and of the conversations' names
+	conv  string   // the events' conversation while they share one, else ""
+	convs []string // the events' conversations, each once, in order of first event
+	n     int
+}
+
+// cost is what adding an event of conv, encoded as b, adds to the packer's size.
+func (p *packer) cost(conv string, b []byte) int {
+	c := len(b) + 1
+	if p.n > 0 && !slices.Contains(p.convs, conv) {
+		c += len(conv) + 3 // "conv", in Convs
+		if p.conv != "" {
+			c += len(p.conv) + 3 // the first conversation goes into Convs too
+		}
+	}
+	return c
 }
 
 func (p *packer) add(conv string, b []byte) {
+	p.size += p.cost(conv, b)
 	if p.n == 0 {
-		p.body, p.conv = append(p.body[:0], '['), conv
+		p.body, p.conv, p.convs = append(p.body[:0], '['), conv, append(p.convs[:0], conv)
+		p.size = len(b) + 2
 	} else {
 		p.body = append(p.body, ',')
-		if conv != p.conv {
-			p.conv = ""
+		if !slices.Contains(p.convs, conv) {
+			p.convs, p.conv = append(p.convs, conv), ""
 		}
 	}
 	p.body = append(p.body, b...)
-	p.size, p.n = len(p.body)+1, p.n+1
+	p.n++
 }
 
 // flush appends the packed events to msgs as one message and empties the packer.
@@ -286,9 +304,22 @@ func (p *packer) flush(msgs []message) []message {
 		return msgs
 	}
 	body := append(p.body, ']')
-	msgs = append(msgs, message{T: "evs", Conv: p.conv, Body: json.RawMessage(append([]byte(nil), body...))})
-	p.body, p.size, p.conv, p.n = p.body[:0], 0, "", 0
+	msg := message{T: "evs", Conv: p.conv, Body: json.RawMessage(append([]byte(nil), body...))}
+	if p.conv == "" {
+		msg.Convs = slices.Clone(p.convs)
+	}
+	msgs = append(msgs, msg)
+	p.body, p.size, p.conv, p.convs, p.n = p.body[:0], 0, "", p.convs[:0], 0
 	return msgs
+}
+
+// convsSize is what a message's Convs add to its notification.
+func convsSize(convs []string) int {
+	size := 0
+	for _, c := range convs {
+		size += len(c) + 3
+	}
+	return size
 }
 
 // sendAll notifies msgs in order in one round trip (large ones through cluster_mail first).

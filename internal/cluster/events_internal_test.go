@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -69,8 +70,11 @@ func TestEncodePacksEvents(t *testing.T) {
 	}
 	var got []agent.Event
 	for _, m := range msgs {
-		if len(m.Body) > maxPack && m.T == "evs" {
-			t.Fatalf("a pack of %d bytes, over %d", len(m.Body), maxPack)
+		if m.T == "evs" && len(m.Body)+convsSize(m.Convs) > maxPack {
+			t.Fatalf("a pack of %d bytes and %d conversations, over %d", len(m.Body), len(m.Convs), maxPack)
+		}
+		if p, err := json.Marshal(m); err != nil || len(p) > maxPayload {
+			t.Fatalf("a notification of %d bytes (%v), over %d", len(p), err, maxPayload)
 		}
 		var ws []wireEvent
 		switch m.T {
@@ -85,6 +89,19 @@ func TestEncodePacksEvents(t *testing.T) {
 			}
 		default:
 			t.Fatalf("unexpected message %q", m.T)
+		}
+		// The message names its events' conversations, so a receiver can skip them undecoded.
+		var convs []string
+		for _, w := range ws {
+			if !slices.Contains(convs, w.ConversationID) {
+				convs = append(convs, w.ConversationID)
+			}
+		}
+		switch {
+		case len(convs) == 1 && (m.Conv != convs[0] || m.Convs != nil):
+			t.Fatalf("%s of %v named conv %q and convs %v", m.T, convs, m.Conv, m.Convs)
+		case len(convs) > 1 && (m.Conv != "" || !slices.Equal(m.Convs, convs)):
+			t.Fatalf("%s of %v named conv %q and convs %v", m.T, convs, m.Conv, m.Convs)
 		}
 		for _, w := range ws {
 			e := w.Event
@@ -240,4 +257,68 @@ func TestReplyFollowsTheEventsQueuedBeforeIt(t *testing.T) {
 	}
 	a.cancel()
 	a.wg.Wait()
+}
+
+// TestOwnBroadcast pins the head a node reads to skip its own broadcasts undecoded: every
+// message it sends but its ping, and nothing another node sent.
+func TestOwnBroadcast(t *testing.T) {
+	const id = "0123456789abcdef"
+	enc := func(m message) []byte {
+		b, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		name  string
+		plain []byte
+		own   bool
+	}{
+		{"events", enc(message{T: "evs", From: id, N: 7, Body: json.RawMessage(`[{"x":1}]`)}), true},
+		{"request", enc(message{T: "req", From: id, N: 1, ID: 3, Body: json.RawMessage(`{}`), Pack: true}), true},
+		{"ping", enc(message{T: "ping", From: id, N: 9}), false},
+		{"another node", enc(message{T: "evs", From: "fedcba9876543210", N: 7}), false},
+		{"a longer id", enc(message{T: "evs", From: id + "00", N: 7}), false},
+		{"a shorter id", enc(message{T: "evs", From: id[:8], N: 7}), false},
+		{"no sender", enc(message{T: "resync"}), false},
+		{"not a message", []byte(`["evs"]`), false},
+		{"cut short", []byte(`{"t":"evs","from":"` + id), false},
+	} {
+		if got := ownBroadcast(tc.plain, id); got != tc.own {
+			t.Errorf("%s: ownBroadcast(%s) = %v, want %v", tc.name, tc.plain, got, tc.own)
+		}
+	}
+}
+
+// TestPackNamesManyConversations: events of many conversations with long names still go in
+// notifications under the payload bound once their names are counted.
+func TestPackNamesManyConversations(t *testing.T) {
+	n := New(Config{})
+	var events []agent.Event
+	for i := range 200 {
+		conv := fmt.Sprintf("%036d", i)
+		events = append(events, agent.Event{ConversationID: conv, Seq: int64(i), Type: agent.EventStatus, Status: store.StatusIdle})
+	}
+	msgs := n.encode(events)
+	seen := 0
+	for _, m := range msgs {
+		p, err := json.Marshal(m)
+		if err != nil || len(p) > maxPayload {
+			t.Fatalf("a notification of %d bytes (%v), over %d", len(p), err, maxPayload)
+		}
+		var ws []wireEvent
+		if err := json.Unmarshal(m.Body, &ws); err != nil {
+			t.Fatal(err)
+		}
+		for i, w := range ws {
+			if m.Convs[i] != w.ConversationID {
+				t.Fatalf("convs[%d] = %q, event of %q", i, m.Convs[i], w.ConversationID)
+			}
+		}
+		seen += len(ws)
+	}
+	if seen != len(events) || len(msgs) < 2 {
+		t.Fatalf("%d events in %d notifications, want %d in several", seen, len(msgs), len(events))
+	}
 }

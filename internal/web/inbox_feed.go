@@ -57,6 +57,8 @@ type inboxFeed struct {
 
 	// recomputed, when set (tests), is called with each computation.
 	recomputed func()
+	// following is whether the feed follows the conversations' events now (tests).
+	following atomic.Bool
 
 	mu      sync.Mutex
 	subs    map[*inboxSub]struct{} // guarded by mu
@@ -94,6 +96,10 @@ func (f *inboxFeed) join() (*inboxSub, func()) {
 		f.mu.Lock()
 		delete(f.subs, sub)
 		f.mu.Unlock()
+		select { // the last to leave stops the feed following the conversations
+		case f.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -116,9 +122,11 @@ func (f *inboxFeed) listeners() bool {
 	return len(f.subs) > 0
 }
 
-// run follows every conversation's events as the system and, while any socket listens,
+// run follows every conversation's events as the system while any socket listens, and
 // recomputes the inbox once per gap when an event may have changed it: the first relevant event
-// arms a timer of gap, events until it fires are gathered, and it fires one computation.
+// arms a timer of gap, events until it fires are gathered, and it fires one computation. While
+// no socket listens it follows nothing (its process then need not decode the other processes'
+// events for it); the next socket to join gets a fresh computation.
 func (f *inboxFeed) run() {
 	defer close(f.done)
 	ctx := f.ctx
@@ -129,32 +137,42 @@ func (f *inboxFeed) run() {
 		}
 	}()
 	var events <-chan agent.Event
-	dirty := true             // the inbox may differ from the latest snapshot
-	var wait <-chan time.Time // armed while a computation (or a retry) waits
+	dirty := true                    // the inbox may differ from the latest snapshot
+	var wait <-chan time.Time        // armed while a computation (or its retry) waits
+	var resubscribe <-chan time.Time // armed after a subscription failed
 	// lapse fires when the soonest claim of the latest snapshot expires: a claim ends by time
 	// alone, with no event, so the feed computes again then.
 	var lapse <-chan time.Time
 	for {
-		if sub == nil && wait == nil {
+		listening := f.listeners()
+		if sub != nil && !listening {
+			sub.Close()
+			sub, events = nil, nil
+			f.markStale()
+		}
+		if sub == nil && resubscribe == nil && listening {
 			s, err := f.s.agent.Subscribe(ctx, "", agent.System)
 			if err != nil {
 				if ctx.Err() != nil {
 					return
 				}
 				f.s.log.Warn("inbox feed: follow the conversations", "err", err)
-				wait = f.s.clock.After(inboxFeedRetry)
+				resubscribe = f.s.clock.After(inboxFeedRetry)
 			} else {
 				sub, events, dirty = s, s.C, true
 				f.markStale()
 			}
 		}
-		if dirty && wait == nil && sub != nil && f.listeners() {
+		f.following.Store(sub != nil)
+		if dirty && wait == nil && sub != nil && listening {
 			wait = f.s.clock.After(f.gap)
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-f.wake:
+		case <-resubscribe:
+			resubscribe = nil
 		case <-lapse:
 			lapse = nil
 			dirty = true

@@ -239,3 +239,53 @@ func TestInboxFeedComputesOncePerChange(t *testing.T) {
 		}
 	})
 }
+
+// TestInboxFeedFollowsOnlyWhileWatched: the feed follows the conversations' events only while
+// an inbox socket is open (a process nobody watches the inbox on then leaves the other
+// processes' events undecoded); a socket joining later gets what changed meanwhile.
+func TestInboxFeedFollowsOnlyWhileWatched(t *testing.T) {
+	e := newTestEnv(t, openSQLite, Config{})
+	rev := e.user("rita", store.RoleReviewer)
+	owner := e.user("olga", store.RoleMember)
+	conn, _, err := e.browser(rev).dial(t, "/inbox/ws", e.ts.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readFrame(t, conn)
+	published := func() bool {
+		e.srv.inbox.mu.Lock()
+		defer e.srv.inbox.mu.Unlock()
+		return e.srv.inbox.latest != nil && !e.srv.inbox.stale
+	}
+	waitFor(t, func() bool { e.clk.Advance(inboxFeedGap); return e.srv.inbox.following.Load() && published() })
+	conn.Close(websocket.StatusNormalClosure, "")
+	waitFor(t, func() bool { return !e.srv.inbox.following.Load() })
+
+	conv := e.conversation(owner)
+	e.pending(conv, owner, llmtest.Call("gate", "publish", map[string]any{"text": "unwatched"}))
+	e.awaitStatus(conv.ID, store.StatusAwaiting)
+	if e.srv.inbox.following.Load() {
+		t.Fatal("the feed follows the conversations with no inbox socket open")
+	}
+	conn, _, err = e.browser(rev).dial(t, "/inbox/ws", e.ts.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(websocket.StatusNormalClosure, "")
+	if f := readFrame(t, conn); f.HTML == nil || !strings.Contains(*f.HTML, `data-tool-call-id="gate"`) {
+		t.Fatalf("a socket joining later: %+v, want the card of the call that came while nobody watched", f)
+	}
+	waitFor(t, func() bool { return e.srv.inbox.following.Load() })
+	// The feed's next snapshots hold that card too: it was not handed the one from before.
+	conv2 := e.conversation(owner)
+	e.pending(conv2, owner, llmtest.Call("gate2", "publish", map[string]any{"text": "watched"}))
+	for {
+		f := readInboxFrame(t, e, conn)
+		if f.HTML == nil || !strings.Contains(*f.HTML, `data-tool-call-id="gate"`) {
+			t.Fatalf("the feed sent a list without the call that came while nobody watched: %+v", f)
+		}
+		if strings.Contains(*f.HTML, `data-tool-call-id="gate2"`) {
+			break
+		}
+	}
+}
