@@ -203,9 +203,10 @@ func (h *Hub) drain(s *sub, stop chan struct{}) {
 	}
 }
 
-// Resync sends EventResync to the subscribers of convID (of every conversation, and the
-// global ones, when convID is "") and closes them: events they should have had were lost
-// (another process could not deliver them), so they must reload and subscribe again.
+// Resync sends EventResync to the subscribers of convID and to the global ones (to every
+// subscriber when convID is "") and closes them: events they should have had were lost
+// (another process could not deliver them), so they must reload and subscribe again. A global
+// subscriber follows every conversation, so it lost them too.
 func (h *Hub) Resync(convID string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -215,6 +216,9 @@ func (h *Hub) Resync(convID string) {
 	}
 	if convID != "" {
 		for s := range h.byConv[convID] {
+			resync(s, convID)
+		}
+		for s := range h.global {
 			resync(s, convID)
 		}
 		return

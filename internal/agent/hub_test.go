@@ -85,3 +85,26 @@ func TestHubFollows(t *testing.T) {
 		t.Fatal("after every subscriber left: a or b still followed")
 	}
 }
+
+// TestHubResyncReachesGlobal: events of a conversation lost on the way reach neither its
+// subscribers nor those of every conversation, so a resync of it ends both; the subscribers of
+// other conversations keep going.
+func TestHubResyncReachesGlobal(t *testing.T) {
+	h := NewHub(8)
+	a, b, all := h.Subscribe("a"), h.Subscribe("b"), h.Subscribe("")
+	defer b.Close()
+	h.Resync("a")
+	for name, s := range map[string]*Subscription{"a's": a, "every conversation's": all} {
+		e, ok := <-s.C
+		if !ok || e.Type != EventResync {
+			t.Fatalf("%s subscriber got %+v, %v; want a resync", name, e, ok)
+		}
+		if _, ok := <-s.C; ok {
+			t.Fatalf("%s subscriber still open after its resync", name)
+		}
+	}
+	h.Publish(Event{ConversationID: "b", Type: EventStatus})
+	if e := <-b.C; e.Type != EventStatus {
+		t.Fatalf("b's subscriber got %+v, want its event", e)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -320,5 +321,64 @@ func TestPackNamesManyConversations(t *testing.T) {
 	}
 	if seen != len(events) || len(msgs) < 2 {
 		t.Fatalf("%d events in %d notifications, want %d in several", seen, len(msgs), len(events))
+	}
+}
+
+// TestLostEventsResyncTheirFollowers: a pack of events that cannot be decoded resyncs the
+// subscribers of the conversations it names and those of every conversation, not the others.
+func TestLostEventsResyncTheirFollowers(t *testing.T) {
+	n := New(Config{})
+	a, c, all := n.hub.Subscribe("a"), n.hub.Subscribe("c"), n.hub.Subscribe("")
+	defer c.Close()
+	n.receiveEvents(message{T: "evs", From: "other", Convs: []string{"a", "b"}, Body: json.RawMessage(`[{"conversation_id":1}]`)}, nil)
+	for name, s := range map[string]*agent.Subscription{"a's": a, "every conversation's": all} {
+		if e, ok := <-s.C; !ok || e.Type != agent.EventResync {
+			t.Fatalf("%s subscriber got %+v, %v; want a resync", name, e, ok)
+		}
+	}
+	select {
+	case e := <-c.C:
+		t.Fatalf("c's subscriber got %+v from a pack of a's and b's events", e)
+	default:
+	}
+}
+
+// TestUnnamedPackIsDecoded: an older sender's pack names no conversations; it is decoded, so
+// a subscriber of one of them gets its events even though nobody follows every conversation.
+func TestUnnamedPackIsDecoded(t *testing.T) {
+	n := New(Config{})
+	b := n.hub.Subscribe("b")
+	defer b.Close()
+	body, err := json.Marshal([]wireEvent{{Event: agent.Event{ConversationID: "a", Seq: 1, Type: agent.EventStatus}},
+		{Event: agent.Event{ConversationID: "b", Seq: 2, Type: agent.EventStatus}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.receiveEvents(message{T: "evs", From: "older", Body: body}, nil)
+	select {
+	case e := <-b.C:
+		if e.ConversationID != "b" || e.Seq != 2 {
+			t.Fatalf("b's subscriber got %+v", e)
+		}
+	default:
+		t.Fatal("b's subscriber got nothing from an unnamed pack")
+	}
+}
+
+// TestPackedRepliesCountTheNames: a reply rides with packed events only while the events, the
+// names of their conversations and the replies fit under the bound.
+func TestPackedRepliesCountTheNames(t *testing.T) {
+	var convs []string
+	for i := range 40 {
+		convs = append(convs, fmt.Sprintf("%036d", i))
+	}
+	msgs := []message{{T: "evs", Convs: convs, Body: json.RawMessage(`["` + strings.Repeat("e", 3300) + `"]`)}}
+	reps := []packedReply{{To: "0123456789abcdef", ID: 1, Body: json.RawMessage(`"` + strings.Repeat("r", 900) + `"`)}}
+	out, _ := packReplies(msgs, reps)
+	for _, m := range out {
+		m.From, m.N = "0123456789abcdef", math.MaxUint64
+		if p, err := json.Marshal(m); err != nil || len(p) > maxPayload {
+			t.Fatalf("a %s notification of %d bytes (%v), over %d", m.T, len(p), err, maxPayload)
+		}
 	}
 }

@@ -189,6 +189,7 @@ func (f *inboxFeed) run() {
 					if !ok {
 						sub.Close()
 						sub, events = nil, nil
+						f.markStale()
 						drained = true
 					} else if inboxRelevant(ev.Type) {
 						dirty = true
@@ -223,6 +224,7 @@ func (f *inboxFeed) run() {
 				// Lagged (or the agent's events restarted): follow again and recompute.
 				sub.Close()
 				sub, events = nil, nil
+				f.markStale()
 			case inboxRelevant(ev.Type):
 				dirty = true
 				f.markStale()
