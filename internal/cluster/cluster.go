@@ -127,7 +127,7 @@ type Node struct {
 	seq     atomic.Uint64   // makes every payload unique (PostgreSQL folds identical ones)
 
 	waitMu  sync.Mutex
-	waiting map[uint64]chan message // forwarded requests awaiting their reply; guarded by waitMu
+	waiting map[uint64]waiter // forwarded requests awaiting their reply; guarded by waitMu
 	nextReq atomic.Uint64
 
 	// replies holds the replies to forwarded requests that go out with the next events (the
@@ -138,8 +138,12 @@ type Node struct {
 
 	serving chan struct{} // semaphore of forwarded requests being served
 
+	// replays remembers the messages heard lately, per sender; owned by the listener.
+	replays    replayGuard
+	listenedAt atomic.Int64 // when the listener last began to listen (Unix ms)
+
 	stats struct {
-		notifications, forwarded, served, packed, direct, heartbeats, claims, deafRestarts, undecoded atomic.Int64
+		notifications, forwarded, served, packed, direct, heartbeats, claims, deafRestarts, undecoded, replays atomic.Int64
 	}
 
 	// The heartbeat pings the node's own channel with each beat (pingSent, in the same
@@ -184,7 +188,7 @@ func New(cfg Config) *Node {
 	return &Node{
 		src: cfg.Pool, conns: cfg.Conns, log: cfg.Logger.With("node", id), clock: cfg.Clock, ttl: cfg.TTL, id: id,
 		hub: agent.NewHub(cfg.SubscriberBuffer), out: make(chan agent.Event, outQueue),
-		dropped: map[string]bool{}, waiting: map[uint64]chan message{}, serving: make(chan struct{}, maxServing),
+		dropped: map[string]bool{}, waiting: map[uint64]waiter{}, serving: make(chan struct{}, maxServing),
 		replies: make(chan packedReply, maxServing),
 		ctx:     ctx, cancel: cancel,
 	}
@@ -201,13 +205,14 @@ type Stats struct {
 	Claims        int64 // claims asked of the database (a request that landed here without an owner hint)
 	DeafRestarts  int64 // listener restarts because it stopped hearing the node's own pings
 	Undecoded     int64 // notifications of events left undecoded: nobody here followed their conversations
+	Replays       int64 // notifications refused as heard before, too old, or moved from another channel
 }
 
 // Stats returns the node's counters.
 func (n *Node) Stats() Stats {
 	return Stats{Notifications: n.stats.notifications.Load(), Forwarded: n.stats.forwarded.Load(),
 		Served: n.stats.served.Load(), PackedReplies: n.stats.packed.Load(), DirectReplies: n.stats.direct.Load(), Heartbeats: n.stats.heartbeats.Load(), Claims: n.stats.claims.Load(),
-		DeafRestarts: n.stats.deafRestarts.Load(), Undecoded: n.stats.undecoded.Load()}
+		DeafRestarts: n.stats.deafRestarts.Load(), Undecoded: n.stats.undecoded.Load(), Replays: n.stats.replays.Load()}
 }
 
 // Self implements agent.Cluster.
@@ -470,6 +475,13 @@ type message struct {
 	Pack bool `json:"pack,omitempty"`
 	// Reps, on evs and reps: replies to forwarded requests, each for the node To.
 	Reps []packedReply `json:"reps,omitempty"`
+	// Ch and At, sealed with the rest: the channel the message was sent on and when (Unix ms,
+	// the sender's clock). A receiver refuses a message heard on another channel, one sent
+	// before it listened or longer than maxAge ago, and one it has heard before (From, N), so
+	// a sealed payload that whoever can LISTEN on the database replays is not acted on twice. A
+	// message without them (an older build's) is taken as before.
+	Ch string `json:"ch,omitempty"`
+	At int64  `json:"at,omitempty"`
 }
 
 // packedReply is a reply to a forwarded request carried with events.
@@ -485,7 +497,7 @@ func (n *Node) Forward(ctx context.Context, node string, body []byte) ([]byte, e
 	id := n.nextReq.Add(1)
 	reply := make(chan message, 1)
 	n.waitMu.Lock()
-	n.waiting[id] = reply
+	n.waiting[id] = waiter{node: node, c: reply}
 	n.waitMu.Unlock()
 	defer func() {
 		n.waitMu.Lock()
@@ -574,16 +586,24 @@ func (n *Node) reply(r packedReply) {
 	}
 }
 
-// deliver hands a reply to the forwarded request waiting for it, if any still waits.
+// waiter is a forwarded request awaiting its reply from node.
+type waiter struct {
+	node string
+	c    chan message
+}
+
+// deliver hands a reply to the forwarded request waiting for it, if any still waits and the
+// reply comes from the node it was sent to.
 func (n *Node) deliver(msg message) {
 	n.waitMu.Lock()
-	reply := n.waiting[msg.ID]
+	w, ok := n.waiting[msg.ID]
 	n.waitMu.Unlock()
-	if reply != nil {
-		select {
-		case reply <- msg:
-		default:
-		}
+	if !ok || w.node != msg.From {
+		return
+	}
+	select {
+	case w.c <- msg:
+	default:
 	}
 }
 
@@ -594,7 +614,7 @@ var unreadable = []byte(`{"err":{"kind":"` + string(fault.KindServiceUnavailable
 // notify sends msg on channel, through cluster_mail when it is too large: the one reader of a
 // request or reply deletes the row; the rows of broadcasts (many readers) are swept.
 func (n *Node) notify(ctx context.Context, channel string, msg message) error {
-	payload, err := n.payload(ctx, msg)
+	payload, err := n.payload(ctx, channel, msg)
 	if err != nil {
 		return err
 	}
@@ -606,9 +626,10 @@ func (n *Node) notify(ctx context.Context, channel string, msg message) error {
 	return nil
 }
 
-// payload seals msg for a notification, moving its body to cluster_mail when it would not fit.
-func (n *Node) payload(ctx context.Context, msg message) (string, error) {
-	msg.From, msg.N = n.id, n.seq.Add(1)
+// payload seals msg for a notification on channel, moving its body to cluster_mail when it
+// would not fit.
+func (n *Node) payload(ctx context.Context, channel string, msg message) (string, error) {
+	msg.From, msg.N, msg.Ch, msg.At = n.id, n.seq.Add(1), channel, n.clock.Now().UnixMilli()
 	plain, err := json.Marshal(msg)
 	if err != nil {
 		return "", fmt.Errorf("encode notification: %w", err)
@@ -659,6 +680,7 @@ func (n *Node) listenConn(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: listen connection: %w", err)
 	}
+	n.listenedAt.Store(n.clock.Now().UnixMilli()) // nothing sent before the LISTEN is heard
 	for _, ch := range []string{n.channel(), eventsChannel} {
 		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
 			_ = conn.Close(ctx)
@@ -764,6 +786,11 @@ func (n *Node) receive(note *pgconn.Notification) {
 	var msg message
 	if err := json.Unmarshal(plain, &msg); err != nil {
 		n.log.Warn("cluster: undecodable notification", "channel", note.Channel, "err", err)
+		return
+	}
+	if msg.Ch != "" && !n.replays.fresh(note.Channel, msg, n.clock.Now(), n.listenedAt.Load()) {
+		n.stats.replays.Add(1)
+		n.log.Warn("cluster: refused a notification heard before, too old or moved from another channel", "channel", note.Channel, "t", msg.T)
 		return
 	}
 	if msg.From == n.id {
@@ -987,7 +1014,7 @@ func (n *Node) beat(conn **pgx.Conn, timeout time.Duration) (bool, error) {
 // sealedPing returns a ping for the node's own channel and its sequence number.
 func (n *Node) sealedPing() (string, uint64) {
 	seq := n.seq.Add(1)
-	plain, _ := json.Marshal(message{T: "ping", From: n.id, N: seq})
+	plain, _ := json.Marshal(message{T: "ping", From: n.id, N: seq, Ch: n.channel(), At: n.clock.Now().UnixMilli()})
 	return n.seal(plain), seq
 }
 

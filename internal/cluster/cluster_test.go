@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/goleak"
@@ -861,5 +862,61 @@ func TestLargeRequestsAndRepliesCrossThroughMail(t *testing.T) {
 	// reader deleted them; events' mail (read by every process) is swept later.
 	if used < 2 || left > used-2 {
 		t.Fatalf("cluster_mail: %d rows written, %d left", used, left)
+	}
+}
+
+// End to end: a message sent on b is forwarded to the owner a; its sealed request, heard on
+// a's channel and notified again within the request's deadline, is refused (found by an
+// attack: the message was posted again).
+func TestReplayedForwardIsPostedOnce(t *testing.T) {
+	w := newWorld(t)
+	a, b := w.start(procOptions{}), w.start(procOptions{})
+	conv := a.conversation(w.ann)
+	ch := "parley_n_" + a.node.Self()
+	spy, err := pgx.Connect(context.Background(), w.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spy.Close(context.Background())
+	if _, err := spy.Exec(context.Background(), "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	w.model.Push(llmtest.Reply("hello"), llmtest.Reply("ok"), llmtest.Reply("ok"))
+	if err := a.m.Send(context.Background(), conv, w.ann, "hi"); err != nil { // a owns the conversation
+		t.Fatal(err)
+	}
+	a.await(conv, w.ann, "answered", saying("hello"))
+	if err := b.m.Send(context.Background(), conv, w.ann, "pay bob 100"); err != nil {
+		t.Fatal(err)
+	}
+	var captured string
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for captured == "" {
+		n, err := spy.WaitForNotification(ctx)
+		if err != nil {
+			t.Fatalf("heard no request on a's channel: %v", err)
+		}
+		if len(n.Payload) > 200 { // a's own pings are short; the request is not
+			captured = n.Payload
+		}
+	}
+	a.await(conv, w.ann, "answered", saying("ok"))
+	if _, err := spy.Exec(context.Background(), `SELECT pg_notify($1, $2)`, ch, captured); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for a.node.Stats().Replays == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	v := a.view(conv, w.ann)
+	posted := 0
+	for _, m := range v.Messages {
+		if m.Content == "pay bob 100" {
+			posted++
+		}
+	}
+	if posted != 1 {
+		t.Errorf("one message sent once, its forwarded request replayed once: posted %d times", posted)
 	}
 }

@@ -328,7 +328,7 @@ func (n *Node) sendAll(msgs []message) error {
 	defer cancel()
 	var b pgx.Batch
 	for _, msg := range msgs {
-		payload, err := n.payload(ctx, msg)
+		payload, err := n.payload(ctx, eventsChannel, msg)
 		if err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"parley/internal/agent"
@@ -200,7 +201,7 @@ func TestRepliesQueuedAtShutdownAreSent(t *testing.T) {
 		for i := range k {
 			chans[i] = make(chan message, 1)
 			b.waitMu.Lock()
-			b.waiting[uint64(i+1)] = chans[i]
+			b.waiting[uint64(i+1)] = waiter{node: a.id, c: chans[i]}
 			b.waitMu.Unlock()
 			if !a.packReply(packedReply{To: b.id, ID: uint64(i + 1), Body: json.RawMessage(`{"ok":true}`)}) {
 				t.Fatal("not packed")
@@ -243,7 +244,7 @@ func TestReplyFollowsTheEventsQueuedBeforeIt(t *testing.T) {
 	}
 	rep := make(chan message, 1)
 	b.waitMu.Lock()
-	b.waiting[7] = rep
+	b.waiting[7] = waiter{node: a.id, c: rep}
 	b.waitMu.Unlock()
 	a.replies <- packedReply{To: b.id, ID: 7, Body: json.RawMessage(`{"ok":true}`)}
 	a.wg.Add(1)
@@ -380,5 +381,219 @@ func TestPackedRepliesCountTheNames(t *testing.T) {
 		if p, err := json.Marshal(m); err != nil || len(p) > maxPayload {
 			t.Fatalf("a %s notification of %d bytes (%v), over %d", m.T, len(p), err, maxPayload)
 		}
+	}
+}
+
+// spy is a session of some database role that LISTENs on a channel and records the payloads.
+type spy struct {
+	conn *pgx.Conn
+}
+
+func newSpy(t *testing.T, cfg *pgx.ConnConfig, channels ...string) *spy {
+	t.Helper()
+	conn, err := pgx.ConnectConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	for _, ch := range channels {
+		if _, err := conn.Exec(context.Background(), "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &spy{conn: conn}
+}
+
+// next returns the next payload heard on channel (others are skipped).
+func (s *spy) next(t *testing.T, channel string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for {
+		n, err := s.conn.WaitForNotification(ctx)
+		if err != nil {
+			t.Fatalf("spy heard nothing on %s: %v", channel, err)
+		}
+		if n.Channel == channel {
+			return n.Payload
+		}
+	}
+}
+
+func (s *spy) replay(t *testing.T, channel, payload string) {
+	t.Helper()
+	if _, err := s.conn.Exec(context.Background(), `SELECT pg_notify($1, $2)`, channel, payload); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitFor(cond func() bool, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return cond()
+}
+
+// A sealed request heard on the owner's channel and notified again is refused: the owner
+// remembers (From, N) of what it heard (found by an attack: it was served again, and a
+// forwarded post was posted twice).
+func TestReplayedRequestIsNotServedAgain(t *testing.T) {
+	a, b, cleanup := twoNodes(t)
+	defer cleanup()
+	var served atomic.Int64
+	b.Serve(agent.Inbound{Forward: func(ctx context.Context, body []byte) []byte {
+		served.Add(1)
+		return []byte(`{"posted":{}}`)
+	}})
+	ch := nodeChannel(b.id)
+	s := newSpy(t, a.pool.Config().ConnConfig, ch)
+	req := message{T: "req", ID: 1, Pack: true, Body: json.RawMessage(`{"conv":"c","kind":"post","text":"transfer $100"}`)}
+	if err := a.notify(context.Background(), ch, req); err != nil {
+		t.Fatal(err)
+	}
+	captured := s.next(t, ch)
+	if !waitFor(func() bool { return served.Load() == 1 }, 3*time.Second) {
+		t.Fatalf("served %d, want 1", served.Load())
+	}
+	s.replay(t, ch, captured)
+	s.replay(t, ch, captured)
+	waitFor(func() bool { return b.Stats().Replays >= 2 || served.Load() > 1 }, 3*time.Second)
+	if n := served.Load(); n != 1 {
+		t.Errorf("one forwarded request, replayed twice from the channel, was served %d times", n)
+	}
+}
+
+// An old sealed reply to another node's request 1, notified on a new process's channel while
+// its own request 1 waits, answers nothing: it was sealed for another channel, and it does not
+// come from the node the request went to (found by an attack: it answered with someone else's
+// view).
+func TestReplayedReplyAnswersNoOtherRequest(t *testing.T) {
+	a, b, cleanup := twoNodes(t)
+	defer cleanup()
+	oldNode := nodeChannel("00000000deadbeef")
+	s := newSpy(t, a.pool.Config().ConnConfig, oldNode)
+	// An old direct reply (a large view goes alone, not packed) to request 1 of another node.
+	secret := json.RawMessage(`{"view":{"ID":"ann-private","Messages":[{"Text":"ann's secret"}]}}`)
+	if err := a.notify(context.Background(), oldNode, message{T: "rep", ID: 1, Body: secret}); err != nil {
+		t.Fatal(err)
+	}
+	captured := s.next(t, oldNode)
+
+	// b's first forwarded request (id 1), for rita's conversation, to a node that is slow to answer.
+	got := make(chan []byte, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		out, _ := b.Forward(ctx, a.id, []byte(`{"conv":"rita-conv","kind":"view"}`))
+		got <- out
+	}()
+	waitFor(func() bool { b.waitMu.Lock(); defer b.waitMu.Unlock(); _, ok := b.waiting[1]; return ok }, 2*time.Second)
+	s.replay(t, nodeChannel(b.id), captured)
+	if out := <-got; strings.Contains(string(out), "ann's secret") {
+		t.Errorf("b's request for rita's conversation was answered with a replayed reply meant for another node: %s", out)
+	}
+}
+
+// Another database role — no access to cluster_secret — can LISTEN on the well-known events
+// channel and notify what it hears again: a replayed resync or departure is refused (found by
+// an attack: each replay made every page reload, or every process scan for orphans).
+func TestAnotherRoleCannotReplayBroadcasts(t *testing.T) {
+	a, b, cleanup := twoNodes(t)
+	defer cleanup()
+	role := fmt.Sprintf("mallory_%d", time.Now().UnixNano())
+	if _, err := a.pool.Exec(context.Background(), `CREATE ROLE `+role+` LOGIN`); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = a.pool.Exec(context.Background(), `DROP ROLE IF EXISTS `+role) }()
+	cfg := a.pool.Config().ConnConfig.Copy()
+	cfg.User = role
+	s := newSpy(t, cfg, eventsChannel)
+	var k []byte
+	if err := s.conn.QueryRow(context.Background(), `SELECT key FROM cluster_secret`).Scan(&k); err == nil {
+		t.Fatal("the other role can read the cluster's key")
+	}
+	var rescans atomic.Int64
+	b.Serve(agent.Inbound{Rescan: func() { rescans.Add(1) }})
+	first := b.Subscribe("c1")
+	a.broadcast(context.Background(), message{T: "resync"})
+	resync := s.next(t, eventsChannel)
+	if e := <-first.C; e.Type != agent.EventResync {
+		t.Fatalf("the resync itself: got %+v", e)
+	}
+	a.broadcast(context.Background(), message{T: "left"})
+	left := s.next(t, eventsChannel)
+	if !waitFor(func() bool { return rescans.Load() == 1 }, 3*time.Second) {
+		t.Fatal("the departure itself asked no scan")
+	}
+
+	sub := b.Subscribe("c1")
+	defer sub.Close()
+	for range 5 {
+		s.replay(t, eventsChannel, resync)
+	}
+	for range 50 {
+		s.replay(t, eventsChannel, left)
+	}
+	if !waitFor(func() bool { return b.Stats().Replays >= 55 }, 5*time.Second) {
+		t.Fatalf("%d of 55 replays refused", b.Stats().Replays)
+	}
+	select {
+	case e := <-sub.C:
+		t.Errorf("role %s (no key) replayed a sealed resync: the page got %+v", role, e)
+	default:
+	}
+	if n := rescans.Load(); n != 1 {
+		t.Errorf("role %s replayed a sealed departure 50 times: %d orphan scans, want 1", role, n)
+	}
+}
+
+// TestReplayGuard: what a listener refuses — another channel, too old, sent before it listened,
+// heard before, too far behind its sender's latest — and what it takes: the first hearing,
+// out of order within the window.
+func TestReplayGuard(t *testing.T) {
+	now := time.Date(2026, 11, 24, 23, 0, 0, 0, time.UTC)
+	listened := now.Add(-time.Minute).UnixMilli()
+	msg := func(n uint64, at time.Time) message {
+		return message{T: "evs", From: "x", N: n, Ch: eventsChannel, At: at.UnixMilli()}
+	}
+	var g replayGuard
+	for _, tc := range []struct {
+		name  string
+		ch    string
+		msg   message
+		fresh bool
+	}{
+		{"first", eventsChannel, msg(10, now), true},
+		{"again", eventsChannel, msg(10, now), false},
+		{"next", eventsChannel, msg(12, now), true},
+		{"late, within the window", eventsChannel, msg(11, now), true},
+		{"late, again", eventsChannel, msg(11, now), false},
+		{"on another channel", nodeChannel("y"), msg(13, now), false},
+		{"too old", eventsChannel, msg(14, now.Add(-maxAge-time.Second)), false},
+		{"before the listener listened", eventsChannel, msg(15, now.Add(-time.Minute-listenSkew-time.Second)), false},
+		{"far ahead", eventsChannel, msg(10+replayWindow+5, now), true},
+		{"behind the window", eventsChannel, msg(12, now), false},
+		{"another sender, same number", eventsChannel, message{T: "evs", From: "z", N: 10, Ch: eventsChannel, At: now.UnixMilli()}, true},
+	} {
+		if got := g.fresh(tc.ch, tc.msg, now, listened); got != tc.fresh {
+			t.Errorf("%s: fresh = %v, want %v", tc.name, got, tc.fresh)
+		}
+	}
+	// The senders remembered are bounded: past maxSenders, those quiet for maxAge are forgotten,
+	// and while all of them spoke lately a new one is refused.
+	g = replayGuard{}
+	for i := range maxSenders {
+		g.fresh(eventsChannel, message{From: fmt.Sprint(i), N: 1, Ch: eventsChannel, At: now.UnixMilli()}, now, listened)
+	}
+	if g.fresh(eventsChannel, message{From: "new", N: 1, Ch: eventsChannel, At: now.UnixMilli()}, now, listened) {
+		t.Error("a sender past the bound was taken while every other spoke lately")
+	}
+	later := now.Add(maxAge + time.Second)
+	if !g.fresh(eventsChannel, message{From: "new", N: 1, Ch: eventsChannel, At: later.UnixMilli()}, later, listened) || len(g.senders) != 1 {
+		t.Errorf("after the others went quiet: %d senders remembered, want only the new one", len(g.senders))
 	}
 }
