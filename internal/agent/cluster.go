@@ -62,8 +62,9 @@ type Inbound struct {
 	Forward func(ctx context.Context, body []byte) []byte
 	// Ring tells a conversation's actor, if it runs here, that its page sockets changed.
 	Ring func(convID string)
-	// Rescan looks for conversations without a live owner now (a process left).
-	Rescan func()
+	// Rescan looks for conversations without a live owner now: a process left (left is its
+	// node id, forgotten as an owner at once; "" when not known).
+	Rescan func(left string)
 	// Fence stops every actor of this process at once: it may no longer own them (its
 	// heartbeat could not be written in time, so others may have taken them over).
 	Fence func()
@@ -200,6 +201,18 @@ func (m *Manager) dropHint(convID string) {
 	m.hintsMu.Lock()
 	defer m.hintsMu.Unlock()
 	delete(m.hints, convID)
+}
+
+// dropHintsOf forgets every hint naming node (it left): a request for one of its conversations
+// claims it at once rather than waiting for a departed owner to answer.
+func (m *Manager) dropHintsOf(node string) {
+	m.hintsMu.Lock()
+	defer m.hintsMu.Unlock()
+	for conv, owner := range m.hints {
+		if owner == node {
+			delete(m.hints, conv)
+		}
+	}
 }
 
 // forward sends req to the owner and returns its answer. moved reports that the owner did not

@@ -98,7 +98,10 @@ func (m *Manager) Start(ctx context.Context) error {
 			Forward: m.serveForward,
 			Ring:    m.ringLocal,
 			Owned:   m.setHint,
-			Rescan: func() {
+			Rescan: func(left string) {
+				if left != "" {
+					m.dropHintsOf(left)
+				}
 				select {
 				case rescan <- struct{}{}:
 				default:

@@ -833,7 +833,7 @@ func (n *Node) receive(note *pgconn.Notification) {
 		}
 	case "left":
 		if in != nil && in.Rescan != nil {
-			in.Rescan()
+			in.Rescan(msg.From)
 		}
 	case "hello":
 	}
@@ -1054,7 +1054,7 @@ func (n *Node) rejoin(conn *pgx.Conn) {
 	n.fenced.Store(false)
 	n.broadcast(ctx, message{T: "left"})
 	if in := n.in.Load(); in != nil && in.Rescan != nil {
-		in.Rescan()
+		in.Rescan("")
 	}
 	n.log.Info("cluster: re-joined")
 }

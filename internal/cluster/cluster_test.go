@@ -920,3 +920,33 @@ func TestReplayedForwardIsPostedOnce(t *testing.T) {
 		t.Errorf("one message sent once, its forwarded request replayed once: posted %d times", posted)
 	}
 }
+
+// TestHandoverIsImmediateForAnIdleConversation: a process that learned an idle conversation's
+// owner from its events forgets it when that owner leaves, so the next message there claims
+// the conversation at once rather than waiting TTL/3 for the departed owner to answer (found
+// by an attack: 521 ms with the tests' TTL, 2 s with the default).
+func TestHandoverIsImmediateForAnIdleConversation(t *testing.T) {
+	w := newWorld(t)
+	a, b := w.start(procOptions{}), w.start(procOptions{})
+	conv := a.conversation(w.ann)
+	sub, err := b.m.Subscribe(context.Background(), conv, w.ann)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	w.model.Push(llmtest.Reply("Hello."), llmtest.Reply("Again."))
+	if err := a.m.Send(context.Background(), conv, w.ann, "hi"); err != nil {
+		t.Fatal(err)
+	}
+	next(t, sub, "idle on b", func(e agent.Event) bool { return e.Type == agent.EventStatus && e.Status == store.StatusIdle })
+	a.stop()
+	time.Sleep(200 * time.Millisecond) // a's departure reaches b
+	began := time.Now()
+	if err := b.m.Send(context.Background(), conv, w.ann, "again"); err != nil {
+		t.Fatalf("send on b: %v", err)
+	}
+	if d := time.Since(began); d > testTTL/6 {
+		t.Errorf("the message waited %v for the departed owner named by b's hint (TTL/3 = %v)", d, testTTL/3)
+	}
+	b.await(conv, w.ann, "answered on b", saying("Again."))
+}

@@ -517,7 +517,7 @@ func TestAnotherRoleCannotReplayBroadcasts(t *testing.T) {
 		t.Fatal("the other role can read the cluster's key")
 	}
 	var rescans atomic.Int64
-	b.Serve(agent.Inbound{Rescan: func() { rescans.Add(1) }})
+	b.Serve(agent.Inbound{Rescan: func(string) { rescans.Add(1) }})
 	first := b.Subscribe("c1")
 	a.broadcast(context.Background(), message{T: "resync"})
 	resync := s.next(t, eventsChannel)
