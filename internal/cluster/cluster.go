@@ -121,6 +121,7 @@ type Node struct {
 	peers atomic.Int64
 
 	out     chan agent.Event
+	queued  atomic.Int64 // events put in out so far (packedReply.after)
 	dropMu  sync.Mutex
 	dropped map[string]bool // conversations whose events were dropped; guarded by dropMu
 	dropAll bool            // guarded by dropMu
@@ -489,6 +490,9 @@ type packedReply struct {
 	To   string          `json:"to"`
 	ID   uint64          `json:"id"`
 	Body json.RawMessage `json:"body"`
+	// after is how many events had been queued for the sender when the reply was: it goes once
+	// the sender has taken them all (in this batch or an earlier one).
+	after int64
 }
 
 // Forward implements agent.Cluster.
@@ -562,6 +566,7 @@ func (n *Node) serve(msg message) {
 
 // packReply hands r to the sender; false when the sender stopped or its queue is full.
 func (n *Node) packReply(r packedReply) bool {
+	r.after = n.queued.Load()
 	n.repMu.Lock()
 	defer n.repMu.Unlock()
 	if n.repClosed {

@@ -30,6 +30,7 @@ func (n *Node) Publish(e agent.Event) {
 	}
 	select {
 	case n.out <- e:
+		n.queued.Add(1)
 	default:
 		n.dropMu.Lock()
 		if len(n.dropped) < maxDropped {
@@ -68,6 +69,7 @@ func (n *Node) send() {
 	flush.Stop()
 	defer flush.Stop()
 	armed := false
+	var taken int64 // events taken from out so far
 	for {
 		var out []agent.Event
 		batch = batch[:0]
@@ -87,7 +89,8 @@ func (n *Node) send() {
 		}
 		// The replies waiting now, then the events: an event published before one of these
 		// replies was queued before it, so it is in this batch — unless the batch fills up,
-		// and then the replies wait for a batch that holds the rest.
+		// and then a reply waits for the batch that holds the last event queued before it
+		// (packedReply.after), however busy the queue stays.
 	replies:
 		for len(reps) < 2*maxServing {
 			select {
@@ -106,6 +109,7 @@ func (n *Node) send() {
 				break drain
 			}
 		}
+		taken += int64(len(batch))
 		if len(batch) > 0 {
 			out = append(out, holdDeltas(batch, held)...)
 			if len(held) > 0 && !armed {
@@ -113,10 +117,7 @@ func (n *Node) send() {
 				armed = true
 			}
 		}
-		var send []packedReply
-		if len(batch) < sendBatch {
-			send = reps
-		}
+		send, rest := readyReplies(reps, taken)
 		if len(out) == 0 && len(send) == 0 {
 			continue
 		}
@@ -136,10 +137,21 @@ func (n *Node) send() {
 		} else {
 			n.stats.packed.Add(int64(packed))
 		}
-		if send != nil {
-			reps = reps[:0]
+		reps = rest
+	}
+}
+
+// readyReplies splits reps, in order, into those whose events were all taken (taken of them
+// so far) and the rest.
+func readyReplies(reps []packedReply, taken int64) (ready, rest []packedReply) {
+	for _, r := range reps {
+		if r.after <= taken {
+			ready = append(ready, r)
+		} else {
+			rest = append(rest, r)
 		}
 	}
+	return ready, rest
 }
 
 // closeReplies stops packing replies once the sender ends, and sends on their own the ones it

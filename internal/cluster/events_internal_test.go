@@ -239,14 +239,17 @@ func TestReplyFollowsTheEventsQueuedBeforeIt(t *testing.T) {
 	var seen atomic.Int64
 	b.Serve(agent.Inbound{Owned: func(conv, from string) { seen.Add(1) }})
 	const events = 300
+	a.peers.Store(1)
 	for i := range events {
-		a.out <- agent.Event{ConversationID: fmt.Sprintf("c%d", i), Seq: 1, Type: agent.EventMessage, Text: "hi"}
+		a.Publish(agent.Event{ConversationID: fmt.Sprintf("c%d", i), Seq: 1, Type: agent.EventMessage, Text: "hi"})
 	}
 	rep := make(chan message, 1)
 	b.waitMu.Lock()
 	b.waiting[7] = waiter{node: a.id, c: rep}
 	b.waitMu.Unlock()
-	a.replies <- packedReply{To: b.id, ID: 7, Body: json.RawMessage(`{"ok":true}`)}
+	if !a.packReply(packedReply{To: b.id, ID: 7, Body: json.RawMessage(`{"ok":true}`)}) {
+		t.Fatal("not packed")
+	}
 	a.wg.Add(1)
 	go a.send()
 	select {
@@ -596,4 +599,46 @@ func TestReplayGuard(t *testing.T) {
 	if !g.fresh(eventsChannel, message{From: "new", N: 1, Ch: eventsChannel, At: later.UnixMilli()}, later, listened) || len(g.senders) != 1 {
 		t.Errorf("after the others went quiet: %d senders remembered, want only the new one", len(g.senders))
 	}
+}
+
+// TestRepliesAreSentWhileTheQueueStaysFull: a reply goes with the batch that holds the last
+// event queued before it, even while every batch is full (found by an attack: the reply waited
+// for a batch that was not full, which never came while events kept coming; the caller's
+// forward timed out though its request was done).
+func TestRepliesAreSentWhileTheQueueStaysFull(t *testing.T) {
+	a, b, cleanup := twoNodes(t)
+	defer cleanup()
+	a.peers.Store(1)
+	stop := make(chan struct{})
+	flooded := make(chan struct{})
+	go func() {
+		defer close(flooded)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			a.Publish(agent.Event{ConversationID: fmt.Sprintf("c%d", i%50), Seq: int64(i), Type: agent.EventMessage, Text: "hi"})
+		}
+	}()
+	defer func() { close(stop); <-flooded }()
+	waitFor(func() bool { return len(a.out) == outQueue }, 2*time.Second)
+	rep := make(chan message, 1)
+	b.waitMu.Lock()
+	b.waiting[7] = waiter{node: a.id, c: rep}
+	b.waitMu.Unlock()
+	a.wg.Add(1)
+	go a.send()
+	time.Sleep(50 * time.Millisecond)
+	if !a.packReply(packedReply{To: b.id, ID: 7, Body: json.RawMessage(`{"posted":{}}`)}) {
+		t.Fatal("not packed")
+	}
+	select {
+	case <-rep:
+	case <-time.After(5 * time.Second):
+		t.Errorf("a packed reply was not sent within 5 s while the event queue stayed full (%d notifications sent)", a.stats.notifications.Load())
+	}
+	a.cancel()
+	a.wg.Wait()
 }
