@@ -137,7 +137,8 @@ type Node struct {
 	repMu     sync.Mutex
 	repClosed bool
 
-	serving chan struct{} // semaphore of forwarded requests being served
+	serving  chan struct{} // semaphore of forwarded requests being served
+	refusing chan struct{} // semaphore of busy replies being sent (serving was full)
 
 	// replays remembers the messages heard lately, per sender; owned by the listener.
 	replays    replayGuard
@@ -189,7 +190,7 @@ func New(cfg Config) *Node {
 	return &Node{
 		src: cfg.Pool, conns: cfg.Conns, log: cfg.Logger.With("node", id), clock: cfg.Clock, ttl: cfg.TTL, id: id,
 		hub: agent.NewHub(cfg.SubscriberBuffer), out: make(chan agent.Event, outQueue),
-		dropped: map[string]bool{}, waiting: map[uint64]waiter{}, serving: make(chan struct{}, maxServing),
+		dropped: map[string]bool{}, waiting: map[uint64]waiter{}, serving: make(chan struct{}, maxServing), refusing: make(chan struct{}, maxServing),
 		replies: make(chan packedReply, maxServing),
 		ctx:     ctx, cancel: cancel,
 	}
@@ -612,6 +613,9 @@ func (n *Node) deliver(msg message) {
 	}
 }
 
+// busy is the reply to a request that came while maxServing others were in service.
+var busy = []byte(`{"err":{"kind":"` + string(fault.KindServiceUnavailable) + `","message":"the process that runs this conversation is too busy to take the request; try again"}}`)
+
 // unreadable is the reply to a request whose body could not be read (its cluster_mail row was
 // gone): an agent wireResponse with a service_unavailable error.
 var unreadable = []byte(`{"err":{"kind":"` + string(fault.KindServiceUnavailable) + `","message":"the request could not be read by the process that runs the conversation; try again"}}`)
@@ -810,13 +814,26 @@ func (n *Node) receive(note *pgconn.Notification) {
 	in := n.in.Load()
 	switch msg.T {
 	case "req":
+		// The listener never waits: with maxServing requests in service, one more is answered
+		// busy (by at most maxServing goroutines more; past them it is dropped and its sender
+		// times out), so replies, events and pings keep being heard.
 		select {
 		case n.serving <- struct{}{}:
-		case <-n.ctx.Done():
-			return
+			n.wg.Add(1)
+			go n.serve(msg)
+		default:
+			select {
+			case n.refusing <- struct{}{}:
+				n.wg.Add(1)
+				go func() {
+					defer func() { <-n.refusing }()
+					defer n.wg.Done()
+					n.reply(packedReply{To: msg.From, ID: msg.ID, Body: busy})
+				}()
+			default:
+				n.log.Warn("cluster: dropped a forwarded request: too many in service", "from", msg.From)
+			}
 		}
-		n.wg.Add(1)
-		go n.serve(msg)
 	case "rep":
 		n.deliver(msg)
 	case "ev", "evs", "reps":

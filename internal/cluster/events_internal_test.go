@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"parley/internal/agent"
+	"parley/internal/fault"
 	"parley/internal/store"
 	"parley/internal/store/pgstore"
 	"parley/internal/store/pgtest"
@@ -641,4 +642,56 @@ func TestRepliesAreSentWhileTheQueueStaysFull(t *testing.T) {
 	}
 	a.cancel()
 	a.wg.Wait()
+}
+
+// TestListenerHearsWhileServingIsFull: with maxServing requests in service, one more is
+// answered busy and the listener goes on hearing — here a reply to this node's own request
+// (found by an attack: the listener waited for a free slot, so no reply, event or ping got
+// through until a request finished).
+func TestListenerHearsWhileServingIsFull(t *testing.T) {
+	a, b, cleanup := twoNodes(t)
+	defer cleanup()
+	release := make(chan struct{})
+	defer close(release)
+	b.Serve(agent.Inbound{Forward: func(ctx context.Context, body []byte) []byte {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return []byte(`{}`)
+	}})
+	for i := range maxServing {
+		if err := a.notify(context.Background(), nodeChannel(b.id), message{T: "req", ID: uint64(i + 1), Body: json.RawMessage(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !waitFor(func() bool { return len(b.serving) == maxServing }, 5*time.Second) {
+		t.Fatalf("%d requests in service, want %d", len(b.serving), maxServing)
+	}
+	// One more is answered busy at once, on a's channel.
+	s := newSpy(t, a.pool.Config().ConnConfig, nodeChannel(a.id))
+	if err := a.notify(context.Background(), nodeChannel(b.id), message{T: "req", ID: 9999, Body: json.RawMessage(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	plain, err := a.open(s.next(t, nodeChannel(a.id)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got message
+	if err := json.Unmarshal(plain, &got); err != nil || got.T != "rep" || got.ID != 9999 || !strings.Contains(string(got.Body), `"kind":"`+string(fault.KindServiceUnavailable)+`"`) {
+		t.Fatalf("the request past the bound got %s (%v), want a busy reply", plain, err)
+	}
+	// And b still hears: a reply to its own request comes through.
+	rep := make(chan message, 1)
+	b.waitMu.Lock()
+	b.waiting[1<<40] = waiter{node: a.id, c: rep}
+	b.waitMu.Unlock()
+	if err := a.notify(context.Background(), nodeChannel(b.id), message{T: "rep", ID: 1 << 40, Body: json.RawMessage(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-rep:
+	case <-time.After(3 * time.Second):
+		t.Fatal("a reply to b's own request was not heard while its serving slots were full")
+	}
 }
