@@ -68,7 +68,8 @@ const (
 	maxServing = 256
 	// mailTTL is how long an unread cluster_mail row is kept.
 	mailTTL = time.Minute
-	// deltaMerge bounds the text of text deltas merged into one notification.
+	// deltaMerge bounds the text of text deltas merged into one notification, as JSON writes
+	// it (escapedLen): merged deltas always fit in a notification.
 	deltaMerge = 2048
 	// deltaEvery is how often a conversation's streamed text is sent to the other processes
 	// (at most 20 notifications a second per streaming conversation).

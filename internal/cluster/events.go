@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -198,14 +199,14 @@ func packReplies(msgs []message, reps []packedReply) ([]message, int) {
 
 // holdDeltas returns the events of batch to send now, in order, and keeps its text deltas in
 // held (merged per conversation while they continue one another, same answer and next offset,
-// up to deltaMerge bytes). A
+// up to deltaMerge bytes once written as JSON). A
 // conversation's held text goes out before any other event of it.
 func holdDeltas(batch []agent.Event, held map[string]agent.Event) []agent.Event {
 	var out []agent.Event
 	for _, e := range batch {
 		h, ok := held[e.ConversationID]
 		if e.Type == agent.EventTextDelta {
-			if ok && h.Seq == e.Seq && e.Offset == h.Offset+len(h.Text) && len(h.Text)+len(e.Text) <= deltaMerge {
+			if ok && h.Seq == e.Seq && e.Offset == h.Offset+len(h.Text) && escapedLen(h.Text)+escapedLen(e.Text) <= deltaMerge {
 				h.Text += e.Text
 				held[e.ConversationID] = h
 				continue
@@ -223,6 +224,30 @@ func holdDeltas(batch []agent.Event, held map[string]agent.Event) []agent.Event 
 		out = append(out, e)
 	}
 	return out
+}
+
+// escapedLen bounds the length of s written as a JSON string by encoding/json (quotes left
+// out): '<', '>', '&' and control characters take six bytes, '"' and '\\' two, U+2028 and U+2029
+// six, and in text that is not valid UTF-8 every byte past ASCII may become six.
+func escapedLen(s string) int {
+	valid := utf8.ValidString(s)
+	n := 0
+	for i := 0; i < len(s); i++ {
+		switch b := s[i]; {
+		case b < 0x20 || b == '<' || b == '>' || b == '&':
+			n += 6
+		case b == '"' || b == '\\':
+			n += 2
+		case b >= 0x80 && !valid:
+			n += 6
+		case b == 0xE2 && i+2 < len(s) && s[i+1] == 0x80 && (s[i+2] == 0xA8 || s[i+2] == 0xA9):
+			n += 6
+			i += 2
+		default:
+			n++
+		}
+	}
+	return n
 }
 
 // encode turns events into notifications, after the resyncs owed for dropped ones. Events that

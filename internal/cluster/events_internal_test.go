@@ -695,3 +695,37 @@ func TestListenerHearsWhileServingIsFull(t *testing.T) {
 		t.Fatal("a reply to b's own request was not heard while its serving slots were full")
 	}
 }
+
+// TestEscapedDeltasFitANotification: text deltas are merged up to deltaMerge bytes as JSON
+// writes them, so model text of characters it escapes ('<' takes six bytes) still goes in a
+// notification rather than through cluster_mail (found by an attack: 2,048 bytes of '<' made a
+// 12,498-byte event, a mail row per merged delta); escapedLen bounds what json.Marshal writes.
+func TestEscapedDeltasFitANotification(t *testing.T) {
+	for _, text := range []string{"<", "&", "\x01", "\"", "\\", "é", "\u2028", "\xff", "a"} {
+		for _, n := range []int{1, 7, 300} {
+			s := strings.Repeat(text, n)
+			b, err := json.Marshal(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := escapedLen(s); got < len(b)-2 {
+				t.Errorf("escapedLen(%q × %d) = %d, json writes %d", text, n, got, len(b)-2)
+			}
+		}
+	}
+	n := New(Config{})
+	held := map[string]agent.Event{}
+	var events []agent.Event
+	offset := 0
+	for range 400 {
+		d := agent.Event{ConversationID: "x", Seq: 3, Type: agent.EventTextDelta, Text: "<<<<<<<<<<", Offset: offset}
+		offset += len(d.Text)
+		events = append(events, holdDeltas([]agent.Event{d}, held)...)
+	}
+	events = append(events, held["x"])
+	for _, m := range n.encode(events) {
+		if m.T != "evs" {
+			t.Fatalf("merged deltas of escaped text went as %q (%d bytes), not packed in a notification", m.T, len(m.Body))
+		}
+	}
+}
