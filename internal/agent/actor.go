@@ -43,6 +43,10 @@ type request struct {
 	res    Resolution
 	reply  chan response
 	origin origin // the caller's span and when the request reached the agent (observe.go)
+	// key identifies a message across its tries (sent again to another process when the one it
+	// went to died before answering): recorded with the message, a key already in the log is
+	// answered as posted without posting it again.
+	key string
 }
 
 // response is an actor's answer: the error, and for a view the conversation, for a resolve the
@@ -286,7 +290,7 @@ func (a *actor) handle(req *request) {
 		a.titleFromFirstMessage(req.text) // conversations.go; after the reply, off the sender's wait
 	}
 	a.observedRequest(req, err)
-	if cont != nil && !a.broken {
+	if cont != nil && !a.broken && !a.evicted() {
 		cont()
 	}
 }

@@ -33,6 +33,7 @@ type queuedMessage struct {
 // queuedMessageData is the queued_message entry.
 type queuedMessageData struct {
 	Text string `json:"text"`
+	Key  string `json:"key,omitempty"` // request.key
 }
 
 // turnCancelledData is the turn_cancelled entry.
@@ -113,7 +114,7 @@ func (a *actor) sendDuringTurn(req *request) (then func(), err error) {
 	st := a.st
 	if st.turnOpen && st.status == store.StatusAwaiting && !a.llmBusy && a.drafting == nil && len(st.queue) == 0 {
 		b, touched, partial := a.stopBatch(req.by, reasonMovedOn)
-		b.Entries = append(b.Entries, store.Entry{Type: store.EntryUserMessage, Actor: req.by.UserID, Data: mustJSON(userMessageData{Text: req.text})})
+		b.Entries = append(b.Entries, store.Entry{Type: store.EntryUserMessage, Actor: req.by.UserID, Data: mustJSON(userMessageData{Text: req.text, Key: req.key})})
 		if err := a.commit(b, touched); err != nil {
 			return nil, err
 		}
@@ -127,7 +128,7 @@ func (a *actor) sendDuringTurn(req *request) (then func(), err error) {
 		return nil, fault.New(fault.KindRateLimited,
 			fmt.Sprintf("%d messages already wait for the assistant to finish; wait for it, or stop it", n), map[string]any{"queued": n})
 	}
-	d := mustJSON(queuedMessageData{Text: req.text})
+	d := mustJSON(queuedMessageData{Text: req.text, Key: req.key})
 	if err := a.commit(store.Batch{Entries: []store.Entry{{Type: store.EntryQueuedMessage, Actor: req.by.UserID, Data: d}}, Urgent: true}, nil); err != nil {
 		return nil, err
 	}
@@ -262,6 +263,7 @@ func (s *convState) applyCancel(e store.Entry) error {
 			return err
 		}
 		s.queue = append(s.queue, queuedMessage{seq: e.Seq, text: d.Text})
+		s.noteKey(d.Key)
 	case store.EntryTurnCancelled:
 		var d turnCancelledData
 		if err := json.Unmarshal(e.Data, &d); err != nil {

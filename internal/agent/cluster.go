@@ -96,6 +96,8 @@ type wireRequest struct {
 	// Trace is the caller's span as W3C trace context (telemetry.Carry), so the owner's work
 	// continues the caller's trace; absent when tracing is off.
 	Trace map[string]string `json:"trace,omitempty"`
+	// Key is the message's key (request.key).
+	Key string `json:"key,omitempty"`
 }
 
 // wireResponse is the owner's answer. Moved means the owner did not take the request (it no
@@ -224,7 +226,7 @@ func (m *Manager) forward(ctx context.Context, owner, convID string, req *reques
 	defer cancel()
 	deadline, _ := fctx.Deadline()
 	body, err := json.Marshal(wireRequest{Conv: convID, Kind: req.kind, By: req.by, Text: req.text, CallID: req.callID, Res: req.res,
-		Deadline: deadline.UnixMilli(), Trace: telemetry.Carry(req.origin.span)})
+		Deadline: deadline.UnixMilli(), Trace: telemetry.Carry(req.origin.span), Key: req.key})
 	if err != nil {
 		return response{}, false, m.internalError("encode forwarded request", err)
 	}
@@ -312,7 +314,7 @@ func (m *Manager) serveForward(ctx context.Context, body []byte) []byte {
 		}
 		return mustJSON(out)
 	}
-	req := &request{kind: w.Kind, by: w.By, text: w.Text, callID: w.CallID, res: w.Res, reply: make(chan response, 1),
+	req := &request{kind: w.Kind, by: w.By, text: w.Text, callID: w.CallID, res: w.Res, key: w.Key, reply: make(chan response, 1),
 		origin: origin{span: telemetry.Carried(w.Trace), at: m.cfg.Clock.Now()}}
 	for range maxHops {
 		a, owner, err := m.acquire(ctx, w.Conv, false)

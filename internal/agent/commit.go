@@ -53,6 +53,16 @@ func (a *actor) commit(b store.Batch, touched []string) error {
 	ctx, span := a.observeAppend(&b)
 	last, err := a.m.cfg.Store.Append(ctx, a.id, after, b)
 	a.observeAppended(span, &b, touched, err)
+	if errors.Is(err, store.ErrNotOwner) {
+		// Another process took the conversation over since this one claimed it (this one was
+		// deemed dead): nothing was written, and nothing more will be from here. The actor
+		// stops; its next owner continues from the log, and the request is refused here so its
+		// sender tries again there.
+		a.log.Warn("agent: another process owns the conversation now; stopping its actor here", "err", err)
+		a.evictOnce.Do(func() { close(a.evict) })
+		a.discard = true
+		return errTakenOver()
+	}
 	if err != nil {
 		a.broken = true
 		a.conflicted = errors.Is(err, store.ErrConflict)

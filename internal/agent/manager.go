@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"math/rand/v2"
 	"sync"
@@ -212,6 +214,9 @@ func (m *Manager) live(id string) *actor {
 func (m *Manager) call(ctx context.Context, id string, req *request) (response, error) {
 	req.reply = make(chan response, 1)
 	req.origin = originOf(ctx, m.cfg.Clock)
+	if (req.kind == reqSend || req.kind == reqResolve) && req.key == "" && m.cluster != nil {
+		req.key = messageKey()
+	}
 	for try := 0; try < maxHops; try++ {
 		a, owner, err := m.acquire(ctx, id, true)
 		if err != nil {
@@ -511,10 +516,23 @@ func errClosed() *fault.Error {
 	return fault.New(fault.KindServiceUnavailable, "the agent is shutting down", nil)
 }
 
+// errTakenOver answers a request whose write was refused because another process took the
+// conversation over: nothing of it was written.
+func errTakenOver() *fault.Error {
+	return fault.New(fault.KindServiceUnavailable, "the conversation moved to another process before this request was written; try again", nil)
+}
+
 func errNotFound() *fault.Error {
 	return fault.New(fault.KindNotFound, "no such conversation", nil)
 }
 
 func errStale(id string) *fault.Error {
 	return fault.New(fault.KindStale, "the call is not awaiting an answer (unknown, expired or already resolved)", map[string]any{"tool_call_id": id})
+}
+
+// messageKey is a fresh key for a message sent through the cluster (request.key).
+func messageKey() string {
+	var b [12]byte
+	_, _ = crand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

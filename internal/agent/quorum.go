@@ -50,9 +50,9 @@ func (a *actor) checkQuorum(c *call, r Resolution, by Principal) (final bool, er
 
 // approvePartly records one approval of an M-of-N call that needs more: the call stays pending,
 // its card says "1 of 2 approved — by rita", and the approval is audited.
-func (a *actor) approvePartly(c *call, by Principal, right Right) (then func(), err error) {
+func (a *actor) approvePartly(c *call, by Principal, right Right, key string) (then func(), err error) {
 	now := a.now()
-	d := decisionData{Decision: decisionPartial, By: by.UserID, Role: string(by.Role), Via: by.Via, ArgsHash: canonicalHash(c.args), At: now}
+	d := decisionData{Decision: decisionPartial, By: by.UserID, Role: string(by.Role), Via: by.Via, ArgsHash: canonicalHash(c.args), At: now, Key: key}
 	b := store.Batch{
 		Entries: []store.Entry{{Type: store.EntryDecision, ToolCallID: c.id, Actor: by.UserID, Data: mustJSON(d)}},
 		Audit: []store.AuditRecord{{ConversationID: a.id, ToolCallID: c.id, Tool: c.name, ActorID: by.UserID, Action: auditAction("approve", right),

@@ -28,6 +28,11 @@ func (a *actor) handleResolve(req *request) (then func(), err error) {
 	if err != nil {
 		return nil, err
 	}
+	if a.st.hasKey(req.key) {
+		// Decided already by this very resolve: by the process it went to first, which died
+		// before its answer reached the sender (the sender sent it again here).
+		return nil, nil
+	}
 	if c.finished() || c.status != store.CallAwaiting {
 		return nil, errStale(req.callID)
 	}
@@ -36,7 +41,7 @@ func (a *actor) handleResolve(req *request) (then func(), err error) {
 	}
 	switch c.kind {
 	case tools.PendingApproval:
-		return a.resolveApproval(c, req.res, by)
+		return a.resolveApproval(c, req.res, by, req.key)
 	case tools.PendingElicitation:
 		if c.askedMidCall() {
 			return a.resolveAsk(c, req.res, by)
@@ -83,13 +88,13 @@ func decideRight(by Principal, ownerID string, approvers tools.Approvers) (Right
 	return right, nil
 }
 
-func (a *actor) resolveApproval(c *call, r Resolution, by Principal) (then func(), err error) {
+func (a *actor) resolveApproval(c *call, r Resolution, by Principal, key string) (then func(), err error) {
 	right, err := decideRight(by, a.st.conv.OwnerID, c.approvers)
 	if err != nil {
 		return nil, err
 	}
 	now := a.now()
-	d := decisionData{By: by.UserID, Role: string(by.Role), Via: by.Via, Reason: r.Reason}
+	d := decisionData{By: by.UserID, Role: string(by.Role), Via: by.Via, Reason: r.Reason, Key: key}
 	if right == AsOverride {
 		d.Override = true
 	}
@@ -101,7 +106,7 @@ func (a *actor) resolveApproval(c *call, r Resolution, by Principal) (then func(
 			return nil, err
 		}
 		if !final {
-			return a.approvePartly(c, by, right)
+			return a.approvePartly(c, by, right, key)
 		}
 		audit.Detail = mustJSON(map[string]any{"approvals": append(c.approvalViews(), ApprovalView{By: by.UserID, At: now})})
 	}

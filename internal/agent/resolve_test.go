@@ -381,3 +381,55 @@ func TestEveryRequestIsBounded(t *testing.T) {
 		}
 	})
 }
+
+// TestKeyedRequestsAreAnsweredOnce: a message or a resolve sent again with the key of its first
+// try (the process it went to died before answering, and the sender tried again on the new
+// owner) is answered as done, not posted or decided twice; the same resolve without a key —
+// someone deciding twice — is stale.
+func TestKeyedRequestsAreAnsweredOnce(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+		prov := newScripted(callTools(tc{"c1", "send_email", emailArgs}), say("Sent."))
+		e := newEnv(t, open, prov, emailTools, nil)
+		send := &request{kind: reqSend, by: e.owner, text: "email bob", key: "k-send"}
+		if _, err := e.m.call(e.ctx, e.conv, send); err != nil {
+			t.Fatal(err)
+		}
+		e.waitCall("c1", store.CallAwaiting)
+		if _, err := e.m.call(e.ctx, e.conv, &request{kind: reqSend, by: e.owner, text: "email bob", key: "k-send"}); err != nil {
+			t.Fatalf("the message sent again with its key: %v", err)
+		}
+		approve := func(key string) error {
+			_, err := e.m.call(e.ctx, e.conv, &request{kind: reqResolve, by: e.owner, callID: "c1", res: Resolution{Decision: "approve"}, key: key})
+			return err
+		}
+		if err := approve("k-approve"); err != nil {
+			t.Fatalf("approve: %v", err)
+		}
+		e.waitStatus(store.StatusIdle)
+		if err := approve("k-approve"); err != nil {
+			t.Fatalf("the approve sent again with its key: %v, want ok", err)
+		}
+		if err := approve(""); fault.KindOf(err) != fault.KindStale {
+			t.Fatalf("a second approve without the key: %v, want stale", err)
+		}
+		log, err := e.st.Log(e.ctx, e.conv, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		messages, decisions := 0, 0
+		for _, en := range log {
+			switch en.Type {
+			case store.EntryUserMessage, store.EntryQueuedMessage:
+				messages++
+			case store.EntryDecision:
+				decisions++
+			}
+		}
+		if messages != 1 || decisions != 1 {
+			t.Fatalf("%d messages and %d decisions in the log, want 1 and 1", messages, decisions)
+		}
+		if out, _ := e.st.ListOutbox(e.ctx, e.conv); len(out) != 1 {
+			t.Fatalf("the email went %d times", len(out))
+		}
+	})
+}

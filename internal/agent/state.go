@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +20,8 @@ import (
 
 type userMessageData struct {
 	Text string `json:"text"`
+	// Key is the message's key when it came through the cluster (request.key).
+	Key string `json:"key,omitempty"`
 	// Queued is the sequence of the queued_message entry this message takes out of the queue
 	// (cancel.go): the message was acknowledged while a turn ran and starts this one.
 	Queued int64 `json:"queued,omitempty"`
@@ -74,6 +77,7 @@ type decisionData struct {
 	ExpiresAt *time.Time      `json:"expires_at,omitempty"`
 	At        time.Time       `json:"at,omitzero"`        // when (an approval of an M-of-N call)
 	Remember  *grantData      `json:"remember,omitempty"` // the grant an approve made (grants.go)
+	Key       string          `json:"key,omitempty"`      // the resolve's key (request.key)
 }
 
 // resultData is a tool_result or tool_error entry: the envelope the model reads and the call's
@@ -166,6 +170,7 @@ type convState struct {
 	conv    store.Conversation
 	lastSeq int64
 	status  string
+	keys    []string // the latest maxKeys messages' keys (request.key), oldest first
 
 	messages []Message
 	items    []item
@@ -266,6 +271,7 @@ func (s *convState) apply(e store.Entry, reg *tools.Registry) error {
 		if d.Queued > 0 {
 			s.dequeue(d.Queued) // cancel.go: it waited for the previous turn to end
 		}
+		s.noteKey(d.Key)
 		s.turn++
 		s.turnOpen = true
 		s.llmCalls, s.llmFailed, s.llmNext = 0, 0, nil
@@ -330,6 +336,7 @@ func (s *convState) apply(e store.Entry, reg *tools.Registry) error {
 		if err := json.Unmarshal(e.Data, &d); err != nil {
 			return err
 		}
+		s.noteKey(d.Key)
 		if c.applyGovernance(d) {
 			return nil
 		}
@@ -470,4 +477,24 @@ func (s *convState) derivedStatus() string {
 		return store.StatusAwaiting
 	}
 	return store.StatusGenerating
+}
+
+// maxKeys bounds the message keys a conversation's state remembers: a message is sent again
+// only moments after its first try, while a handful of others could have been posted since.
+const maxKeys = 64
+
+// noteKey remembers a posted message's key (none when it did not come through the cluster).
+func (s *convState) noteKey(key string) {
+	if key == "" {
+		return
+	}
+	if len(s.keys) >= maxKeys {
+		s.keys = append(s.keys[:0], s.keys[1:]...)
+	}
+	s.keys = append(s.keys, key)
+}
+
+// hasKey reports whether a message with key was posted lately.
+func (s *convState) hasKey(key string) bool {
+	return key != "" && slices.Contains(s.keys, key)
 }

@@ -93,10 +93,15 @@ func (a *actor) handleSend(req *request) (then func(), err error) {
 	if trimmed := trimSpace(req.text); trimmed == "" {
 		return nil, fault.InvalidAt("the message is empty", "/text", "must not be empty")
 	}
+	if a.st.hasKey(req.key) {
+		// Posted already: by the process this message went to first, which died before its
+		// answer reached the sender (the sender sent it again here).
+		return nil, nil
+	}
 	if a.st.turnOpen || len(a.st.queue) > 0 {
 		return a.sendDuringTurn(req) // cancel.go: move on, or queue
 	}
-	d, _ := json.Marshal(userMessageData{Text: req.text})
+	d, _ := json.Marshal(userMessageData{Text: req.text, Key: req.key})
 	if err := a.commit(store.Batch{Entries: []store.Entry{{Type: store.EntryUserMessage, Actor: by.UserID, Data: d}}, Urgent: true}, nil); err != nil {
 		return nil, err
 	}

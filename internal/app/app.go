@@ -127,6 +127,8 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 		if err = a.node.Start(ctx); err != nil {
 			return nil, err
 		}
+		// Its appends are fenced: refused for a conversation another process took over since.
+		pg.SetWriter(a.node.Self())
 		acfg.Cluster, acfg.Events = a.node, a.node
 	}
 	if a.notifier, err = newNotifier(cfg, a.store, a.clock, a.log); err != nil {

@@ -139,6 +139,7 @@ func (w *world) start(o procOptions) *proc {
 	if err := p.node.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	st.SetWriter(p.node.Self())
 	reg, err := tools.NewRegistry(append(tools.Builtins(tools.BuiltinDeps{Clock: clock.Real{}}), gated(t, o.expiry, o.runs))...)
 	if err != nil {
 		t.Fatal(err)
@@ -949,4 +950,243 @@ func TestHandoverIsImmediateForAnIdleConversation(t *testing.T) {
 		t.Errorf("the message waited %v for the departed owner named by b's hint (TTL/3 = %v)", d, testTTL/3)
 	}
 	b.await(conv, w.ann, "answered on b", saying("Again."))
+}
+
+// TestStaleOwnerCannotWrite: a process that still runs a conversation's actor after another
+// claimed the conversation (it was deemed dead meanwhile) cannot write to its log: the append
+// is refused, the request is answered service_unavailable with nothing written, its actor
+// stops, and the request sent again goes to the new owner, which continues from the log.
+func TestStaleOwnerCannotWrite(t *testing.T) {
+	w := newWorld(t)
+	a, b := w.start(procOptions{}), w.start(procOptions{})
+	conv := a.conversation(w.ann)
+	w.model.Push(llmtest.Reply("First."), llmtest.Reply("Second."))
+	if err := a.m.Send(context.Background(), conv, w.ann, "hi"); err != nil {
+		t.Fatal(err)
+	}
+	a.await(conv, w.ann, "the first answer", saying("First."))
+	var fence string
+	if err := a.st.Pool().QueryRow(context.Background(), `SELECT coalesce(owner_node, '') FROM conversations WHERE id = $1`, conv).Scan(&fence); err != nil || fence != a.node.Self() {
+		t.Fatalf("the claim recorded %q (%v) as the conversation's writer, want a", fence, err)
+	}
+	// b takes the conversation over as parley_claim does when a is deemed dead; a's actor runs on.
+	if _, err := a.st.Pool().Exec(context.Background(), `UPDATE conversation_owners SET node_id = $2 WHERE conversation_id = $1;`, conv, b.node.Self()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.st.Pool().Exec(context.Background(), `UPDATE conversations SET owner_node = $2 WHERE id = $1`, conv, b.node.Self()); err != nil {
+		t.Fatal(err)
+	}
+	err := a.m.Send(context.Background(), conv, w.ann, "to the stale owner")
+	if fault.KindOf(err) != fault.KindServiceUnavailable {
+		t.Fatalf("a message through the stale owner: err = %v, want service_unavailable", err)
+	}
+	log, lerr := a.st.Log(context.Background(), conv, 0)
+	if lerr != nil {
+		t.Fatal(lerr)
+	}
+	for _, e := range log {
+		if strings.Contains(string(e.Data), "to the stale owner") {
+			t.Fatalf("the stale owner wrote seq %d %s", e.Seq, e.Type)
+		}
+	}
+	// Sent again (through a, as a caller would): a's actor is gone, so a asks who owns the
+	// conversation and forwards to b, which continues from the log.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err = a.m.Send(context.Background(), conv, w.ann, "again")
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("the message sent again: %v", err)
+	}
+	b.await(conv, w.ann, "the answer on b", saying("Second."))
+}
+
+// ownerDiesAfterTakingRequest reproduces "the owner took a forwarded request, its write reached
+// the database, and it died before its answer reached the sender" (kill -9 between the commit
+// and the reply), with two database locks instead of a kill:
+//
+//  1. a transaction locks the conversation's row, so the owner's (a's) append of the forwarded
+//     request waits (the owner has taken the request);
+//  2. a second transaction locks a's cluster_nodes row (so a's listener cannot record a new
+//     session) and a's listening backend is terminated: to the database, a is dead, as after
+//     kill -9;
+//  3. the sender (b) sees a dead within TTL/3 (ErrOwnerGone → "moved"), claims the
+//     conversation and sends the same request to its own fresh actor;
+//  4. the first lock goes: a's write, which the database already had, commits.
+//
+// It returns the error the caller on b got.
+func ownerDiesAfterTakingRequest(t *testing.T, w *world, a, b *proc, conv string, request func() error) error {
+	t.Helper()
+	ctx := context.Background()
+	connect := func() *pgx.Conn {
+		c, err := pgx.Connect(ctx, w.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close(ctx) })
+		return c
+	}
+	rowLock, nodeLock, admin := connect(), connect(), connect()
+
+	tx1, err := rowLock.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx1.Rollback(ctx)
+	if _, err := tx1.Exec(ctx, `SELECT 1 FROM conversations WHERE id = $1 FOR NO KEY UPDATE`, conv); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- request() }()
+
+	// a's append waits on the row: a took the request.
+	waitUntil(t, "a's append waiting on the conversation's row", func() bool {
+		var n int
+		_ = admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		return n >= 1
+	})
+
+	tx2, err := nodeLock.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx2.Rollback(ctx)
+	var pid int32
+	if err := tx2.QueryRow(ctx, `SELECT backend_pid FROM cluster_nodes WHERE id = $1 FOR UPDATE`, a.node.Self()).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+		t.Fatal(err)
+	}
+	// b gives up on a and claims the conversation for itself: the claim waits for the
+	// conversation's row, behind a's append (migration 016).
+	waitUntil(t, "b claiming the conversation", func() bool {
+		var owner string
+		_ = admin.QueryRow(ctx, `SELECT node_id FROM conversation_owners WHERE conversation_id = $1`, conv).Scan(&owner)
+		var claiming int
+		_ = admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
+			AND query LIKE '%parley_claim%'`).Scan(&claiming)
+		return owner == b.node.Self() || claiming > 0
+	})
+	time.Sleep(300 * time.Millisecond)
+	if err := tx1.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got error
+	select {
+	case got = <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the request on b did not return")
+	}
+	if err := tx2.Commit(ctx); err != nil { // a may re-join now
+		t.Fatal(err)
+	}
+	return got
+}
+
+func waitUntil(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within 10 s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestMessagePostedOnceWhenOwnerDiesBeforeReplying (found by an attack): a message forwarded to an owner
+// that recorded it and died before answering must be in the log once. (DESIGN: "answered …
+// exactly once"; architecture.md: "A request the owner may have taken … is not sent again (a
+// message would be posted twice)".)
+func TestMessagePostedOnceWhenOwnerDiesBeforeReplying(t *testing.T) {
+	w := newWorld(t)
+	a, b := w.start(procOptions{}), w.start(procOptions{})
+	conv := a.conversation(w.ann)
+	w.model.Push(llmtest.Reply("First."))
+	if err := a.m.Send(context.Background(), conv, w.ann, "hi"); err != nil {
+		t.Fatal(err)
+	}
+	a.await(conv, w.ann, "first answer", saying("First."))
+	for range 4 {
+		w.model.Push(llmtest.Reply("Answer."))
+	}
+	err := ownerDiesAfterTakingRequest(t, w, a, b, conv, func() error {
+		return b.m.Send(context.Background(), conv, w.ann, "hello once")
+	})
+	t.Logf("send on b: %v", err)
+	// The turn must go on (the owner answers) within a few seconds of the takeover.
+	stuck := !idleWithin(b, conv, w.ann, 8*time.Second)
+	log, lerr := b.st.Log(context.Background(), conv, 0)
+	if lerr != nil {
+		t.Fatal(lerr)
+	}
+	var copies []string
+	for _, e := range log {
+		if strings.Contains(string(e.Data), "hello once") {
+			copies = append(copies, fmt.Sprintf("seq %d %s", e.Seq, e.Type))
+		}
+	}
+	if len(copies) != 1 {
+		t.Errorf("the message sent once is in the log %d times: %v", len(copies), copies)
+	}
+	_, verr := a.m.View(context.Background(), conv, w.ann)
+	t.Logf("a (re-joined) live actors %d; view on a: %v", a.m.Stats().LiveActors, verr)
+	if stuck {
+		t.Errorf("the conversation is still %s 8 s after the takeover, its owner b alive: the turn a opened is never continued", b.view(conv, w.ann).Status)
+	}
+}
+
+// idleWithin polls p's view until the conversation is idle.
+func idleWithin(p *proc, conv string, by agent.Principal, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if p.view(conv, by).Status == store.StatusIdle {
+			return true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return false
+}
+
+// TestApproveAnsweredOkOnceWhenOwnerDiesBeforeReplying (found by an attack): an approve forwarded to an owner
+// that recorded it and died before answering: the caller's approve took effect, so it must not
+// be told 409 stale, and the tool must run once.
+func TestApproveAnsweredOkOnceWhenOwnerDiesBeforeReplying(t *testing.T) {
+	w := newWorld(t)
+	runs := &countingRuns{}
+	a, b := w.start(procOptions{runs: runs}), w.start(procOptions{runs: runs})
+	conv := a.conversation(w.ann)
+	w.model.Push(llmtest.Calls(llmtest.Call("n1", "note", map[string]any{"text": "milk"})))
+	for range 4 {
+		w.model.Push(llmtest.Reply("Noted."))
+	}
+	if err := a.m.Send(context.Background(), conv, w.ann, "note milk"); err != nil {
+		t.Fatal(err)
+	}
+	a.await(conv, w.ann, "awaiting n1", awaiting("n1"))
+	err := ownerDiesAfterTakingRequest(t, w, a, b, conv, func() error {
+		_, err := b.m.Resolve(context.Background(), conv, "n1", agent.Resolution{Decision: "approve"}, w.ann)
+		return err
+	})
+	t.Logf("approve on b: %v", err)
+	idle := idleWithin(b, conv, w.ann, 8*time.Second)
+	v := b.view(conv, w.ann)
+	t.Logf("after: status %s, runs %v", v.Status, runs.list())
+	if fault.KindOf(err) == fault.KindStale {
+		t.Errorf("the one approve of n1 was answered stale although it was applied (status %s)", v.Status)
+	}
+	// b hands over gracefully; a finishes the turn from the log.
+	b.stop()
+	idleA := idleWithin(a, conv, w.ann, 8*time.Second)
+	if got := runs.list(); len(got) != 1 {
+		t.Errorf("the approved tool ran %d times: %v (finished on a after b left: %v)", len(got), got, idleA)
+	}
+	if !idle {
+		t.Errorf("conversation stuck in %s 8 s after the takeover, its owner b alive", v.Status)
+	}
 }

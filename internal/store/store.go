@@ -21,6 +21,10 @@ var (
 	// ErrConflict is an optimistic-concurrency loss (the expected sequence was taken) or a unique
 	// key already in use (a user name, a token hash).
 	ErrConflict = errors.New("conflict")
+	// ErrNotOwner is an append refused because another process claimed the conversation since
+	// the writer did (PostgreSQL, several processes): the writer's state is not the truth any
+	// more, and nothing was written.
+	ErrNotOwner = errors.New("another process owns the conversation")
 	// ErrSchemaTooNew means the database was migrated by a newer binary.
 	ErrSchemaTooNew = errors.New("database schema is newer than this binary")
 	// ErrSchemaBehind means the database lacks migrations this binary needs (it was restored

@@ -132,6 +132,9 @@ func withCluster(dbURL string) envOption {
 			}
 			st.Close()
 		})
+		if ps, ok := cfg.Store.(*pgstore.Store); ok {
+			ps.SetWriter(node.Self()) // as app.New does
+		}
 		cfg.Cluster, cfg.Events = node, node
 	}
 }

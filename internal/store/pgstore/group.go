@@ -288,7 +288,7 @@ func (s *Store) sendAppend(ctx context.Context, rs []*appendReq) error {
 			writes[i] = sqlcore.PlanWrites(r.conv, r.afterSeq, r.now, r.batch)
 		}
 		m := sqlcore.MergeWrites(writes)
-		batch.Queue(appendSQL, append([]any{convs, afters, lasts, ats, statuses}, sqlcore.AppendWritesArgs(m)...)...)
+		batch.Queue(appendSQL, append([]any{s.writerID(), convs, afters, lasts, ats, statuses}, sqlcore.AppendWritesArgs(m)...)...)
 		for _, st := range sqlcore.PlanMergedRest(m) {
 			batch.Queue(st.SQL, st.Args...)
 		}
@@ -318,13 +318,14 @@ func (s *Store) sendAppend(ctx context.Context, rs []*appendReq) error {
 	return nil
 }
 
-// appendSQL calls parley_append (migration 015): the appends' sequence checks, then the columns
-// of their entries, calls and expiries (sqlcore.AppendWritesArgs).
+// appendSQL calls parley_append (migrations 015, 016): the writer (Store.SetWriter) and the
+// appends' sequence checks, then the columns of their entries, calls and expiries
+// (sqlcore.AppendWritesArgs).
 var appendSQL = func() string {
 	var b strings.Builder
-	b.WriteString(`SELECT parley_append($1::text[], $2::bigint[], $3::bigint[], $4::timestamptz[], $5::text[]`)
+	b.WriteString(`SELECT parley_append($1::text, $2::text[], $3::bigint[], $4::bigint[], $5::timestamptz[], $6::text[]`)
 	for i, t := range sqlcore.AppendWritesTypes() {
-		fmt.Fprintf(&b, ", $%d::%s", i+6, t)
+		fmt.Fprintf(&b, ", $%d::%s", i+7, t)
 	}
 	b.WriteString(")")
 	return b.String()

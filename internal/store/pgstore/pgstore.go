@@ -46,6 +46,22 @@ type Store struct {
 	group          *grouper      // nil without grouping
 	groupFallbacks atomic.Int64  // groups rerun one append at a time
 	groupedAppends atomic.Int64  // appends committed in a group of more than one
+
+	// writer is the cluster node whose appends these are (SetWriter): parley_append refuses one
+	// for a conversation another process claimed since. Empty: not checked.
+	writer atomic.Pointer[string]
+}
+
+// SetWriter names the cluster node this store appends for: from then on an append to a
+// conversation that another process has claimed since this one did is refused with
+// store.ErrNotOwner and writes nothing (migration 016). Call it before the agent starts.
+func (s *Store) SetWriter(node string) { s.writer.Store(&node) }
+
+func (s *Store) writerID() string {
+	if w := s.writer.Load(); w != nil {
+		return *w
+	}
+	return ""
 }
 
 var _ store.Store = (*Store)(nil)
@@ -402,6 +418,8 @@ func mapErr(err error) error {
 			return fmt.Errorf("%w: %w", store.ErrNotFound, err)
 		case "PY409": // parley_append: another writer moved the log first
 			return fmt.Errorf("%w: %w", store.ErrConflict, err)
+		case "PY410": // parley_append: another process claimed the conversation (migration 016)
+			return fmt.Errorf("%w: %w", store.ErrNotOwner, err)
 		}
 	}
 	return err
