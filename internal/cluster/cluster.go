@@ -77,6 +77,8 @@ const (
 	// maxPackedReply bounds a reply that rides in the events' notification; a larger one is
 	// sent on its own, as before.
 	maxPackedReply = 2048
+	// replyTimeout bounds sending replies alone (replyContext).
+	replyTimeout = 5 * time.Second
 )
 
 // Config configures a Node.
@@ -585,9 +587,21 @@ func (n *Node) packReply(r packedReply) bool {
 // reply sends r alone on its node's channel (through cluster_mail when large), even while the
 // node is closing.
 func (n *Node) reply(r packedReply) {
-	n.stats.direct.Add(1)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(n.ctx), 5*time.Second)
+	ctx, cancel := n.replyContext()
 	defer cancel()
+	n.replyIn(ctx, r)
+}
+
+// replyContext bounds replies sent alone, even while the node is closing: one reply, or all
+// those a failed batch or a closing sender has to send (replyIn each), so a database that
+// hangs holds the sender up for replyTimeout, not that much per reply.
+func (n *Node) replyContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(n.ctx), replyTimeout)
+}
+
+// replyIn sends r alone on its node's channel (through cluster_mail when large) within ctx.
+func (n *Node) replyIn(ctx context.Context, r packedReply) {
+	n.stats.direct.Add(1)
 	if err := n.notify(ctx, nodeChannel(r.To), message{T: "rep", ID: r.ID, Body: r.Body}); err != nil {
 		n.log.Warn("cluster: reply to a forwarded request", "to", r.To, "err", err)
 	}

@@ -132,9 +132,11 @@ func (n *Node) send() {
 				n.dropMu.Unlock()
 			}
 			// The replies go alone, as they would have without events (closing included).
+			ctx, cancel := n.replyContext()
 			for _, r := range send {
-				n.reply(r)
+				n.replyIn(ctx, r)
 			}
+			cancel()
 		} else {
 			n.stats.packed.Add(int64(packed))
 		}
@@ -161,13 +163,15 @@ func (n *Node) closeReplies(carried []packedReply) {
 	n.repMu.Lock()
 	n.repClosed = true
 	n.repMu.Unlock()
+	ctx, cancel := n.replyContext()
+	defer cancel()
 	for _, r := range carried {
-		n.reply(r)
+		n.replyIn(ctx, r)
 	}
 	for {
 		select {
 		case r := <-n.replies:
-			n.reply(r)
+			n.replyIn(ctx, r)
 		default:
 			return
 		}

@@ -2,9 +2,12 @@ package cluster
 
 import (
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
 	"encoding/json"
 	"fmt"
 	"math"
+	"net"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -727,5 +730,49 @@ func TestEscapedDeltasFitANotification(t *testing.T) {
 		if m.T != "evs" {
 			t.Fatalf("merged deltas of escaped text went as %q (%d bytes), not packed in a notification", m.T, len(m.Body))
 		}
+	}
+}
+
+// TestClosingRepliesAreBoundedTogether: when the database hangs (here: a server that accepts
+// the connection and never answers), the replies a closing sender sends alone share one
+// deadline, replyTimeout, rather than one each (found by an attack: up to 768 replies of 5 s
+// each could hold Leave up for an hour).
+func TestClosingRepliesAreBoundedTogether(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+		}
+	}()
+	pool, err := pgxpool.New(context.Background(), "postgres://parley@"+ln.Addr().String()+"/hang?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	n := New(Config{})
+	n.pool = pool
+	block, err := aes.NewCipher(make([]byte, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.aead, err = cipher.NewGCM(block); err != nil {
+		t.Fatal(err)
+	}
+	var carried []packedReply
+	for i := range 4 {
+		carried = append(carried, packedReply{To: "someone", ID: uint64(i + 1), Body: json.RawMessage(`{}`)})
+	}
+	began := time.Now()
+	n.closeReplies(carried)
+	if d := time.Since(began); d > replyTimeout+2*time.Second {
+		t.Errorf("4 replies to a database that hangs held the closing sender %v, want about %v", d, replyTimeout)
 	}
 }
