@@ -20,9 +20,10 @@ import (
 // actor is marked broken: it stops and is revived from the log, which is still the truth.
 func (a *actor) commit(b store.Batch, touched []string) error {
 	if a.evicted() {
-		// Fenced while handling a message: nothing more is written from here; the loop stops
-		// the actor next, and the conversation's next owner continues from the log.
-		a.discard = true
+		// Fenced while handling a message: nothing more is written or started from here (no
+		// queued tool, no model call: beginStop), and the conversation's next owner continues
+		// from the log.
+		a.beginStop(true)
 		return errClosed()
 	}
 	makeStorable(&b)
@@ -60,7 +61,7 @@ func (a *actor) commit(b store.Batch, touched []string) error {
 		// sender tries again there.
 		a.log.Warn("agent: another process owns the conversation now; stopping its actor here", "err", err)
 		a.evictOnce.Do(func() { close(a.evict) })
-		a.discard = true
+		a.beginStop(true) // nothing more starts here: no queued tool, no model call
 		return errTakenOver()
 	}
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -515,6 +516,71 @@ func TestHostileToolOutputIsStored(t *testing.T) {
 			if strings.ContainsRune(s.LastError, 0) || !utf8.ValidString(s.LastError) {
 				t.Fatalf("step error %q", s.LastError)
 			}
+		}
+	})
+}
+
+// takenOverStore refuses every append once taken is set, as PostgreSQL does once another
+// process claimed the conversation (migration 016).
+type takenOverStore struct {
+	store.Store
+	taken *atomic.Bool
+}
+
+func (s takenOverStore) Append(ctx context.Context, conv string, after int64, b store.Batch) (int64, error) {
+	if s.taken.Load() {
+		return 0, fmt.Errorf("append: %w", store.ErrNotOwner)
+	}
+	return s.Store.Append(ctx, conv, after, b)
+}
+
+// TestNothingStartsAfterTheConversationMoved: once an append is refused because another process
+// took the conversation over, the actor starts nothing more — not the tool call waiting for a
+// run slot, not the model's next call — the new owner resumes them from the log (found by a
+// review: the queued call ran on both processes).
+func TestNothingStartsAfterTheConversationMoved(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+		var taken atomic.Bool
+		var mu sync.Mutex
+		var ran []string
+		release := make(chan struct{})
+		slow := func(store.Store) []*tools.Tool {
+			return []*tools.Tool{mustTool(t, tools.Spec{Name: "slow", Description: "waits", Executor: tools.Server,
+				Parameters: json.RawMessage(`{"type":"object"}`),
+				Func: func(ctx context.Context, call tools.Call, _ map[string]any) (any, error) {
+					mu.Lock()
+					ran = append(ran, call.ToolCallID)
+					mu.Unlock()
+					if call.ToolCallID == "s0" {
+						<-release
+					}
+					return map[string]any{"ok": true}, nil
+				}})}
+		}
+		prov := newScripted(callTools(tc{"s0", "slow", `{}`}, tc{"s1", "slow", `{}`}), say("done"))
+		e := newEnv(t, func(tb testing.TB, c clock.Clock) store.Store { return takenOverStore{open(tb, c), &taken} },
+			prov, slow, func(c *Config) { c.MaxToolRuns = 1 })
+		e.send("go")
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			mu.Lock()
+			n := len(ran)
+			mu.Unlock()
+			if n == 1 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		taken.Store(true)
+		close(release)
+		time.Sleep(300 * time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(ran) != 1 {
+			t.Fatalf("tools run after the conversation moved: %v", ran)
+		}
+		if n := len(prov.requests()); n != 1 {
+			t.Fatalf("%d model calls, want 1 (none after the conversation moved)", n)
 		}
 	})
 }
