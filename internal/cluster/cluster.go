@@ -143,9 +143,11 @@ type Node struct {
 	serving  chan struct{} // semaphore of forwarded requests being served
 	refusing chan struct{} // semaphore of busy replies being sent (serving was full)
 
-	// replays remembers the messages heard lately, per sender; owned by the listener.
-	replays    replayGuard
-	listenedAt atomic.Int64 // when the listener last began to listen (Unix ms)
+	// replays remembers the messages heard lately, per sender; owned by the listener, as is
+	// replayWarned (when a refusal was last logged).
+	replays      replayGuard
+	replayWarned time.Time
+	listenedAt   atomic.Int64 // when the listener last began to listen (Unix ms)
 
 	stats struct {
 		notifications, forwarded, served, packed, direct, heartbeats, claims, deafRestarts, undecoded, replays atomic.Int64
@@ -813,8 +815,12 @@ func (n *Node) receive(note *pgconn.Notification) {
 		return
 	}
 	if msg.Ch != "" && !n.replays.fresh(note.Channel, msg, n.clock.Now(), n.listenedAt.Load()) {
-		n.stats.replays.Add(1)
-		n.log.Warn("cluster: refused a notification heard before, too old or moved from another channel", "channel", note.Channel, "t", msg.T)
+		refused := n.stats.replays.Add(1)
+		if now := n.clock.Now(); now.Sub(n.replayWarned) >= 10*time.Second { // a flood logs once per 10 s
+			n.replayWarned = now
+			n.log.Warn("cluster: refused a notification heard before, too old or moved from another channel",
+				"channel", note.Channel, "t", msg.T, "from", msg.From, "refused_so_far", refused)
+		}
 		return
 	}
 	if msg.From == n.id {

@@ -558,14 +558,16 @@ func TestAnotherRoleCannotReplayBroadcasts(t *testing.T) {
 	}
 }
 
-// TestReplayGuard: what a listener refuses — another channel, too old, sent before it listened,
-// heard before, too far behind its sender's latest — and what it takes: the first hearing,
-// out of order within the window.
+// TestReplayGuard: what a listener refuses — another channel, sent before it listened (less
+// listenSkew), much older than its sender's latest, heard before, too far behind its sender's
+// latest — and what it takes: the first hearing, out of order within the window, and a sender
+// whose clock is far from the listener's (found by a review: a fixed age against the
+// listener's clock refused every notification of a sender 31 s behind).
 func TestReplayGuard(t *testing.T) {
 	now := time.Date(2026, 11, 24, 23, 0, 0, 0, time.UTC)
-	listened := now.Add(-time.Minute).UnixMilli()
-	msg := func(n uint64, at time.Time) message {
-		return message{T: "evs", From: "x", N: n, Ch: eventsChannel, At: at.UnixMilli()}
+	listened := now.Add(-time.Hour).UnixMilli()
+	msg := func(from string, n uint64, at time.Time) message {
+		return message{T: "evs", From: from, N: n, Ch: eventsChannel, At: at.UnixMilli()}
 	}
 	var g replayGuard
 	for _, tc := range []struct {
@@ -574,17 +576,20 @@ func TestReplayGuard(t *testing.T) {
 		msg   message
 		fresh bool
 	}{
-		{"first", eventsChannel, msg(10, now), true},
-		{"again", eventsChannel, msg(10, now), false},
-		{"next", eventsChannel, msg(12, now), true},
-		{"late, within the window", eventsChannel, msg(11, now), true},
-		{"late, again", eventsChannel, msg(11, now), false},
-		{"on another channel", nodeChannel("y"), msg(13, now), false},
-		{"too old", eventsChannel, msg(14, now.Add(-maxAge-time.Second)), false},
-		{"before the listener listened", eventsChannel, msg(15, now.Add(-time.Minute-listenSkew-time.Second)), false},
-		{"far ahead", eventsChannel, msg(10+replayWindow+5, now), true},
-		{"behind the window", eventsChannel, msg(12, now), false},
-		{"another sender, same number", eventsChannel, message{T: "evs", From: "z", N: 10, Ch: eventsChannel, At: now.UnixMilli()}, true},
+		{"first", eventsChannel, msg("x", 10, now), true},
+		{"again", eventsChannel, msg("x", 10, now), false},
+		{"next", eventsChannel, msg("x", 12, now), true},
+		{"late, within the window", eventsChannel, msg("x", 11, now), true},
+		{"late, again", eventsChannel, msg("x", 11, now), false},
+		{"on another channel", nodeChannel("y"), msg("x", 13, now), false},
+		{"much older than the sender's latest", eventsChannel, msg("x", 14, now.Add(-maxAge-time.Second)), false},
+		{"a little older than the sender's latest", eventsChannel, msg("x", 15, now.Add(-time.Second)), true},
+		{"before the listener listened", eventsChannel, msg("x", 16, time.UnixMilli(listened).Add(-listenSkew-time.Second)), false},
+		{"far ahead", eventsChannel, msg("x", 10+replayWindow+5, now), true},
+		{"behind the window", eventsChannel, msg("x", 12, now), false},
+		{"another sender, same number", eventsChannel, msg("z", 10, now), true},
+		{"a sender whose clock is 31 s behind", eventsChannel, msg("slow", 1, now.Add(-31*time.Second)), true},
+		{"and its next", eventsChannel, msg("slow", 2, now.Add(-30*time.Second)), true},
 	} {
 		if got := g.fresh(tc.ch, tc.msg, now, listened); got != tc.fresh {
 			t.Errorf("%s: fresh = %v, want %v", tc.name, got, tc.fresh)
@@ -594,13 +599,13 @@ func TestReplayGuard(t *testing.T) {
 	// and while all of them spoke lately a new one is refused.
 	g = replayGuard{}
 	for i := range maxSenders {
-		g.fresh(eventsChannel, message{From: fmt.Sprint(i), N: 1, Ch: eventsChannel, At: now.UnixMilli()}, now, listened)
+		g.fresh(eventsChannel, msg(fmt.Sprint(i), 1, now), now, listened)
 	}
-	if g.fresh(eventsChannel, message{From: "new", N: 1, Ch: eventsChannel, At: now.UnixMilli()}, now, listened) {
+	if g.fresh(eventsChannel, msg("new", 1, now), now, listened) {
 		t.Error("a sender past the bound was taken while every other spoke lately")
 	}
 	later := now.Add(maxAge + time.Second)
-	if !g.fresh(eventsChannel, message{From: "new", N: 1, Ch: eventsChannel, At: later.UnixMilli()}, later, listened) || len(g.senders) != 1 {
+	if !g.fresh(eventsChannel, msg("new", 1, later), later, listened) || len(g.senders) != 1 {
 		t.Errorf("after the others went quiet: %d senders remembered, want only the new one", len(g.senders))
 	}
 }

@@ -3,19 +3,24 @@ package cluster
 import "time"
 
 const (
-	// maxAge is how old (by the sender's clock against the receiver's) a notification may be
-	// when it is heard: a notification is delivered within milliseconds of its commit, so older
-	// ones are replays; the margin is for the processes' clocks, which may differ.
-	maxAge = 30 * time.Second
-	// listenSkew is how much earlier than the listener began to listen a notification may say it
-	// was sent (the clocks again): PostgreSQL delivers only what was committed after LISTEN.
-	listenSkew = 5 * time.Second
+	// maxAge is how much older than the latest heard from its sender a notification may say it
+	// is (both by the sender's clock, so the processes' clocks need not agree): a sender's
+	// notifications are delivered within moments of one another, so a much older one is a
+	// replay.
+	maxAge = time.Minute
+	// listenSkew is how much earlier than the listener began to listen (by its own clock) a
+	// notification may say it was sent (by its sender's): PostgreSQL delivers only what was
+	// committed after LISTEN, so an older one is a replay; the margin is for the processes'
+	// clocks, which may differ by up to this much before a listener that just (re)started
+	// refuses a sender's notifications.
+	listenSkew = time.Minute
 	// replayWindow is how many of a sender's latest sequence numbers are remembered. A sender's
 	// notifications go over several connections and may arrive out of order by up to the
 	// requests it has in flight (at most a few hundred); an older one is refused.
 	replayWindow = 4096
-	// maxSenders bounds the senders remembered; past it those not heard from for maxAge are
-	// forgotten (their old notifications are refused by age).
+	// maxSenders bounds the senders remembered; past it those not heard from for maxAge (by
+	// the listener's clock) are forgotten: their old notifications are then refused as older
+	// than the listener's start, or by their sender's next notification's time.
 	maxSenders = 1024
 )
 
@@ -25,18 +30,19 @@ type replayGuard struct {
 	senders map[string]*window
 }
 
-// window is a sender's latest sequence number and which of the replayWindow before it were heard.
+// window is a sender's latest sequence number, which of the replayWindow before it were heard,
+// and the latest time it stamped.
 type window struct {
-	max  uint64
-	seen [replayWindow / 64]uint64
-	last time.Time
+	max   uint64
+	seen  [replayWindow / 64]uint64
+	maxAt int64     // Unix ms, the sender's clock
+	last  time.Time // when it was last heard, the listener's clock
 }
 
 // fresh reports whether msg, heard on channel at now by a listener that began listening at
 // listened (Unix ms), is heard for the first time, and records it.
 func (g *replayGuard) fresh(channel string, msg message, now time.Time, listened int64) bool {
-	at := time.UnixMilli(msg.At)
-	if msg.Ch != channel || now.Sub(at) > maxAge || at.Before(time.UnixMilli(listened).Add(-listenSkew)) {
+	if msg.Ch != channel || msg.At < listened-listenSkew.Milliseconds() {
 		return false
 	}
 	if g.senders == nil {
@@ -57,8 +63,14 @@ func (g *replayGuard) fresh(channel string, msg message, now time.Time, listened
 		w = &window{}
 		g.senders[msg.From] = w
 	}
-	w.last = now
-	return w.first(msg.N)
+	if w.maxAt != 0 && msg.At < w.maxAt-maxAge.Milliseconds() {
+		return false
+	}
+	if !w.first(msg.N) {
+		return false
+	}
+	w.maxAt, w.last = max(w.maxAt, msg.At), now
+	return true
 }
 
 // first reports whether n was not heard yet, and records it.
