@@ -187,7 +187,21 @@ const maxHints = 100_000
 func (m *Manager) hint(convID string) string {
 	m.hintsMu.Lock()
 	defer m.hintsMu.Unlock()
-	return m.hints[convID]
+	h, ok := m.hints[convID]
+	if !ok {
+		return ""
+	}
+	if gen, gone := m.left[h.owner]; gone && h.gen <= gen {
+		delete(m.hints, convID) // learned before its owner left
+		return ""
+	}
+	return h.owner
+}
+
+// hintOf is an owner hint and when it was learned (Manager.hintGen).
+type hintOf struct {
+	owner string
+	gen   uint64
 }
 
 func (m *Manager) setHint(convID, owner string) {
@@ -196,7 +210,8 @@ func (m *Manager) setHint(convID, owner string) {
 	if len(m.hints) >= maxHints {
 		clear(m.hints)
 	}
-	m.hints[convID] = owner
+	m.hintGen++
+	m.hints[convID] = hintOf{owner: owner, gen: m.hintGen}
 }
 
 func (m *Manager) dropHint(convID string) {
@@ -205,17 +220,23 @@ func (m *Manager) dropHint(convID string) {
 	delete(m.hints, convID)
 }
 
-// dropHintsOf forgets every hint naming node (it left): a request for one of its conversations
-// claims it at once rather than waiting for a departed owner to answer.
+// dropHintsOf voids every hint naming node learned until now (it left, or gave its
+// conversations up): a request for one of its conversations claims it at once rather than
+// waiting for a departed owner to answer. It costs the same however many hints there are (a
+// process that shuts down says "left" once per conversation it releases); the void hints go as
+// they are read. Past maxLeft departures remembered, they are forgotten together (a hint of a
+// process long gone costs one wait for it at worst).
 func (m *Manager) dropHintsOf(node string) {
 	m.hintsMu.Lock()
 	defer m.hintsMu.Unlock()
-	for conv, owner := range m.hints {
-		if owner == node {
-			delete(m.hints, conv)
-		}
+	if len(m.left) >= maxLeft {
+		clear(m.left)
 	}
+	m.left[node] = m.hintGen
 }
+
+// maxLeft bounds the departed processes remembered (dropHintsOf).
+const maxLeft = 1024
 
 // forward sends req to the owner and returns its answer. moved reports that the owner did not
 // take it, or died before it answered: the caller finds the owner again. A request the owner

@@ -584,3 +584,27 @@ func TestNothingStartsAfterTheConversationMoved(t *testing.T) {
 		}
 	})
 }
+
+// TestHintsOfADepartedOwner: when a process leaves, the hints naming it learned until then are
+// void at once, at a cost that does not grow with the hints (it says "left" once per
+// conversation it releases); hints learned after (it re-joined) stand.
+func TestHintsOfADepartedOwner(t *testing.T) {
+	m := &Manager{hints: map[string]hintOf{}, left: map[string]uint64{}}
+	m.setHint("c1", "x")
+	m.setHint("c2", "y")
+	m.dropHintsOf("x")
+	m.dropHintsOf("x")
+	if got := m.hint("c1"); got != "" {
+		t.Fatalf("c1's hint after x left = %q, want none", got)
+	}
+	if got := m.hint("c2"); got != "y" {
+		t.Fatalf("c2's hint (y stayed) = %q", got)
+	}
+	m.setHint("c3", "x") // learned after x came back
+	if got := m.hint("c3"); got != "x" {
+		t.Fatalf("c3's hint learned after x re-joined = %q, want x", got)
+	}
+	if _, ok := m.hints["c1"]; ok {
+		t.Fatal("the void hint was kept after it was read")
+	}
+}

@@ -30,7 +30,9 @@ type Manager struct {
 	wg         sync.WaitGroup
 
 	hintsMu sync.Mutex
-	hints   map[string]string // conversation → the process that owned it (cluster.go: hint)
+	hints   map[string]hintOf // conversation → the process that owned it (cluster.go: hint)
+	hintGen uint64            // counts the hints set; guarded by hintsMu
+	left    map[string]uint64 // process → hintGen when it left: older hints naming it are void
 
 	mu      sync.Mutex
 	actors  map[string]*actor // guarded by mu
@@ -69,7 +71,7 @@ func New(cfg Config) *Manager {
 		cfg:        cfg,
 		events:     cfg.Events,
 		cluster:    cfg.Cluster,
-		hints:      map[string]string{},
+		hints:      map[string]hintOf{}, left: map[string]uint64{},
 		base:       base,
 		baseCancel: cancel,
 		quit:       make(chan struct{}),
