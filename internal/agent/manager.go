@@ -68,10 +68,10 @@ func New(cfg Config) *Manager {
 	}
 	base, cancel := context.WithCancel(context.Background())
 	return &Manager{
-		cfg:        cfg,
-		events:     cfg.Events,
-		cluster:    cfg.Cluster,
-		hints:      map[string]hintOf{}, left: map[string]uint64{},
+		cfg:     cfg,
+		events:  cfg.Events,
+		cluster: cfg.Cluster,
+		hints:   map[string]hintOf{}, left: map[string]uint64{},
 		base:       base,
 		baseCancel: cancel,
 		quit:       make(chan struct{}),
