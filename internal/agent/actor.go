@@ -189,15 +189,16 @@ func (a *actor) run() {
 	hard := a.m.base.Done()
 	evict := a.evict
 	for {
-		if a.stopping && a.inflight == 0 {
-			break
-		}
 		if evict != nil && a.evicted() {
 			// Before anything else that is ready: a result that arrived with the fence is
 			// dropped, never recorded by a process that may no longer own the conversation.
+			// (A refused write halted the actor in commit and closed evict: done closes here,
+			// after the request in hand was answered.)
 			evict = nil
 			a.beginStop(true)
-			continue
+		}
+		if a.stopping && a.inflight == 0 {
+			break
 		}
 		select {
 		case req := <-a.mailbox:
@@ -229,6 +230,7 @@ func (a *actor) run() {
 		a.startQueued() // a turn that just ended hands over to the messages that wait
 		a.settle()
 	}
+	a.closeDone() // whichever way the loop ended
 	// Requests that arrived after done closed are answered by their callers' retry.
 	if a.broken {
 		// The failure was noted when it happened (commit); the next actor takes it.

@@ -21,9 +21,9 @@ import (
 func (a *actor) commit(b store.Batch, touched []string) error {
 	if a.evicted() {
 		// Fenced while handling a message: nothing more is written or started from here (no
-		// queued tool, no model call: beginStop), and the conversation's next owner continues
-		// from the log.
-		a.beginStop(true)
+		// queued tool, no model call: halt); the loop stops the actor once the request in hand
+		// is answered, and the conversation's next owner continues from the log.
+		a.halt(true)
 		return errClosed()
 	}
 	makeStorable(&b)
@@ -60,8 +60,8 @@ func (a *actor) commit(b store.Batch, touched []string) error {
 		// stops; its next owner continues from the log, and the request is refused here so its
 		// sender tries again there.
 		a.log.Warn("agent: another process owns the conversation now; stopping its actor here", "err", err)
-		a.evictOnce.Do(func() { close(a.evict) })
-		a.beginStop(true) // nothing more starts here: no queued tool, no model call
+		a.evictOnce.Do(func() { close(a.evict) }) // the loop stops the actor after the reply
+		a.halt(true)                              // nothing more starts here: no queued tool, no model call
 		return errTakenOver()
 	}
 	if err != nil {

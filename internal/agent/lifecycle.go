@@ -34,8 +34,16 @@ func (a *actor) closeDone() {
 // and drops whatever they report: tools are re-dispatched with the same tool_call_id on revival,
 // and an answer that waited for its dry runs is asked for again.
 func (a *actor) beginStop(hard bool) {
-	a.stopping = true
 	a.closeDone()
+	a.halt(hard)
+}
+
+// halt starts nothing more and cancels what runs (hard: tools and dry runs too, their reports
+// dropped), without closing done: commit calls it when a write was refused, and the request in
+// hand is answered before the loop stops the actor (its caller reads "done and no reply" as
+// "not taken", and would try again).
+func (a *actor) halt(hard bool) {
+	a.stopping = true
 	if a.llmCancel != nil {
 		a.llmCancel()
 	}
