@@ -224,13 +224,14 @@ func (m *Manager) dropHint(convID string) {
 // conversations up): a request for one of its conversations claims it at once rather than
 // waiting for a departed owner to answer. It costs the same however many hints there are (a
 // process that shuts down says "left" once per conversation it releases); the void hints go as
-// they are read. Past maxLeft departures remembered, they are forgotten together (a hint of a
-// process long gone costs one wait for it at worst).
+// they are read. Past maxLeft departures remembered, they are forgotten together with every
+// hint (each costs a claim to learn again), so no void hint comes back.
 func (m *Manager) dropHintsOf(node string) {
 	m.hintsMu.Lock()
 	defer m.hintsMu.Unlock()
-	if len(m.left) >= maxLeft {
+	if _, known := m.left[node]; !known && len(m.left) >= maxLeft {
 		clear(m.left)
+		clear(m.hints)
 	}
 	m.left[node] = m.hintGen
 }

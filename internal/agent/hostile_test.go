@@ -607,6 +607,15 @@ func TestHintsOfADepartedOwner(t *testing.T) {
 	if _, ok := m.hints["c1"]; ok {
 		t.Fatal("the void hint was kept after it was read")
 	}
+	// Past maxLeft departures, forgetting them forgets the hints too: none comes back.
+	m.setHint("c4", "x")
+	m.dropHintsOf("x")
+	for i := range maxLeft {
+		m.dropHintsOf(fmt.Sprint("gone-", i))
+	}
+	if got := m.hint("c4"); got != "" {
+		t.Fatalf("c4's void hint came back as %q once the departures were forgotten", got)
+	}
 }
 
 // refuseOnce refuses the next append once armed, as PostgreSQL does once another process

@@ -77,8 +77,9 @@ const (
 	// maxPackedReply bounds a reply that rides in the events' notification; a larger one is
 	// sent on its own, as before.
 	maxPackedReply = 2048
-	// replyTimeout bounds sending replies alone (replyContext).
-	replyTimeout = 5 * time.Second
+	// replyTimeout bounds sending one reply alone, replyAllTimeout all of a batch (replyAll).
+	replyTimeout    = 5 * time.Second
+	replyAllTimeout = time.Minute
 )
 
 // Config configures a Node.
@@ -588,24 +589,29 @@ func (n *Node) packReply(r packedReply) bool {
 
 // reply sends r alone on its node's channel (through cluster_mail when large), even while the
 // node is closing.
-func (n *Node) reply(r packedReply) {
-	ctx, cancel := n.replyContext()
+func (n *Node) reply(r packedReply) { n.replyAll([]packedReply{r}) }
+
+// replyAll sends rs alone, in order, even while the node is closing: each within replyTimeout,
+// all within replyAllTimeout. Once one times out (the database does not answer) the rest are
+// dropped, logged once (their callers time out and are told to reload), so a database that
+// hangs holds a failed batch or a closing sender up for replyTimeout, not that much per reply,
+// and a slow one for replyAllTimeout at most.
+func (n *Node) replyAll(rs []packedReply) {
+	all, cancel := context.WithTimeout(context.WithoutCancel(n.ctx), replyAllTimeout)
 	defer cancel()
-	n.replyIn(ctx, r)
-}
-
-// replyContext bounds replies sent alone, even while the node is closing: one reply, or all
-// those a failed batch or a closing sender has to send (replyIn each), so a database that
-// hangs holds the sender up for replyTimeout, not that much per reply.
-func (n *Node) replyContext() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(n.ctx), replyTimeout)
-}
-
-// replyIn sends r alone on its node's channel (through cluster_mail when large) within ctx.
-func (n *Node) replyIn(ctx context.Context, r packedReply) {
-	n.stats.direct.Add(1)
-	if err := n.notify(ctx, nodeChannel(r.To), message{T: "rep", ID: r.ID, Body: r.Body}); err != nil {
-		n.log.Warn("cluster: reply to a forwarded request", "to", r.To, "err", err)
+	for i, r := range rs {
+		n.stats.direct.Add(1)
+		ctx, done := context.WithTimeout(all, replyTimeout)
+		err := n.notify(ctx, nodeChannel(r.To), message{T: "rep", ID: r.ID, Body: r.Body})
+		timedOut := ctx.Err() != nil
+		done()
+		if err != nil {
+			n.log.Warn("cluster: reply to a forwarded request", "to", r.To, "err", err)
+		}
+		if timedOut && i+1 < len(rs) {
+			n.log.Warn("cluster: the database did not take a reply in time; dropped the replies after it", "dropped", len(rs)-i-1)
+			return
+		}
 	}
 }
 

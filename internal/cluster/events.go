@@ -132,11 +132,7 @@ func (n *Node) send() {
 				n.dropMu.Unlock()
 			}
 			// The replies go alone, as they would have without events (closing included).
-			ctx, cancel := n.replyContext()
-			for _, r := range send {
-				n.replyIn(ctx, r)
-			}
-			cancel()
+			n.replyAll(send)
 		} else {
 			n.stats.packed.Add(int64(packed))
 		}
@@ -163,19 +159,17 @@ func (n *Node) closeReplies(carried []packedReply) {
 	n.repMu.Lock()
 	n.repClosed = true
 	n.repMu.Unlock()
-	ctx, cancel := n.replyContext()
-	defer cancel()
-	for _, r := range carried {
-		n.replyIn(ctx, r)
-	}
+	rs := carried
 	for {
 		select {
 		case r := <-n.replies:
-			n.replyIn(ctx, r)
+			rs = append(rs, r)
+			continue
 		default:
-			return
 		}
+		break
 	}
+	n.replyAll(rs)
 }
 
 // packReplies adds reps to msgs: into the last packed events while they fit under maxPack,

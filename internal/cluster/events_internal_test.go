@@ -582,7 +582,8 @@ func TestReplayGuard(t *testing.T) {
 		{"late, within the window", eventsChannel, msg("x", 11, now), true},
 		{"late, again", eventsChannel, msg("x", 11, now), false},
 		{"on another channel", nodeChannel("y"), msg("x", 13, now), false},
-		{"much older than the sender's latest", eventsChannel, msg("x", 14, now.Add(-maxAge-time.Second)), false},
+		{"an earlier number, much older than the sender's latest", eventsChannel, msg("x", 9, now.Add(-maxAge-time.Second)), false},
+		{"an earlier number, a little older", eventsChannel, msg("x", 8, now.Add(-time.Second)), true},
 		{"a little older than the sender's latest", eventsChannel, msg("x", 15, now.Add(-time.Second)), true},
 		{"before the listener listened", eventsChannel, msg("x", 16, time.UnixMilli(listened).Add(-listenSkew-time.Second)), false},
 		{"far ahead", eventsChannel, msg("x", 10+replayWindow+5, now), true},
@@ -590,6 +591,10 @@ func TestReplayGuard(t *testing.T) {
 		{"another sender, same number", eventsChannel, msg("z", 10, now), true},
 		{"a sender whose clock is 31 s behind", eventsChannel, msg("slow", 1, now.Add(-31*time.Second)), true},
 		{"and its next", eventsChannel, msg("slow", 2, now.Add(-30*time.Second)), true},
+		{"a sender whose clock stepped back 2 min", eventsChannel, msg("slow", 3, now.Add(-150*time.Second)), true},
+		{"and its next", eventsChannel, msg("slow", 4, now.Add(-149*time.Second)), true},
+		{"a late one from before the step, much newer than the sender now says", eventsChannel, msg("slow", 3, now), false},
+		{"older than maxStale by the listener's clock", eventsChannel, msg("old", 1, now.Add(-maxStale-time.Second)), false},
 	} {
 		if got := g.fresh(tc.ch, tc.msg, now, listened); got != tc.fresh {
 			t.Errorf("%s: fresh = %v, want %v", tc.name, got, tc.fresh)
@@ -741,7 +746,7 @@ func TestEscapedDeltasFitANotification(t *testing.T) {
 // TestClosingRepliesAreBoundedTogether: when the database hangs (here: a server that accepts
 // the connection and never answers), the replies a closing sender sends alone share one
 // deadline, replyTimeout, rather than one each (found by an attack: up to 768 replies of 5 s
-// each could hold Leave up for an hour).
+// each could hold Leave up for an hour): the first that times out drops the rest.
 func TestClosingRepliesAreBoundedTogether(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

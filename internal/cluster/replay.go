@@ -19,9 +19,12 @@ const (
 	// requests it has in flight (at most a few hundred); an older one is refused.
 	replayWindow = 4096
 	// maxSenders bounds the senders remembered; past it those not heard from for maxAge (by
-	// the listener's clock) are forgotten: their old notifications are then refused as older
-	// than the listener's start, or by their sender's next notification's time.
+	// the listener's clock) are forgotten: their old notifications are then refused by
+	// maxStale.
 	maxSenders = 1024
+	// maxStale is the oldest, by the listener's clock, a notification may be stamped: the
+	// bound on replays of a sender forgotten, and a margin for the processes' clocks.
+	maxStale = 10 * time.Minute
 )
 
 // replayGuard remembers, per sender, which of its latest notifications were heard. It is the
@@ -42,7 +45,7 @@ type window struct {
 // fresh reports whether msg, heard on channel at now by a listener that began listening at
 // listened (Unix ms), is heard for the first time, and records it.
 func (g *replayGuard) fresh(channel string, msg message, now time.Time, listened int64) bool {
-	if msg.Ch != channel || msg.At < listened-listenSkew.Milliseconds() {
+	if msg.Ch != channel || msg.At < listened-listenSkew.Milliseconds() || msg.At < now.Add(-maxStale).UnixMilli() {
 		return false
 	}
 	if g.senders == nil {
@@ -63,13 +66,20 @@ func (g *replayGuard) fresh(channel string, msg message, now time.Time, listened
 		w = &window{}
 		g.senders[msg.From] = w
 	}
-	if w.maxAt != 0 && msg.At < w.maxAt-maxAge.Milliseconds() {
+	// An earlier number than the sender's latest must not be much older than it either; a later
+	// one (never heard, so no replay of what was) sets the sender's time, even backwards: a
+	// clock that stepped back does not cut its process off.
+	if msg.N <= w.max && msg.At < w.maxAt-maxAge.Milliseconds() {
 		return false
 	}
+	later := msg.N > w.max
 	if !w.first(msg.N) {
 		return false
 	}
-	w.maxAt, w.last = max(w.maxAt, msg.At), now
+	if later {
+		w.maxAt = msg.At
+	}
+	w.last = now
 	return true
 }
 
