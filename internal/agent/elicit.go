@@ -63,6 +63,7 @@ func resumeOf(q tools.Question) json.RawMessage {
 type answerData struct {
 	Action  string         `json:"action"` // accept, decline, cancel; lost after a restart
 	By      string         `json:"by"`
+	Key     string         `json:"key,omitempty"` // the resolve's key (request.key)
 	Content map[string]any `json:"content,omitempty"`
 }
 
@@ -183,7 +184,7 @@ func promptOf(tool string, q tools.Question) (tools.Prompt, *fault.Error) {
 }
 
 // resolveAsk takes the owner's answer to a running call's question and hands it to the tool.
-func (a *actor) resolveAsk(c *call, r Resolution, by Principal) (then func(), err error) {
+func (a *actor) resolveAsk(c *call, r Resolution, by Principal, key string) (then func(), err error) {
 	if !MayAnswer(by, a.st.conv.OwnerID) {
 		return nil, permissionDenied("only the conversation's owner answers its questions")
 	}
@@ -200,7 +201,7 @@ func (a *actor) resolveAsk(c *call, r Resolution, by Principal) (then func(), er
 	now := a.now()
 	if err := a.commit(store.Batch{
 		Entries: []store.Entry{{Type: entryAnswer, ToolCallID: c.id, Actor: by.UserID,
-			Data: mustJSON(answerData{Action: r.Action, By: by.UserID, Content: ans.Content})}},
+			Data: mustJSON(answerData{Action: r.Action, By: by.UserID, Content: ans.Content, Key: key})}},
 		Cancel: []string{c.id},
 		Audit: []store.AuditRecord{{ConversationID: a.id, ToolCallID: c.id, Tool: c.name, ActorID: by.UserID,
 			Action: r.Action, ArgsHash: canonicalHash(c.effectiveArgs()), At: now}},
@@ -303,6 +304,7 @@ func (s *convState) applyAsk(e store.Entry) error {
 		if err := json.Unmarshal(e.Data, &d); err != nil {
 			return err
 		}
+		s.noteKey(d.Key)
 		c.status, c.kind, c.expiresAt = store.CallRunning, "", nil
 		c.decision, c.decidedBy = d.Action, d.By
 		// An answer to a question with resume state lets any later run of this attempt (after

@@ -44,11 +44,11 @@ func (a *actor) handleResolve(req *request) (then func(), err error) {
 		return a.resolveApproval(c, req.res, by, req.key)
 	case tools.PendingElicitation:
 		if c.askedMidCall() {
-			return a.resolveAsk(c, req.res, by)
+			return a.resolveAsk(c, req.res, by, req.key)
 		}
-		return a.resolveElicitation(c, req.res, by)
+		return a.resolveElicitation(c, req.res, by, req.key)
 	case tools.PendingClientExec:
-		return a.resolveClient(c, req.res, by)
+		return a.resolveClient(c, req.res, by, req.key)
 	}
 	return nil, errStale(req.callID)
 }
@@ -229,7 +229,7 @@ func (a *actor) answerContent(c *call, r Resolution) (any, error) {
 	return nil, fault.InvalidAt("an answer needs an action", "/action", `must be "accept", "decline" or "cancel"`)
 }
 
-func (a *actor) resolveElicitation(c *call, r Resolution, by Principal) (then func(), err error) {
+func (a *actor) resolveElicitation(c *call, r Resolution, by Principal, key string) (then func(), err error) {
 	if !MayAnswer(by, a.st.conv.OwnerID) {
 		return nil, permissionDenied("only the conversation's owner answers its questions")
 	}
@@ -254,6 +254,7 @@ func (a *actor) resolveElicitation(c *call, r Resolution, by Principal) (then fu
 	}
 	if err := a.closeCall(c, closing{envelope: env, status: status, decision: r.Action, by: by.UserID, audit: r.Action,
 		urgent: true, // the person's request waits for it
+		key:    key,
 	}); err != nil {
 		return nil, err
 	}
@@ -276,7 +277,7 @@ func (a *actor) validateAnswer(c *call, content any) *fault.Error {
 
 // resolveClient takes a browser's report. Only the owner's own session runs client tools; the
 // result is user-controllable, so it is validated and never trusted for a privileged decision.
-func (a *actor) resolveClient(c *call, r Resolution, by Principal) (then func(), err error) {
+func (a *actor) resolveClient(c *call, r Resolution, by Principal, key string) (then func(), err error) {
 	if by.Via == "system" || !MayAnswer(by, a.st.conv.OwnerID) {
 		return nil, permissionDenied("only the conversation owner's browser reports client results")
 	}
@@ -312,6 +313,7 @@ func (a *actor) resolveClient(c *call, r Resolution, by Principal) (then func(),
 	}
 	if err := a.closeCall(c, closing{envelope: env, status: status, decision: action, by: by.UserID, audit: action,
 		urgent: true, // the browser's request waits for it
+		key:    key,
 	}); err != nil {
 		return nil, err
 	}
@@ -375,6 +377,7 @@ type closing struct {
 	reason   string          // the approver's reason, in the result and the audit record
 	audit    string          // the audit record's action; "" records none
 	urgent   bool            // a request waits for the write
+	key      string          // the resolve's key (request.key), in the result
 }
 
 // closeCall ends a suspended call in one batch: fin.before, then the result (a tool_result when
@@ -386,7 +389,7 @@ func (a *actor) closeCall(c *call, fin closing) error {
 	if fin.status == store.CallResolved {
 		typ = store.EntryToolResult
 	}
-	rd := resultData{Envelope: fin.envelope, Status: fin.status, Decision: fin.decision, By: fin.by, Reason: fin.reason}
+	rd := resultData{Envelope: fin.envelope, Status: fin.status, Decision: fin.decision, By: fin.by, Reason: fin.reason, Key: fin.key}
 	b := store.Batch{Cancel: []string{c.id}, Urgent: fin.urgent}
 	for _, e := range fin.before {
 		e.ToolCallID, e.Actor = c.id, fin.by

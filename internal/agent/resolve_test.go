@@ -433,3 +433,42 @@ func TestKeyedRequestsAreAnsweredOnce(t *testing.T) {
 		}
 	})
 }
+
+// TestKeyedAnswerIsTakenOnce: a question's answer sent again with its key (its first process
+// died before answering) is answered as done, not recorded twice; without the key it is stale.
+func TestKeyedAnswerIsTakenOnce(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+		prov := newScripted(callTools(tc{"q1", "ask_user", askArgs}), say("Lyon it is."))
+		e := newEnv(t, open, prov, emailTools, nil)
+		e.send("ask me")
+		e.waitCall("q1", store.CallAwaiting)
+		answer := func(key string) error {
+			_, err := e.m.call(e.ctx, e.conv, &request{kind: reqResolve, by: e.owner, callID: "q1",
+				res: Resolution{Action: "accept", Content: json.RawMessage(`{"city":"Lyon"}`)}, key: key})
+			return err
+		}
+		if err := answer("k-answer"); err != nil {
+			t.Fatalf("answer: %v", err)
+		}
+		e.waitStatus(store.StatusIdle)
+		if err := answer("k-answer"); err != nil {
+			t.Fatalf("the answer sent again with its key: %v, want ok", err)
+		}
+		if err := answer(""); fault.KindOf(err) != fault.KindStale {
+			t.Fatalf("a second answer without the key: %v, want stale", err)
+		}
+		log, err := e.st.Log(e.ctx, e.conv, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		results := 0
+		for _, en := range log {
+			if en.ToolCallID == "q1" && (en.Type == store.EntryToolResult || en.Type == store.EntryToolError) {
+				results++
+			}
+		}
+		if results != 1 {
+			t.Fatalf("%d results of q1 in the log, want 1", results)
+		}
+	})
+}

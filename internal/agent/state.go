@@ -89,6 +89,7 @@ type resultData struct {
 	By       string          `json:"by,omitempty"`
 	Reason   string          `json:"reason,omitempty"`
 	Attempt  int             `json:"attempt,omitempty"`
+	Key      string          `json:"key,omitempty"` // the resolve's key (request.key) that ended the call
 }
 
 type attemptData struct {
@@ -363,6 +364,7 @@ func (s *convState) apply(e store.Entry, reg *tools.Registry) error {
 		if err := json.Unmarshal(e.Data, &d); err != nil {
 			return err
 		}
+		s.noteKey(d.Key)
 		c.result, c.status, c.kind, c.expiresAt, c.nextAttempt = d.Envelope, d.Status, "", nil, nil
 		if d.Decision != "" {
 			c.decision, c.decidedBy = d.Decision, d.By
