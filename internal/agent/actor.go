@@ -43,9 +43,9 @@ type request struct {
 	res    Resolution
 	reply  chan response
 	origin origin // the caller's span and when the request reached the agent (observe.go)
-	// key identifies a message across its tries (sent again to another process when the one it
-	// went to died before answering): recorded with the message, a key already in the log is
-	// answered as posted without posting it again.
+	// key identifies a message or a resolve across its tries (sent again to another process
+	// when the one it went to died before answering): recorded with what it wrote, a key already
+	// in the log is answered as done without doing it again.
 	key string
 }
 
@@ -238,8 +238,11 @@ func (a *actor) run() {
 	}
 }
 
-// evicted reports whether Manager.fence closed evict: this process may no longer own the
-// conversation.
+// evictNow closes evict (once): this process may no longer own the conversation.
+func (a *actor) evictNow() { a.evictOnce.Do(func() { close(a.evict) }) }
+
+// evicted reports whether evict was closed (Manager.fence, or a write refused because
+// another process claimed the conversation): this process may no longer own it.
 func (a *actor) evicted() bool {
 	select {
 	case <-a.evict:

@@ -462,7 +462,7 @@ func (m *Manager) fence() {
 		m.cfg.Logger.Error("agent: lost the cluster heartbeat; stopping every conversation of this process", "actors", len(actors))
 	}
 	for _, a := range actors {
-		a.evictOnce.Do(func() { close(a.evict) })
+		a.evictNow()
 	}
 }
 

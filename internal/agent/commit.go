@@ -60,8 +60,8 @@ func (a *actor) commit(b store.Batch, touched []string) error {
 		// stops; its next owner continues from the log, and the request is refused here so its
 		// sender tries again there.
 		a.log.Warn("agent: another process owns the conversation now; stopping its actor here", "err", err)
-		a.evictOnce.Do(func() { close(a.evict) }) // the loop stops the actor after the reply
-		a.halt(true)                              // nothing more starts here: no queued tool, no model call
+		a.evictNow() // the loop stops the actor after the reply
+		a.halt(true) // nothing more starts here: no queued tool, no model call
 		return errTakenOver()
 	}
 	if err != nil {

@@ -68,10 +68,11 @@ func New(cfg Config) *Manager {
 	}
 	base, cancel := context.WithCancel(context.Background())
 	return &Manager{
-		cfg:     cfg,
-		events:  cfg.Events,
-		cluster: cfg.Cluster,
-		hints:   map[string]hintOf{}, left: map[string]uint64{},
+		cfg:        cfg,
+		events:     cfg.Events,
+		cluster:    cfg.Cluster,
+		hints:      map[string]hintOf{},
+		left:       map[string]uint64{},
 		base:       base,
 		baseCancel: cancel,
 		quit:       make(chan struct{}),
@@ -217,7 +218,7 @@ func (m *Manager) call(ctx context.Context, id string, req *request) (response, 
 	req.reply = make(chan response, 1)
 	req.origin = originOf(ctx, m.cfg.Clock)
 	if (req.kind == reqSend || req.kind == reqResolve) && req.key == "" && m.cluster != nil {
-		req.key = messageKey()
+		req.key = requestKey()
 	}
 	for try := 0; try < maxHops; try++ {
 		a, owner, err := m.acquire(ctx, id, true)
@@ -532,8 +533,8 @@ func errStale(id string) *fault.Error {
 	return fault.New(fault.KindStale, "the call is not awaiting an answer (unknown, expired or already resolved)", map[string]any{"tool_call_id": id})
 }
 
-// messageKey is a fresh key for a message sent through the cluster (request.key).
-func messageKey() string {
+// requestKey is a fresh key for a message or a resolve sent through the cluster (request.key).
+func requestKey() string {
 	var b [12]byte
 	_, _ = crand.Read(b[:])
 	return hex.EncodeToString(b[:])

@@ -171,7 +171,7 @@ type convState struct {
 	conv    store.Conversation
 	lastSeq int64
 	status  string
-	keys    []string // the latest maxKeys messages' keys (request.key), oldest first
+	keys    []string // the latest maxKeys requests' keys (request.key), oldest first
 
 	messages []Message
 	items    []item
@@ -481,11 +481,11 @@ func (s *convState) derivedStatus() string {
 	return store.StatusGenerating
 }
 
-// maxKeys bounds the message keys a conversation's state remembers: a message is sent again
-// only moments after its first try, while a handful of others could have been posted since.
+// maxKeys bounds the request keys a conversation's state remembers: a request is sent again
+// only moments after its first try, while a handful of others could have been done since.
 const maxKeys = 64
 
-// noteKey remembers a posted message's key (none when it did not come through the cluster).
+// noteKey remembers the key of a request done (none when it did not come through the cluster).
 func (s *convState) noteKey(key string) {
 	if key == "" {
 		return
@@ -496,7 +496,7 @@ func (s *convState) noteKey(key string) {
 	s.keys = append(s.keys, key)
 }
 
-// hasKey reports whether a message with key was posted lately.
+// hasKey reports whether the request with key was done lately.
 func (s *convState) hasKey(key string) bool {
 	return key != "" && slices.Contains(s.keys, key)
 }

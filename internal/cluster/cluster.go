@@ -484,10 +484,10 @@ type message struct {
 	// Reps, on evs and reps: replies to forwarded requests, each for the node To.
 	Reps []packedReply `json:"reps,omitempty"`
 	// Ch and At, sealed with the rest: the channel the message was sent on and when (Unix ms,
-	// the sender's clock). A receiver refuses a message heard on another channel, one sent
-	// before it listened or longer than maxAge ago, and one it has heard before (From, N), so
-	// a sealed payload that whoever can LISTEN on the database replays is not acted on twice. A
-	// message without them (an older build's) is taken as before.
+	// the sender's clock). A receiver refuses a message heard on another channel, one heard
+	// before (From, N) and one too old (replay.go), so a sealed payload that whoever can LISTEN
+	// on the database replays is not acted on twice. A message without them (an older build's)
+	// is taken as before.
 	Ch string `json:"ch,omitempty"`
 	At int64  `json:"at,omitempty"`
 }

@@ -319,11 +319,11 @@ func (p *packer) cost(conv string, b []byte) int {
 }
 
 func (p *packer) add(conv string, b []byte) {
-	p.size += p.cost(conv, b)
 	if p.n == 0 {
 		p.body, p.conv, p.convs = append(p.body[:0], '['), conv, append(p.convs[:0], conv)
-		p.size = len(b) + 2
+		p.size = len(b) + 2 // the brackets
 	} else {
+		p.size += p.cost(conv, b)
 		p.body = append(p.body, ',')
 		if !slices.Contains(p.convs, conv) {
 			p.convs, p.conv = append(p.convs, conv), ""

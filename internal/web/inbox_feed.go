@@ -143,12 +143,16 @@ func (f *inboxFeed) run() {
 	// lapse fires when the soonest claim of the latest snapshot expires: a claim ends by time
 	// alone, with no event, so the feed computes again then.
 	var lapse <-chan time.Time
+	// unfollow ends the subscription; the latest snapshot may be out of date from then on.
+	unfollow := func() {
+		sub.Close()
+		sub, events = nil, nil
+		f.markStale()
+	}
 	for {
 		listening := f.listeners()
 		if sub != nil && !listening {
-			sub.Close()
-			sub, events = nil, nil
-			f.markStale()
+			unfollow()
 		}
 		if sub == nil && resubscribe == nil && listening {
 			s, err := f.s.agent.Subscribe(ctx, "", agent.System)
@@ -187,9 +191,7 @@ func (f *inboxFeed) run() {
 				select {
 				case ev, ok := <-events:
 					if !ok {
-						sub.Close()
-						sub, events = nil, nil
-						f.markStale()
+						unfollow()
 						drained = true
 					} else if inboxRelevant(ev.Type) {
 						dirty = true
@@ -222,9 +224,7 @@ func (f *inboxFeed) run() {
 			switch {
 			case !ok:
 				// Lagged (or the agent's events restarted): follow again and recompute.
-				sub.Close()
-				sub, events = nil, nil
-				f.markStale()
+				unfollow()
 			case inboxRelevant(ev.Type):
 				dirty = true
 				f.markStale()
