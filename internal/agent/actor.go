@@ -19,7 +19,8 @@ import (
 // requests of callers (handle) and the reports of the work it started (handleInternal). The
 // rest of its work is split by concern: turn.go (the turn loop and the model), toolrun.go (server
 // calls and dry runs), resolve.go (answers to suspended calls), wake.go (timers and sockets),
-// commit.go (the log and the events), lifecycle.go (stopping and hibernating).
+// commit.go (staging writes and publishing events), ready.go (the shell: one commit, one place
+// that releases effects), lifecycle.go (the phases: running, draining, stopped).
 
 type reqKind int
 
@@ -92,13 +93,13 @@ type actor struct {
 	announcing     []announcement
 	internal       chan any
 	clientsChanged chan struct{}
-	// done is closed when the actor stops taking requests (hibernation, shutdown, a failed
-	// load); a caller that sees it without a reply retries on a fresh actor.
+	// done is closed when the actor stops taking requests (it left running: lifecycle.go); a
+	// caller that sees it without a reply retries on a fresh actor.
 	done chan struct{}
 	// loadErr is set before done closes when the conversation could not be loaded.
 	loadErr error
-	// evict is closed (once, by Manager.fence) when this process may no longer own the
-	// conversation: the actor stops hard.
+	// evict is closed (once: evictNow) when this process may no longer own the conversation:
+	// by Manager.fence, or by commitReady when the store refused an append as another's.
 	evict     chan struct{}
 	evictOnce sync.Once
 
@@ -120,17 +121,18 @@ type actor struct {
 	statusEvents []Event
 	// logged are the entries committed since the last settle; settle hands them to the first
 	// event it publishes (Event.Entries), so event streams need not read them back.
-	logged     []store.Entry
-	stopping   bool // no new work; exit when inflight reaches 0
-	discard    bool // results of in-flight work are dropped (hard stop, a failed write)
-	broken     bool // a write failed: the actor exits and is revived from the log
-	conflicted bool // the failed write lost the optimistic-concurrency race
+	logged []store.Entry
+	// lc is the lifecycle (lifecycle.go): changed only by transition.
+	lc lifecycle
+	// ready is what the step being handled asks of the shell (ready.go).
+	ready ready
+	// committedStatus is the conversation's status as the log has it (st.status is the step's).
+	committedStatus string
 	// failures are the failed appends in a row before this actor started (reset by a commit that
 	// goes through).
 	failures writeFailure
 	// queued are server calls waiting for one of the conversation's MaxToolRuns run slots.
-	queued     []string
-	doneClosed bool
+	queued []string
 	// pending is the count of awaiting calls by kind last reported to the manager (metrics).
 	pending pendingByKind
 	cancel  cancelState // cancel.go
@@ -161,7 +163,9 @@ func (a *actor) cfg() *Config { return &a.m.cfg }
 
 func (a *actor) now() time.Time { return a.m.cfg.Clock.Now() }
 
-// run is the actor's goroutine.
+// run is the actor's goroutine: the shell around the core (ready.go). Each pass of the loop takes
+// one message, lets the core handle it, commits what the core staged, replies, and releases the
+// effects; then it re-arms the timers and publishes the events.
 func (a *actor) run() {
 	defer a.m.wg.Done()
 	defer a.m.released(a)
@@ -171,7 +175,7 @@ func (a *actor) run() {
 		a.failLoad(err)
 		return
 	}
-	a.st = st
+	a.st, a.committedStatus = st, st.status
 	if st.lastSeq > 0 {
 		metrics.Revivals.Inc()
 		a.log.Debug("actor revived", "status", st.status, "last_seq", st.lastSeq)
@@ -182,7 +186,9 @@ func (a *actor) run() {
 	defer func() { a.wake.Stop() }()
 	a.failures = a.m.takeFailures(a.id)
 	a.recover()
+	a.settleSteps()
 	a.startQueued()
+	a.settleSteps()
 	a.settle()
 
 	quit := a.m.quit
@@ -192,12 +198,10 @@ func (a *actor) run() {
 		if evict != nil && a.evicted() {
 			// Before anything else that is ready: a result that arrived with the fence is
 			// dropped, never recorded by a process that may no longer own the conversation.
-			// (A refused write halted the actor in commit and closed evict: done closes here,
-			// after the request in hand was answered.)
 			evict = nil
-			a.beginStop(true)
+			a.transition(phaseDraining, reasonEvicted)
 		}
-		if a.stopping && a.inflight == 0 {
+		if a.lc.phase != phaseRunning && a.inflight == 0 {
 			break
 		}
 		select {
@@ -207,33 +211,38 @@ func (a *actor) run() {
 		case msg := <-a.internal:
 			a.lastActive = a.now()
 			a.handleInternal(msg)
+			a.settleSteps()
 		case <-a.clientsChanged:
 			a.onClientsChanged()
 		case <-a.wake.C():
 			a.wakeAt = time.Time{}
-			if a.onWake() {
+			a.onWake()
+			a.settleSteps()
+			if a.sleepy() && a.hibernate() {
 				return
 			}
 		case <-quit:
 			quit = nil
-			a.beginStop(false)
+			a.transition(phaseDraining, reasonGraceful)
 		case <-hard:
 			hard = nil
-			a.beginStop(true)
+			a.transition(phaseDraining, reasonHard)
 		case <-evict:
 			evict = nil
-			a.beginStop(true)
-		}
-		if a.broken && !a.stopping {
-			a.beginStop(true)
+			a.transition(phaseDraining, reasonEvicted)
 		}
 		a.startQueued() // a turn that just ended hands over to the messages that wait
+		a.settleSteps()
+		if a.lc.phase != phaseRunning {
+			// After the step's reply: a caller that sees done without a reply tries again.
+			a.closeDone()
+		}
 		a.settle()
 	}
-	a.closeDone() // whichever way the loop ended
+	a.transition(phaseStopped, a.lc.reason) // whichever way the loop ended
 	// Requests that arrived after done closed are answered by their callers' retry.
-	if a.broken {
-		// The failure was noted when it happened (commit); the next actor takes it.
+	if a.lc.revives() {
+		// The failure was noted when it happened (commitReady); the next actor takes it.
 		a.m.reviveLater(a.id)
 	}
 }
@@ -261,9 +270,9 @@ func (a *actor) internalError(what string, err error) *fault.Error {
 // --- requests -------------------------------------------------------------------------------
 
 func (a *actor) handle(req *request) {
-	if a.stopping || a.evicted() {
+	if !a.lc.takesRequests() || a.evicted() {
 		// Evicted: the select may have taken this request before the eviction. Renames and
-		// deletes write without commit, so they are refused here too.
+		// deletes write outside the log, so they are refused here too.
 		req.reply <- response{err: errClosed()}
 		return
 	}
@@ -276,28 +285,31 @@ func (a *actor) handle(req *request) {
 		return
 	}
 	a.observeRequest(req)
-	cont, err := a.dispatchRequest(req)
-	if a.conflicted && a.reloadAfterConflict() {
+	err := a.dispatchRequest(req)
+	w := a.commitReady()
+	if w.conflict && a.reloadAfterConflict() {
 		// Another writer (another process on the same database) moved the log on: answer from
 		// the log as it is now — typically stale for a call it already resolved.
-		cont, err = a.dispatchRequest(req)
+		err = a.dispatchRequest(req)
+		w = a.commitReady()
 	}
-	// Reply first (the decision is durable by now), then continue the loop.
+	if w.err != nil {
+		err = w.err
+	}
+	// Reply first (the decision is durable by now), then release and continue.
 	resp := response{err: err}
 	switch req.kind {
 	case reqResolve:
 		resp.resolved = a.resolved(req.by, req.callID)
 	case reqSend:
 		resp.posted = a.takePosted()
+		if err == nil {
+			a.ready.effect(effect{kind: effectTitle, text: req.text}) // after the reply, off the sender's wait
+		}
 	}
 	req.reply <- resp
-	if req.kind == reqSend && err == nil {
-		a.titleFromFirstMessage(req.text) // conversations.go; after the reply, off the sender's wait
-	}
 	a.observedRequest(req, err)
-	if cont != nil && !a.broken && !a.evicted() {
-		cont()
-	}
+	a.settleSteps()
 }
 
 // resolved is the call callID as by may see it after a resolve (nil when by may not see it).
@@ -327,7 +339,7 @@ func (a *actor) recover() {
 	a.resume()
 }
 
-func (a *actor) dispatchRequest(req *request) (then func(), err error) {
+func (a *actor) dispatchRequest(req *request) error {
 	switch req.kind {
 	case reqSend:
 		return a.handleSend(req)
@@ -342,15 +354,15 @@ func (a *actor) dispatchRequest(req *request) (then func(), err error) {
 	case reqDelete:
 		return a.handleDelete(req)
 	}
-	return nil, nil
+	return nil
 }
 
 // reloadAfterConflict rebuilds the state from the log after an append lost the optimistic
-// concurrency race. It only does so when nothing of this actor is in flight (otherwise the
-// actor stops and is revived from the log). The reloaded state is used to answer requests; work
-// the log shows under way is not resumed here, since the writer that won owns it.
+// concurrency race, and runs again (the lifecycle's one way back from draining). It only does
+// so when nothing of this actor is in flight (otherwise the actor stops and is revived from the
+// log). The reloaded state is used to answer requests; work the log shows under way is not
+// resumed here, since the writer that won owns it.
 func (a *actor) reloadAfterConflict() bool {
-	a.conflicted = false
 	if a.inflight > 0 {
 		return false
 	}
@@ -359,8 +371,10 @@ func (a *actor) reloadAfterConflict() bool {
 		a.log.Error("agent: reload after a conflict", "err", err)
 		return false
 	}
-	a.st, a.broken = st, false
+	a.st, a.committedStatus = st, st.status
+	a.transition(phaseRunning, reasonNone)
 	a.events, a.statusEvents, a.logged = a.events[:0], a.statusEvents[:0], nil
+	a.ready = ready{}
 	a.graceAt = map[string]time.Time{}
 	return true
 }
@@ -375,7 +389,7 @@ func (a *actor) handleInternal(msg any) {
 		// Tokens the provider reported were paid for, whatever becomes of the answer (dropped
 		// by a hard stop, refused by the store): they count against the owner's day now.
 		a.recordUsage(m.resp.Usage)
-		if a.discard || a.droppedLLM() {
+		if !a.lc.recordsResults() || a.droppedLLM() {
 			return
 		}
 		if a.stream.cut() || (m.err == nil && len(m.resp.Text) > a.cfg().MaxAnswerBytes) {
@@ -390,7 +404,7 @@ func (a *actor) handleInternal(msg any) {
 		}
 		if m.err != nil {
 			// While stopping, a failed (or cancelled) stream is simply retried on revival.
-			if !a.stopping {
+			if a.lc.phase == phaseRunning {
 				a.onLLMError(m.err)
 			}
 			return
@@ -403,7 +417,7 @@ func (a *actor) handleInternal(msg any) {
 		a.onLLMResponse(m.resp) // the stream is reset when the answer is recorded
 	case planDone:
 		a.inflight--
-		if a.discard {
+		if !a.lc.recordsResults() {
 			return
 		}
 		a.onPlan(m)
@@ -411,7 +425,7 @@ func (a *actor) handleInternal(msg any) {
 		a.inflight--
 		delete(a.running, m.id)
 		delete(a.asks, m.id)
-		if a.discard || a.abandoned[m.id] {
+		if !a.lc.recordsResults() || a.abandoned[m.id] {
 			return
 		}
 		a.onToolDone(m)
@@ -419,7 +433,7 @@ func (a *actor) handleInternal(msg any) {
 	case askMsg:
 		a.onAsk(m)
 	case toolProgress:
-		if c := a.st.calls[m.id]; c != nil && !a.discard {
+		if c := a.st.calls[m.id]; c != nil && a.lc.recordsResults() {
 			c.progress = append(c.progress, m.text)
 			a.publish(Event{Type: EventProgress, ToolCallID: m.id, Text: m.text})
 		}

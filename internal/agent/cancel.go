@@ -81,60 +81,55 @@ func (m *Manager) Cancel(ctx context.Context, convID string, by Principal) error
 
 // ownerOnly answers a request only the owner may make (MaySend): not_found for whoever may not
 // see the conversation, permission_denied for whoever may.
-func (a *actor) ownerOnly(by Principal, what string) error {
-	if MaySend(by, a.st.conv.OwnerID) {
+func (s *convState) ownerOnly(by Principal, what string) error {
+	if MaySend(by, s.conv.OwnerID) {
 		return nil
 	}
-	if a.st.maySee(by) {
+	if s.maySee(by) {
 		return fault.New(fault.KindPermissionDenied, "only the conversation's owner may "+what, nil)
 	}
 	return errNotFound()
 }
 
 // handleCancel is Cancel inside the actor.
-func (a *actor) handleCancel(req *request) (then func(), err error) {
-	if err := a.ownerOnly(req.by, "stop it"); err != nil {
-		return nil, err
+func (a *actor) handleCancel(req *request) error {
+	if err := a.st.ownerOnly(req.by, "stop it"); err != nil {
+		return err
 	}
 	if !a.st.turnOpen {
-		return nil, fault.New(fault.KindStale, "nothing is running to stop", map[string]any{"status": a.st.status})
+		return fault.New(fault.KindStale, "nothing is running to stop", map[string]any{"status": a.st.status})
 	}
 	b, touched, partial := a.stopBatch(req.by, reasonStopped)
-	if err := a.commit(b, touched); err != nil {
-		return nil, err
-	}
+	a.stage(b, touched)
 	a.afterStop(touched, partial)
 	a.log.Info("turn stopped by the owner", "calls", len(touched))
-	return nil, nil
+	return nil
 }
 
 // sendDuringTurn takes the owner's message while a turn is open (or messages already wait): it
 // moves on from a turn that awaits a person, else it queues the message.
-func (a *actor) sendDuringTurn(req *request) (then func(), err error) {
+func (a *actor) sendDuringTurn(req *request) error {
 	st := a.st
 	if st.turnOpen && st.status == store.StatusAwaiting && !a.llmBusy && a.drafting == nil && len(st.queue) == 0 {
 		b, touched, partial := a.stopBatch(req.by, reasonMovedOn)
 		b.Entries = append(b.Entries, store.Entry{Type: store.EntryUserMessage, Actor: req.by.UserID, Data: mustJSON(userMessageData{Text: req.text, Key: req.key})})
-		if err := a.commit(b, touched); err != nil {
-			return nil, err
-		}
+		a.stage(b, touched)
 		a.afterStop(touched, partial)
 		a.publish(Event{Seq: a.st.lastSeq, Type: EventMessage, Text: req.text, Data: roleData("user")})
 		a.cancel.posted = Posted{MovedOn: true}
 		a.log.Info("the owner moved on from an awaiting turn", "calls", len(touched))
-		return a.advance, nil
+		a.ready.after(followUp{kind: followAdvance})
+		return nil
 	}
 	if n := len(st.queue); n >= a.cfg().MaxQueuedMessages {
-		return nil, fault.New(fault.KindRateLimited,
+		return fault.New(fault.KindRateLimited,
 			fmt.Sprintf("%d messages already wait for the assistant to finish; wait for it, or stop it", n), map[string]any{"queued": n})
 	}
 	d := mustJSON(queuedMessageData{Text: req.text, Key: req.key})
-	if err := a.commit(store.Batch{Entries: []store.Entry{{Type: store.EntryQueuedMessage, Actor: req.by.UserID, Data: d}}, Urgent: true}, nil); err != nil {
-		return nil, err
-	}
+	a.stage(store.Batch{Entries: []store.Entry{{Type: store.EntryQueuedMessage, Actor: req.by.UserID, Data: d}}, Urgent: true}, nil)
 	a.publish(Event{Seq: a.st.lastSeq, Type: EventMessage, Text: req.text, Data: mustJSON(map[string]any{"role": "user", "queued": true})})
 	a.cancel.posted = Posted{Queued: true}
-	return nil, nil
+	return nil
 }
 
 // stopBatch is the append that ends the open turn: the answer streamed so far (kept as the
@@ -193,7 +188,11 @@ func (a *actor) stopBatch(by Principal, reason string) (b store.Batch, touched [
 func (a *actor) afterStop(touched []string, partial string) {
 	for _, id := range touched {
 		if cancel, ok := a.running[id]; ok {
-			cancel() // the run reports back and is dropped (onToolDone: finished)
+			if cancel == nil {
+				delete(a.running, id) // reserved by this step, never started (release skips it)
+			} else {
+				cancel() // the run reports back and is dropped (onToolDone: finished)
+			}
 		}
 		delete(a.graceAt, id)
 	}
@@ -232,7 +231,7 @@ func (a *actor) droppedLLM() bool {
 // them, in order, in one append (they become the turn's user messages).
 func (a *actor) startQueued() {
 	st := a.st
-	if a.stopping || a.broken || st.turnOpen || len(st.queue) == 0 {
+	if !a.lc.mayStart() || st.turnOpen || len(st.queue) == 0 {
 		return
 	}
 	var b store.Batch
@@ -240,9 +239,7 @@ func (a *actor) startQueued() {
 		b.Entries = append(b.Entries, store.Entry{Type: store.EntryUserMessage, Actor: st.conv.OwnerID,
 			Data: mustJSON(userMessageData{Text: q.text, Queued: q.seq})})
 	}
-	if a.commit(b, nil) != nil {
-		return
-	}
+	a.stage(b, nil)
 	a.publish(Event{Seq: a.st.lastSeq, Type: EventMessage, Data: roleData("user")})
 	a.advance()
 }

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -10,81 +9,34 @@ import (
 	"parley/internal/tools"
 )
 
-// This file records the actor's work: commit appends to the log (and the tool_calls rows beside
-// it), settle publishes the events of each message once it is handled.
+// This file stages the actor's writes (stage: the entries folded into the state, the batch merged
+// for commitReady in ready.go), the tool_calls rows beside the log, and the events: publish
+// queues them, settle publishes them once the loop's pass is over.
 
 // --- committing -----------------------------------------------------------------------------
 
-// commit appends b after the actor's last sequence. The entries are folded into the state first
-// (so the batch can carry the resulting status and tool_calls rows); if the append fails the
-// actor is marked broken: it stops and is revived from the log, which is still the truth.
-func (a *actor) commit(b store.Batch, touched []string) error {
-	if a.evicted() {
-		// Fenced while handling a message: nothing more is written or started from here (no
-		// queued tool, no model call: halt); the loop stops the actor once the request in hand
-		// is answered, and the conversation's next owner continues from the log.
-		a.halt(true)
-		return errClosed()
+// stage adds b to the batch the loop commits next (ready.go) and folds its entries into the
+// state at once, so the rest of the step sees them: the conversation as this step leaves it.
+// touched are the calls b changes (their tool_calls rows are written from the state at commit).
+// A batch the state cannot take fails the whole step's write: nothing of it is appended.
+func (a *actor) stage(b store.Batch, touched []string) {
+	r := &a.ready
+	if r.failed != nil {
+		return
 	}
 	makeStorable(&b)
 	a.observeBefore(touched)
 	now := a.now()
-	prevStatus := a.st.status
-	after := a.st.lastSeq
 	for i := range b.Entries {
-		b.Entries[i].Seq = after + int64(i) + 1
+		b.Entries[i].Seq = a.st.lastSeq + 1
 		b.Entries[i].CreatedAt = now
-		if err := a.st.apply(b.Entries[i], a.m.cfg.Tools); err != nil {
-			a.broken = true
-			a.announcing = nil
-			return a.internalError("apply entry", err)
+		if err := a.st.apply(b.Entries[i], a.m.cfg.Tools); err != nil { // moves st.lastSeq on
+			r.failed = a.internalError("apply entry", err)
+			return
 		}
 	}
 	a.st.status = a.st.derivedStatus()
-	if a.st.status != prevStatus {
-		b.Status = a.st.status
-	}
-	notes := a.announcements() // of the calls as this commit leaves them
-	a.queueNotifications(&b, notes)
-	for _, id := range touched {
-		if c := a.st.calls[id]; c != nil {
-			b.Calls = append(b.Calls, a.row(c, now))
-		}
-	}
-	ctx, span := a.observeAppend(&b)
-	last, err := a.m.cfg.Store.Append(ctx, a.id, after, b)
-	a.observeAppended(span, &b, touched, err)
-	if errors.Is(err, store.ErrNotOwner) {
-		// Another process took the conversation over since this one claimed it (this one was
-		// deemed dead): nothing was written, and nothing more will be from here. The actor
-		// stops; its next owner continues from the log, and the request is refused here so its
-		// sender tries again there.
-		a.log.Warn("agent: another process owns the conversation now; stopping its actor here", "err", err)
-		a.evictNow() // the loop stops the actor after the reply
-		a.halt(true) // nothing more starts here: no queued tool, no model call
-		return errTakenOver()
-	}
-	if err != nil {
-		a.broken = true
-		a.conflicted = errors.Is(err, store.ErrConflict)
-		// Noted now, before this actor leaves the registry: whichever actor serves the
-		// conversation next (revived by this one, or started by a request in between) takes it.
-		a.m.noteFailure(a.id, writeFailure{count: a.failures.count + 1})
-		return a.internalError("append to log", err)
-	}
-	a.st.lastSeq = last
-	a.failures = writeFailure{}
-	a.notifyAll(notes)
-	for _, e := range b.Entries {
-		e.CreatedAt = e.CreatedAt.UTC().Truncate(time.Microsecond) // the store's resolution
-		a.logged = append(a.logged, e)
-	}
-	// Before the caller hears back, so a resolve's reply finds the count already moved.
-	a.reportPending()
-	if a.st.status != prevStatus {
-		a.statusEvents = append(a.statusEvents, Event{ConversationID: a.id, Seq: last, Type: EventStatus, Status: a.st.status})
-	}
-	return nil
+	r.merge(b, touched)
 }
 
 func (a *actor) row(c *call, now time.Time) store.ToolCall {
@@ -124,6 +76,7 @@ func (a *actor) settle() {
 	}
 	a.events = a.events[:0]
 	a.statusEvents = a.statusEvents[:0]
+	a.ready.events, a.ready.statusEvents = 0, 0 // the published ones are no step's to take back
 }
 
 // reportPending tells the manager how many calls of this conversation await an answer, by

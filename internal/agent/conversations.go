@@ -147,50 +147,51 @@ func TitleFromMessage(text string) string {
 }
 
 // handleRename is Rename inside the actor.
-func (a *actor) handleRename(req *request) (then func(), err error) {
-	if err := a.mayManage(req.by, "rename it"); err != nil {
-		return nil, err
+func (a *actor) handleRename(req *request) error {
+	if err := a.st.mayManage(req.by, "rename it"); err != nil {
+		return err
 	}
 	if _, err := a.m.cfg.Store.SetConversationTitle(a.m.base, a.id, req.text, false); err != nil {
-		return nil, a.internalError("rename conversation", err)
+		return a.internalError("rename conversation", err)
 	}
 	a.st.conv.Title = req.text
-	return nil, nil
+	return nil
 }
 
 // handleDelete is Delete inside the actor: refused while a turn is open, else the store
 // deletes the conversation and the actor stops after replying (a later request finds nothing:
 // not_found).
-func (a *actor) handleDelete(req *request) (then func(), err error) {
-	if err := a.mayManage(req.by, "delete it"); err != nil {
-		return nil, err
+func (a *actor) handleDelete(req *request) error {
+	if err := a.st.mayManage(req.by, "delete it"); err != nil {
+		return err
 	}
 	if a.st.turnOpen || len(a.st.queue) > 0 || a.llmBusy || a.drafting != nil || len(a.running) > 0 {
-		return nil, fault.New(fault.KindConflict, "the assistant is still working in this conversation: stop it first, then delete it",
+		return fault.New(fault.KindConflict, "the assistant is still working in this conversation: stop it first, then delete it",
 			map[string]any{"status": a.st.status})
 	}
-	err = a.m.cfg.Store.DeleteConversation(a.m.base, a.id, store.AuditRecord{
+	err := a.m.cfg.Store.DeleteConversation(a.m.base, a.id, store.AuditRecord{
 		ConversationID: a.id, ActorID: req.by.UserID, Action: "delete_conversation", Reason: a.st.conv.Title, At: a.now(),
 	})
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, errNotFound()
+		return errNotFound()
 	}
 	if err != nil {
-		return nil, a.internalError("delete conversation", err)
+		return a.internalError("delete conversation", err)
 	}
 	a.log.Info("conversation deleted by its owner")
-	// The actor stops once the reply is sent: a caller that saw it stop first would retry on a
-	// fresh actor and be told the conversation does not exist.
-	return func() { a.beginStop(true) }, nil
+	// Done closes once the reply is sent (run): a caller that saw it stop first would retry on
+	// a fresh actor and be told the conversation does not exist.
+	a.transition(phaseDraining, reasonDeleted)
+	return nil
 }
 
 // mayManage answers a rename or a delete: the owner alone (MayManage); not_found for whoever
 // may not see the conversation, permission_denied for whoever may.
-func (a *actor) mayManage(by Principal, what string) error {
-	if MayManage(by, a.st.conv.OwnerID) {
+func (s *convState) mayManage(by Principal, what string) error {
+	if MayManage(by, s.conv.OwnerID) {
 		return nil
 	}
-	if a.st.maySee(by) {
+	if s.maySee(by) {
 		return fault.New(fault.KindPermissionDenied, "only the conversation's owner may "+what, nil)
 	}
 	return errNotFound()

@@ -105,7 +105,7 @@ func (a *actor) asker(id string, attempt int, pause func(bool)) tools.AskFunc {
 // onAsk suspends a running call with the question: recorded with its expiry, then shown.
 func (a *actor) onAsk(m askMsg) {
 	c := a.st.calls[m.id]
-	if a.discard || a.stopping || a.broken || c == nil || c.finished() || c.status != store.CallRunning || c.attempts != m.attempt {
+	if !a.lc.mayStart() || c == nil || c.finished() || c.status != store.CallRunning || c.attempts != m.attempt {
 		m.reply <- askReply{err: fault.New(fault.KindStale, "the call is no longer running", nil)}
 		return
 	}
@@ -118,15 +118,13 @@ func (a *actor) onAsk(m askMsg) {
 		m.reply <- askReply{err: ferr}
 		return
 	}
-	exp := a.now().Add(a.suspensionTimeout(c.tool))
+	exp := a.now().Add(a.cfg().suspensionTimeout(c.tool))
 	d := questionData{Prompt: p, Attempt: m.attempt, ExpiresAt: exp, Resume: resumeOf(m.q)}
-	if err := a.commit(store.Batch{
+	// Should the write fail, the actor drains hard and cancels the run, which stops waiting.
+	a.stage(store.Batch{
 		Entries:  []store.Entry{{Type: entryQuestion, ToolCallID: c.id, Actor: "system", Data: mustJSON(d)}},
 		Schedule: []store.Expiry{{ConversationID: a.id, ToolCallID: c.id, At: exp}},
-	}, []string{c.id}); err != nil {
-		m.reply <- askReply{err: err}
-		return
-	}
+	}, []string{c.id})
 	if a.asks == nil {
 		a.asks = map[string]chan askReply{}
 	}
@@ -184,40 +182,39 @@ func promptOf(tool string, q tools.Question) (tools.Prompt, *fault.Error) {
 }
 
 // resolveAsk takes the owner's answer to a running call's question and hands it to the tool.
-func (a *actor) resolveAsk(c *call, r Resolution, by Principal, key string) (then func(), err error) {
+func (a *actor) resolveAsk(c *call, r Resolution, by Principal, key string) error {
 	if !MayAnswer(by, a.st.conv.OwnerID) {
-		return nil, permissionDenied("only the conversation's owner answers its questions")
+		return permissionDenied("only the conversation's owner answers its questions")
 	}
 	reply := a.asks[c.id]
 	if reply == nil && c.resume == nil {
-		return nil, errStale(c.id)
+		return errStale(c.id)
 	}
-	content, err := a.answerContent(c, r)
+	content, err := c.answerContent(r)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	ans := tools.Answer{Action: r.Action}
 	ans.Content, _ = content.(map[string]any)
 	now := a.now()
-	if err := a.commit(store.Batch{
+	a.stage(store.Batch{
 		Entries: []store.Entry{{Type: entryAnswer, ToolCallID: c.id, Actor: by.UserID,
 			Data: mustJSON(answerData{Action: r.Action, By: by.UserID, Content: ans.Content, Key: key})}},
 		Cancel: []string{c.id},
 		Audit: []store.AuditRecord{{ConversationID: a.id, ToolCallID: c.id, Tool: c.name, ActorID: by.UserID,
 			Action: r.Action, ArgsHash: canonicalHash(c.effectiveArgs()), At: now}},
 		Urgent: true, // the person's request waits for it
-	}, []string{c.id}); err != nil {
-		return nil, err
-	}
+	}, []string{c.id})
 	a.publishCall(c)
 	if reply == nil {
 		// The run that asked was lost in a restart; the answer (now c.resumed) starts one
 		// that carries on from it.
-		return func() { a.runTool(c) }, nil
+		a.ready.after(followUp{kind: followRunTool, id: c.id})
+		return nil
 	}
 	delete(a.asks, c.id)
-	reply <- askReply{ans: ans}
-	return nil, nil
+	a.ready.effect(effect{kind: effectAskReply, ask: reply, askReply: askReply{ans: ans}})
+	return nil
 }
 
 // dropAsk ends the question of a call that was closed another way (its expiry, the turn
@@ -229,10 +226,8 @@ func (a *actor) dropAsk(c *call) {
 		return
 	}
 	delete(a.asks, c.id)
-	reply <- askReply{err: fault.New(fault.KindDeclined, "the question was closed without an answer", nil)}
-	if cancel := a.running[c.id]; cancel != nil {
-		cancel()
-	}
+	a.ready.effect(effect{kind: effectAskReply, ask: reply, askCancel: true, run: recordedCall{id: c.id},
+		askReply: askReply{err: fault.New(fault.KindDeclined, "the question was closed without an answer", nil)}})
 }
 
 // askAbandon cancels, for a stop, the runs whose question waits, and drops what they report:
@@ -270,7 +265,7 @@ func (a *actor) askLost(c *call) {
 	e := fault.New(fault.KindServiceUnavailable, msg+"; the call is tried again with the same idempotency key", nil)
 	e.Retryable = true
 	key := "tool:" + c.id
-	if a.commit(store.Batch{
+	a.stage(store.Batch{
 		Entries: []store.Entry{
 			{Type: entryAnswer, ToolCallID: c.id, Actor: "system", Data: mustJSON(answerData{Action: "lost", By: System.UserID})},
 			{Type: store.EntryAttemptFailed, ToolCallID: c.id, Actor: "system",
@@ -278,10 +273,9 @@ func (a *actor) askLost(c *call) {
 		},
 		Steps:  []store.Step{{ConversationID: a.id, Key: key, Attempts: c.attempts, NextAttemptAt: &now, LastError: e.Message, UpdatedAt: now}},
 		Cancel: []string{c.id},
-	}, []string{c.id}) == nil {
-		a.log.Warn("a question mid-call was lost in a restart; retrying the call", "tool_call_id", c.id, "tool", c.name)
-		a.publishCall(c)
-	}
+	}, []string{c.id})
+	a.log.Warn("a question mid-call was lost in a restart; retrying the call", "tool_call_id", c.id, "tool", c.name)
+	a.publishCall(c)
 }
 
 // applyAsk folds a question or an answer into the call.

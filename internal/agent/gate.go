@@ -143,11 +143,11 @@ func pendingKindFor(t *tools.Tool, gated bool) tools.PendingKind {
 
 // approvalTimeout is how long an approval of t may wait: its approval_timeout_secs, else its
 // suspension timeout.
-func (a *actor) approvalTimeout(t *tools.Tool) time.Duration {
+func (c *Config) approvalTimeout(t *tools.Tool) time.Duration {
 	if t != nil && t.ApprovalTimeout() > 0 {
 		return t.ApprovalTimeout()
 	}
-	return a.suspensionTimeout(t)
+	return c.suspensionTimeout(t)
 }
 
 // view copies the rule for a CallView; nil when no rule decided the call.

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -168,13 +169,17 @@ func (a *actor) observeStop() {
 	}
 }
 
-// observeBefore notes which of the calls a commit touches await now (before its entries apply).
+// observeBefore notes which of the calls a stage touches await now (before its entries apply):
+// the first time the step touches each, so a step that stages twice keeps how the call stood
+// before the step. commitReady clears the notes once the step is written or dropped.
 func (a *actor) observeBefore(touched []string) {
 	if a.tr.before == nil {
 		a.tr.before = a.tr.beforeBuf[:0]
 	}
-	a.tr.before = a.tr.before[:0]
 	for _, id := range touched {
+		if slices.Contains(a.ready.touched, id) {
+			continue // the step touched it already: its state before the step is noted (or was not awaiting)
+		}
 		if c := a.st.calls[id]; c != nil && c.status == store.CallAwaiting {
 			a.tr.before = append(a.tr.before, suspended{id: id, kind: c.kind})
 		}

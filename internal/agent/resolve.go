@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"parley/internal/fault"
@@ -15,29 +16,29 @@ import (
 
 // handleResolve is Resolve inside the actor: check the call against the pending set, authorize,
 // validate the payload, record durably, then (after the reply) continue the turn.
-func (a *actor) handleResolve(req *request) (then func(), err error) {
+func (a *actor) handleResolve(req *request) error {
 	by := req.by
 	if !a.st.maySee(by) {
-		return nil, errNotFound()
+		return errNotFound()
 	}
 	c := a.st.calls[req.callID]
 	if c == nil {
-		return nil, errNoSuchCall(req.callID)
+		return errNoSuchCall(req.callID)
 	}
 	kind, err := req.res.Kind()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if a.st.hasKey(req.key) {
 		// Decided already by this very resolve: by the process it went to first, which died
 		// before its answer reached the sender (the sender sent it again here).
-		return nil, nil
+		return nil
 	}
 	if c.finished() || c.status != store.CallAwaiting {
-		return nil, errStale(req.callID)
+		return errStale(req.callID)
 	}
 	if kind != c.kind {
-		return nil, errWrongKind(c.kind, kind)
+		return errWrongKind(c.kind, kind)
 	}
 	switch c.kind {
 	case tools.PendingApproval:
@@ -50,7 +51,7 @@ func (a *actor) handleResolve(req *request) (then func(), err error) {
 	case tools.PendingClientExec:
 		return a.resolveClient(c, req.res, by, req.key)
 	}
-	return nil, errStale(req.callID)
+	return errStale(req.callID)
 }
 
 func permissionDenied(msg string) *fault.Error {
@@ -88,68 +89,80 @@ func decideRight(by Principal, ownerID string, approvers tools.Approvers) (Right
 	return right, nil
 }
 
-func (a *actor) resolveApproval(c *call, r Resolution, by Principal, key string) (then func(), err error) {
+func (a *actor) resolveApproval(c *call, r Resolution, by Principal, key string) error {
 	right, err := decideRight(by, a.st.conv.OwnerID, c.approvers)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	now := a.now()
 	d := decisionData{By: by.UserID, Role: string(by.Role), Via: by.Via, Reason: r.Reason, Key: key}
 	if right == AsOverride {
 		d.Override = true
 	}
+	switch r.Decision {
+	case "approve":
+	case "deny":
+		return a.deny(c, r, by, right, d)
+	default:
+		return fault.InvalidAt("an approval needs a decision", "/decision", `must be "approve" or "deny"`)
+	}
 	audit := store.AuditRecord{ConversationID: a.id, ToolCallID: c.id, Tool: c.name, ActorID: by.UserID, Reason: r.Reason, At: now}
 	b := store.Batch{Cancel: []string{c.id}}
-	if r.Decision == "approve" && c.approvalsNeeded() > 1 {
-		final, err := a.checkQuorum(c, r, by)
+	if c.approvalsNeeded() > 1 {
+		final, err := c.checkQuorum(r, by, a.countingApprovals(c, c.approvers, canonicalHash(c.effectiveArgs())))
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if !final {
 			return a.approvePartly(c, by, right, key)
 		}
 		audit.Detail = mustJSON(map[string]any{"approvals": append(c.approvalViews(), ApprovalView{By: by.UserID, At: now})})
 	}
+	edited, err := a.editOf(c, r)
+	if err != nil {
+		return err
+	}
+	if edited != nil {
+		// Edits are proposals: the rules judge the edited arguments as they would the model's. A
+		// deny refuses the edit; a gate the approver alone does not satisfy (a reviewer, more
+		// approvers) keeps the call pending with the edit as the proposal.
+		g := a.gateFor(c.tool, edited)
+		if g.denied {
+			return errEditDenied(g)
+		}
+		if g.gated() && !(MayDecide(by, a.st.conv.OwnerID, g.approvers) && max(1, g.needed) <= 1) {
+			if r.Remember != nil {
+				return fault.InvalidAt("edited arguments that need another approver cannot be remembered", "/remember",
+					"approve the proposal without remembering it")
+			}
+			return a.propose(c, edited, g, by, right, key)
+		}
+	}
 	grant, gerr := a.grantFrom(c, r, by, right, now)
 	if gerr != nil {
-		return nil, gerr
+		return gerr
 	}
-	switch r.Decision {
-	case "approve":
-		d.Decision = "approve"
-		// Arguments sent as they were (a card's field, unchanged) are a plain approval.
-		if present(r.Args) && canonicalHash(r.Args) != canonicalHash(c.args) {
-			if c.tool == nil {
-				return nil, errToolGone(c.name)
-			}
-			parsed, verr := c.tool.ValidateArgs(r.Args)
-			if verr != nil {
-				return nil, verr
-			}
-			edited := mustJSON(parsed)
-			if canonicalHash(edited) != canonicalHash(c.args) {
-				d.Decision, d.Args = "approve_edited", edited
-			}
-		}
-		run := c.args
-		if d.Args != nil {
-			run = d.Args
-		}
-		d.ArgsHash = canonicalHash(run)
-		audit.Action, audit.ArgsHash = auditAction("approve", right), d.ArgsHash
-		if c.executor == tools.Client {
-			// The second suspension gets its own timer; scheduling replaces the first one.
-			exp := now.Add(a.suspensionTimeout(c.tool))
-			d.ExpiresAt = &exp
-			b.Schedule = []store.Expiry{{ConversationID: a.id, ToolCallID: c.id, At: exp}}
-			b.Cancel = nil
-		}
-		b.Entries = []store.Entry{{Type: store.EntryDecision, ToolCallID: c.id, Actor: by.UserID, Data: mustJSON(d)}}
-	case "deny":
-		return a.deny(c, r, by, right, d)
-	default:
-		return nil, fault.InvalidAt("an approval needs a decision", "/decision", `must be "approve" or "deny"`)
+	d.Decision = "approve"
+	run := c.effectiveArgs()
+	if edited != nil {
+		run = edited
 	}
+	if c.runArgs != nil || edited != nil {
+		d.Decision, d.Args = "approve_edited", run
+	}
+	d.ArgsHash = canonicalHash(run)
+	audit.Action, audit.ArgsHash = auditAction(d.Decision, right), d.ArgsHash
+	if d.Decision == "approve_edited" {
+		audit.Detail = editDetail(audit.Detail, c.args, run)
+	}
+	if c.executor == tools.Client {
+		// The second suspension gets its own timer; scheduling replaces the first one.
+		exp := now.Add(a.cfg().suspensionTimeout(c.tool))
+		d.ExpiresAt = &exp
+		b.Schedule = []store.Expiry{{ConversationID: a.id, ToolCallID: c.id, At: exp}}
+		b.Cancel = nil
+	}
+	b.Entries = []store.Entry{{Type: store.EntryDecision, ToolCallID: c.id, Actor: by.UserID, Data: mustJSON(d)}}
 	b.Audit = []store.AuditRecord{audit}
 	if grant != nil {
 		d.Remember = &grantData{ID: grant.ID, Scope: grant.Scope, ExpiresAt: grant.ExpiresAt}
@@ -159,25 +172,117 @@ func (a *actor) resolveApproval(c *call, r Resolution, by Principal, key string)
 	}
 	b.Urgent = true // the person's request waits for it
 	a.announce(c.id, NotifyDecided, d.Decision, by.UserID, "")
-	if err := a.commit(b, []string{c.id}); err != nil {
-		return nil, err
-	}
+	a.stage(b, []string{c.id})
 	a.publishCall(c)
-	return func() {
-		switch {
-		case c.finished():
-			a.advance()
-		case c.executor == tools.Client:
-			a.publishClientExec(c)
-			a.checkClient(c)
-		default:
-			a.runTool(c)
+	a.ready.after(followUp{kind: followApproved, id: c.id})
+	return nil
+}
+
+// editOf is the approve's edited arguments, validated against the tool's schema and in
+// canonical form; nil when the approve sends none or the call's own (a card's fields sent back
+// unchanged are a plain approval).
+func (a *actor) editOf(c *call, r Resolution) (json.RawMessage, error) {
+	if !present(r.Args) || canonicalHash(r.Args) == canonicalHash(c.effectiveArgs()) {
+		return nil, nil
+	}
+	if c.tool == nil {
+		return nil, errToolGone(c.name)
+	}
+	if c.tool.EditsForbidden() {
+		return nil, fault.InvalidAt("this tool's calls cannot be edited: approve them as they are, or deny them", "/args",
+			"the tools file forbids edits of "+c.name)
+	}
+	parsed, verr := c.tool.ValidateArgs(r.Args)
+	if verr != nil {
+		return nil, verr
+	}
+	edited := mustJSON(parsed)
+	if canonicalHash(edited) == canonicalHash(c.effectiveArgs()) {
+		return nil, nil
+	}
+	return edited, nil
+}
+
+// errEditDenied refuses edited arguments that a rule denies: nothing is written, and the card
+// shows why.
+func errEditDenied(g callGate) *fault.Error {
+	msg := "a rule denies these arguments"
+	if g.reason != "" {
+		msg += ": " + g.reason
+	}
+	return fault.New(fault.KindDenied, msg+"; approve the call as it was, change the edit, or deny it",
+		map[string]any{"reason": g.reason, "rule": g.rule.Index, "field": "/args"})
+}
+
+// editDetail adds to an audit record's detail that the arguments were edited, from which to
+// which (their canonical hashes).
+func editDetail(detail json.RawMessage, from, to json.RawMessage) json.RawMessage {
+	m := map[string]any{}
+	if len(detail) > 0 {
+		_ = json.Unmarshal(detail, &m)
+	}
+	m["edited"] = true
+	m["model_args_hash"] = canonicalHash(from)
+	m["args_hash"] = canonicalHash(to)
+	return mustJSON(m)
+}
+
+// propose records edited arguments that need more than their proposer's approval: the call
+// stays pending with them, under the gate the rules put on them; the proposer's approval counts
+// when they hold the right under that gate, and approvals of the earlier arguments do not.
+func (a *actor) propose(c *call, edited json.RawMessage, g callGate, by Principal, right Right, key string) error {
+	now := a.now()
+	counts := MayDecide(by, a.st.conv.OwnerID, g.approvers)
+	d := decisionData{Decision: decisionPropose, By: by.UserID, Role: string(by.Role), Via: by.Via, Args: edited,
+		ArgsHash: canonicalHash(edited), At: now, Key: key, Approvers: string(g.approvers), Needed: max(1, g.needed), Rule: g.rule, Counts: counts}
+	detail := editDetail(mustJSON(map[string]any{"approvers": string(g.approvers), "approvals_needed": max(1, g.needed), "counts": counts}), c.effectiveArgs(), edited)
+	a.stage(store.Batch{
+		Entries: []store.Entry{{Type: store.EntryDecision, ToolCallID: c.id, Actor: by.UserID, Data: mustJSON(d)}},
+		Audit: []store.AuditRecord{{ConversationID: a.id, ToolCallID: c.id, Tool: c.name, ActorID: by.UserID,
+			Action: auditAction(decisionPropose, right), ArgsHash: d.ArgsHash, Detail: detail, At: now}},
+		Urgent: true,
+	}, []string{c.id})
+	a.announce(c.id, NotifyRequested, "", by.UserID, "")
+	a.publishCall(c)
+	a.log.Info("edited arguments need more approvers; the call waits with them", "tool_call_id", c.id,
+		"approvers", string(g.approvers), "needed", max(1, g.needed), "counts", counts)
+	return nil
+}
+
+// countingApprovals counts the approvals of c's arguments argsHash so far whose approvers hold
+// the right to decide a call gated by approvers now (their role read from the store: a demoted
+// or removed approver's approval stops counting).
+func (a *actor) countingApprovals(c *call, approvers tools.Approvers, argsHash string) int {
+	n := 0
+	seen := map[string]bool{}
+	for _, ap := range c.approvals {
+		if ap.ArgsHash != argsHash || seen[ap.By] {
+			continue
 		}
-	}, nil
+		seen[ap.By] = true
+		if a.holdsRight(ap.By, approvers) {
+			n++
+		}
+	}
+	return n
+}
+
+// holdsRight reports whether the user id may decide, now, a call of this conversation gated by
+// approvers. A failed read counts as no right: a right is never assumed.
+func (a *actor) holdsRight(id string, approvers tools.Approvers) bool {
+	u, err := a.cfg().Store.UserByID(a.m.base, id)
+	if err != nil {
+		if !errors.Is(err, store.ErrNotFound) {
+			a.log.Warn("read an approver's account; their approval does not count", "user_id", id, "err", err)
+		}
+		return false
+	}
+	r := DecideRight(Principal{UserID: u.ID, Role: u.Role}, a.st.conv.OwnerID, approvers)
+	return r != NoRight && r != AsSystem
 }
 
 // deny records a denial: the decision, then the error the model reads; the call never runs.
-func (a *actor) deny(c *call, r Resolution, by Principal, right Right, d decisionData) (then func(), err error) {
+func (a *actor) deny(c *call, r Resolution, by Principal, right Right, d decisionData) error {
 	d.Decision = "deny"
 	d.ArgsHash = canonicalHash(c.args)
 	msg := "the call was denied by the approver"
@@ -185,7 +290,7 @@ func (a *actor) deny(c *call, r Resolution, by Principal, right Right, d decisio
 		msg += ": " + r.Reason
 	}
 	a.announce(c.id, NotifyDecided, "deny", by.UserID, r.Reason)
-	if err := a.closeCall(c, closing{
+	a.closeCall(c, closing{
 		before:   []store.Entry{{Type: store.EntryDecision, Data: mustJSON(d)}},
 		envelope: tools.ErrorEnvelope(fault.New(fault.KindDenied, msg, map[string]any{"reason": r.Reason})),
 		status:   store.CallDenied,
@@ -194,10 +299,9 @@ func (a *actor) deny(c *call, r Resolution, by Principal, right Right, d decisio
 		reason:   r.Reason,
 		audit:    auditAction("deny", right),
 		urgent:   true, // the person's request waits for it
-	}); err != nil {
-		return nil, err
-	}
-	return a.advance, nil
+	})
+	a.ready.after(followUp{kind: followAdvance})
+	return nil
 }
 
 // auditAction is the audit trail's word for a decision: an admin's override of an owner's
@@ -212,14 +316,14 @@ func auditAction(decision string, right Right) string {
 // answerContent checks an answer to a question, whoever asked it (the model's form or a running
 // call's): its action, and for accept its content against the question's schema (nil for
 // decline and cancel).
-func (a *actor) answerContent(c *call, r Resolution) (any, error) {
+func (c *call) answerContent(r Resolution) (any, error) {
 	switch r.Action {
 	case "accept":
 		content, err := tools.DecodeJSON(nonEmpty(r.Content))
 		if err != nil {
 			return nil, fault.InvalidAt("the answer is not valid JSON", "/content", err.Error())
 		}
-		if verr := a.validateAnswer(c, content); verr != nil {
+		if verr := c.validateAnswer(content); verr != nil {
 			return nil, verr
 		}
 		return content, nil
@@ -229,21 +333,21 @@ func (a *actor) answerContent(c *call, r Resolution) (any, error) {
 	return nil, fault.InvalidAt("an answer needs an action", "/action", `must be "accept", "decline" or "cancel"`)
 }
 
-func (a *actor) resolveElicitation(c *call, r Resolution, by Principal, key string) (then func(), err error) {
+func (a *actor) resolveElicitation(c *call, r Resolution, by Principal, key string) error {
 	if !MayAnswer(by, a.st.conv.OwnerID) {
-		return nil, permissionDenied("only the conversation's owner answers its questions")
+		return permissionDenied("only the conversation's owner answers its questions")
 	}
 	var (
 		env    json.RawMessage
 		status = store.CallResolved
 	)
-	content, err := a.answerContent(c, r)
+	content, err := c.answerContent(r)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	switch r.Action {
 	case "accept":
-		env = tools.BoundEnvelope(tools.OKEnvelope(map[string]any{"action": "accept", "content": content}), a.maxBytes(c.tool))
+		env = tools.BoundEnvelope(tools.OKEnvelope(map[string]any{"action": "accept", "content": content}), a.cfg().maxBytes(c.tool))
 	case "decline", "cancel":
 		msg := "the user declined to answer"
 		if r.Action == "cancel" {
@@ -252,16 +356,15 @@ func (a *actor) resolveElicitation(c *call, r Resolution, by Principal, key stri
 		env = tools.ErrorEnvelope(fault.New(fault.KindDeclined, msg, map[string]any{"action": r.Action}))
 		status = store.CallErrored
 	}
-	if err := a.closeCall(c, closing{envelope: env, status: status, decision: r.Action, by: by.UserID, audit: r.Action,
+	a.closeCall(c, closing{envelope: env, status: status, decision: r.Action, by: by.UserID, audit: r.Action,
 		urgent: true, // the person's request waits for it
 		key:    key,
-	}); err != nil {
-		return nil, err
-	}
-	return a.advance, nil
+	})
+	a.ready.after(followUp{kind: followAdvance})
+	return nil
 }
 
-func (a *actor) validateAnswer(c *call, content any) *fault.Error {
+func (c *call) validateAnswer(content any) *fault.Error {
 	if c.prompt == nil {
 		return fault.New(fault.KindInvalidArgs, "the question has no form", nil)
 	}
@@ -277,9 +380,9 @@ func (a *actor) validateAnswer(c *call, content any) *fault.Error {
 
 // resolveClient takes a browser's report. Only the owner's own session runs client tools; the
 // result is user-controllable, so it is validated and never trusted for a privileged decision.
-func (a *actor) resolveClient(c *call, r Resolution, by Principal, key string) (then func(), err error) {
+func (a *actor) resolveClient(c *call, r Resolution, by Principal, key string) error {
 	if by.Via == "system" || !MayAnswer(by, a.st.conv.OwnerID) {
-		return nil, permissionDenied("only the conversation owner's browser reports client results")
+		return permissionDenied("only the conversation owner's browser reports client results")
 	}
 	hasResult := len(bytes.TrimSpace(r.Result)) > 0 && !bytes.Equal(bytes.TrimSpace(r.Result), []byte("null"))
 	var (
@@ -289,18 +392,18 @@ func (a *actor) resolveClient(c *call, r Resolution, by Principal, key string) (
 	)
 	switch {
 	case hasResult && r.Error != nil:
-		return nil, fault.InvalidAt("a client report has a result or an error, not both", "", "both result and error are set")
+		return fault.InvalidAt("a client report has a result or an error, not both", "", "both result and error are set")
 	case hasResult:
 		v, err := tools.DecodeJSON(r.Result)
 		if err != nil {
-			return nil, fault.InvalidAt("the result is not valid JSON", "/result", err.Error())
+			return fault.InvalidAt("the result is not valid JSON", "/result", err.Error())
 		}
 		if c.tool != nil {
 			if verr := c.tool.ValidateResult(v); verr != nil {
-				return nil, verr
+				return verr
 			}
 		}
-		env = tools.BoundEnvelope(tools.OKEnvelope(v), a.maxBytes(c.tool))
+		env = tools.BoundEnvelope(tools.OKEnvelope(v), a.cfg().maxBytes(c.tool))
 	case r.Error != nil:
 		msg := r.Error.Message
 		if msg == "" {
@@ -309,23 +412,22 @@ func (a *actor) resolveClient(c *call, r Resolution, by Principal, key string) (
 		env = tools.ErrorEnvelope(fault.New(fault.KindClientError, tools.Truncate(msg, 2000), nil))
 		status, action = store.CallErrored, "client_error"
 	default:
-		return nil, fault.InvalidAt("a client report needs a result or an error", "/result", "missing")
+		return fault.InvalidAt("a client report needs a result or an error", "/result", "missing")
 	}
-	if err := a.closeCall(c, closing{envelope: env, status: status, decision: action, by: by.UserID, audit: action,
+	a.closeCall(c, closing{envelope: env, status: status, decision: action, by: by.UserID, audit: action,
 		urgent: true, // the browser's request waits for it
 		key:    key,
-	}); err != nil {
-		return nil, err
-	}
-	return a.advance, nil
+	})
+	a.ready.after(followUp{kind: followAdvance})
+	return nil
 }
 
 // handleExpire fires a durable expiry: the suspended call becomes a timeout error the model can
 // recover from.
-func (a *actor) handleExpire(req *request) (then func(), err error) {
+func (a *actor) handleExpire(req *request) error {
 	c := a.st.calls[req.callID]
 	if c == nil || c.finished() || c.status != store.CallAwaiting {
-		return nil, errStale(req.callID)
+		return errStale(req.callID)
 	}
 	if c.kind == tools.PendingApproval && !c.escalated && c.tool != nil && c.tool.OnApprovalTimeout() == tools.TimeoutEscalate {
 		return a.escalate(c)
@@ -339,31 +441,29 @@ func (a *actor) handleExpire(req *request) (then func(), err error) {
 	if kind == tools.PendingApproval {
 		a.announce(c.id, NotifyDecided, "expire", System.UserID, "")
 	}
-	if err := a.closeCall(c, closing{
+	a.closeCall(c, closing{
 		before:   []store.Entry{{Type: store.EntryExpiry, Data: mustJSON(map[string]any{"kind": string(c.kind)})}},
 		envelope: tools.ErrorEnvelope(fault.New(fault.KindTimeout, what, map[string]any{"pending": string(c.kind)})),
 		status:   store.CallExpired,
 		decision: "expire",
 		by:       System.UserID,
 		audit:    "expire",
-	}); err != nil {
-		return nil, err
-	}
+	})
 	metrics.ExpiriesFired.Inc()
 	a.log.Info("suspended call expired", "tool_call_id", c.id, "tool", c.name, "pending", string(kind))
-	return a.advance, nil
+	a.ready.after(followUp{kind: followAdvance})
+	return nil
 }
 
 // resolveNoClient fails a client call nobody can run: no socket was attached within the grace.
 func (a *actor) resolveNoClient(c *call) {
-	if a.closeCall(c, closing{
+	a.closeCall(c, closing{
 		envelope: tools.ErrorEnvelope(fault.Errorf(fault.KindNoClient, "no browser was connected to run %s", c.name)),
 		status:   store.CallErrored,
 		decision: "no_client",
 		by:       System.UserID,
-	}) == nil {
-		a.advance()
-	}
+	})
+	a.advance()
 }
 
 // closing is how a suspended call ends (closeCall): its result and who gave it, what is
@@ -384,7 +484,7 @@ type closing struct {
 // the call resolved, else a tool_error), the call's expiry cancelled and the audit record; then
 // the call's event. The audit record hashes the arguments as they stand: an approver's edit
 // comes only with an approval, so for an approval or a question these are the model's.
-func (a *actor) closeCall(c *call, fin closing) error {
+func (a *actor) closeCall(c *call, fin closing) {
 	typ := store.EntryToolError
 	if fin.status == store.CallResolved {
 		typ = store.EntryToolResult
@@ -401,12 +501,9 @@ func (a *actor) closeCall(c *call, fin closing) error {
 			Action: fin.audit, Reason: fin.reason, ArgsHash: canonicalHash(c.effectiveArgs()), At: a.now()}}
 	}
 	delete(a.graceAt, c.id) // a client call's no-client grace, if it had one
-	if err := a.commit(b, []string{c.id}); err != nil {
-		return err
-	}
+	a.stage(b, []string{c.id})
 	a.dropAsk(c)
 	a.publishCall(c)
-	return nil
 }
 
 // canonicalHash is the hex SHA-256 of the canonical form of a JSON value (object keys sorted,

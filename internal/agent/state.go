@@ -78,6 +78,12 @@ type decisionData struct {
 	At        time.Time       `json:"at,omitzero"`        // when (an approval of an M-of-N call)
 	Remember  *grantData      `json:"remember,omitempty"` // the grant an approve made (grants.go)
 	Key       string          `json:"key,omitempty"`      // the resolve's key (request.key)
+	// A proposal (decisionPropose): the gate the rules put on the edited arguments, and whether
+	// the proposer's own approval counts under it.
+	Approvers string    `json:"approvers,omitempty"`
+	Needed    int       `json:"needed,omitempty"`
+	Rule      *ruleData `json:"rule,omitempty"`
+	Counts    bool      `json:"counts,omitempty"`
 }
 
 // resultData is a tool_result or tool_error entry: the envelope the model reads and the call's
@@ -143,8 +149,11 @@ type call struct {
 	rule      *ruleData
 	grant     string
 	needed    int        // distinct approvals needed; 0 is one
-	approvals []approval // the approvals so far of an M-of-N call
-	escalated bool       // its approval's time ran out and admins may decide it
+	approvals []approval // the approvals so far of an M-of-N call (of the arguments they approved)
+	// approvedHash is the canonical hash of the arguments the final approval covered: the effect
+	// gate runs the call only with these (ready.go: refusal).
+	approvedHash string
+	escalated    bool // its approval's time ran out and admins may decide it
 }
 
 func (c *call) finished() bool { return c.result != nil }
@@ -343,7 +352,7 @@ func (s *convState) apply(e store.Entry, reg *tools.Registry) error {
 		}
 		c.decision, c.decidedBy, c.reason = d.Decision, d.By, d.Reason
 		if d.Decision == "approve" || d.Decision == "approve_edited" {
-			c.approved = true
+			c.approved, c.approvedHash = true, d.ArgsHash
 			if len(d.Args) > 0 {
 				c.runArgs = d.Args
 			}

@@ -16,28 +16,29 @@ import (
 // timeout, its outcome recorded (or retried) when it reports back; and the dry runs that show an
 // approver what a call would do.
 
-func (a *actor) suspensionTimeout(t *tools.Tool) time.Duration {
+func (c *Config) suspensionTimeout(t *tools.Tool) time.Duration {
 	if t != nil && t.Timeout() > 0 {
 		return t.Timeout()
 	}
-	return a.cfg().DefaultTimeout
+	return c.DefaultTimeout
 }
 
-func (a *actor) runTimeout(t *tools.Tool) time.Duration {
+func (c *Config) runTimeout(t *tools.Tool) time.Duration {
 	if t != nil && t.Timeout() > 0 {
 		return t.Timeout()
 	}
-	return a.cfg().ToolTimeout
+	return c.ToolTimeout
 }
 
 // startDryRun asks the tool for the plan of call id in a goroutine of the actor's (counted in
 // inflight), bounded by the tool's run timeout on the manager's clock and by ctx (cancelled by a
 // hard stop); the plan comes back through internal. A failing dry run falls back to the default
-// plan: the approver still sees the tool and its arguments.
-func (a *actor) startDryRun(ctx context.Context, t *tools.Tool, id string, args map[string]any) {
+// plan: the approver still sees the tool and its arguments. Only release calls it.
+func (a *actor) startDryRun(ctx context.Context, rc recordedCall) {
+	t, id, args := rc.tool, rc.id, rc.args
 	ctx, cancel := context.WithCancel(ctx)
 	// The timer is armed here, in the actor, like a tool run's.
-	timer := a.cfg().Clock.NewTimer(a.runTimeout(t))
+	timer := a.cfg().Clock.NewTimer(a.cfg().runTimeout(t))
 	a.inflight++
 	call := tools.Call{ConversationID: a.id, ToolCallID: id, UserID: a.st.conv.OwnerID, Logger: a.log.With("tool_call_id", id)}
 	log := a.log
@@ -73,10 +74,11 @@ func (a *actor) startDryRun(ctx context.Context, t *tools.Tool, id string, args 
 	}()
 }
 
-// runTool starts one attempt of a server call in its own goroutine, bounded by the tool's
-// timeout on the manager's clock. Its result comes back through internal.
+// runTool decides one attempt of a server call: it waits for a run slot, or is refused by the
+// precheck (the call ends with that error), or takes a slot and asks the shell to run it once
+// the step is committed (effectToolRun: startTool).
 func (a *actor) runTool(c *call) {
-	if a.stopping || a.broken {
+	if !a.lc.mayStart() {
 		return
 	}
 	if _, busy := a.running[c.id]; busy {
@@ -104,20 +106,30 @@ func (a *actor) runTool(c *call) {
 	if c.attempts < 1 {
 		c.attempts = 1
 	}
-	attempt := c.attempts
+	a.running[c.id] = nil // the slot is taken; release fills in the run's cancel
+	a.ready.effect(effect{kind: effectToolRun, run: recordedCall{tool: c.tool, id: c.id, attempt: c.attempts, args: args, resumed: c.resumed}})
+}
+
+// startTool starts one attempt of a server call, as recorded, in its own goroutine, bounded by
+// the tool's timeout on the manager's clock. Its result comes back through internal. Only
+// release calls it: every tool run (a webhook, an http request, an MCP call, a Go adapter)
+// starts here.
+func (a *actor) startTool(rc recordedCall) {
+	c := a.st.calls[rc.id]
+	attempt, args := rc.attempt, rc.args
 	ctx, cancel := context.WithCancel(a.m.base)
 	ctx, span := a.observeTool(ctx, c, attempt)
-	a.running[c.id] = cancel
+	a.running[rc.id] = cancel
 	a.inflight++
-	t := c.tool
-	timeout := a.runTimeout(t)
+	t := rc.tool
+	timeout := a.cfg().runTimeout(t)
 	clk := a.cfg().Clock
 	call := tools.Call{
-		ConversationID: a.id, ToolCallID: c.id, UserID: a.st.conv.OwnerID, Attempt: attempt, Logger: a.log.With("tool_call_id", c.id),
-		Resumed: c.resumed,
+		ConversationID: a.id, ToolCallID: rc.id, UserID: a.st.conv.OwnerID, Attempt: attempt, Logger: a.log.With("tool_call_id", rc.id),
+		Resumed: rc.resumed,
 		Progress: func(msg string) {
 			select {
-			case a.internal <- toolProgress{id: c.id, text: msg}:
+			case a.internal <- toolProgress{id: rc.id, text: msg}:
 			case <-ctx.Done():
 			}
 		},
@@ -125,7 +137,7 @@ func (a *actor) runTool(c *call) {
 	// A question to the owner (elicit.go) pauses the run timer: its own expiry bounds the wait,
 	// and the run gets its whole timeout again once answered.
 	pauses := make(chan bool)
-	call.Ask = a.asker(c.id, attempt, func(p bool) {
+	call.Ask = a.asker(rc.id, attempt, func(p bool) {
 		select {
 		case pauses <- p:
 		case <-ctx.Done():
@@ -167,13 +179,13 @@ func (a *actor) runTool(c *call) {
 		metrics.ToolSeconds.WithLabelValues(t.Name(), string(out.Status)).Observe(clk.Now().Sub(began).Seconds())
 		endTool(span, out)
 		cancel()
-		a.internal <- toolDone{id: c.id, attempt: attempt, out: out}
+		a.internal <- toolDone{id: rc.id, attempt: attempt, out: out}
 	}()
 }
 
 // runQueued starts the calls that wait for a run slot, oldest first, while slots are free.
 func (a *actor) runQueued() {
-	for len(a.queued) > 0 && len(a.running) < a.cfg().MaxToolRuns && !a.stopping && !a.broken {
+	for len(a.queued) > 0 && len(a.running) < a.cfg().MaxToolRuns && a.lc.mayStart() {
 		id := a.queued[0]
 		a.queued = a.queued[1:]
 		if c := a.st.calls[id]; c != nil && !c.finished() && c.status == store.CallRunning && c.nextAttempt == nil {
@@ -208,12 +220,10 @@ func (a *actor) onToolDone(m toolDone) {
 			"next_attempt_at", next, "kind", string(m.out.Err.Kind))
 		key := "tool:" + c.id
 		d := attemptData{Step: key, Attempt: m.attempt, Error: m.out.Err.Map(), NextAttemptAt: &next}
-		if err := a.commit(store.Batch{
+		a.stage(store.Batch{
 			Entries: []store.Entry{{Type: store.EntryAttemptFailed, ToolCallID: c.id, Actor: "system", Data: mustJSON(d)}},
 			Steps:   []store.Step{{ConversationID: a.id, Key: key, Attempts: m.attempt, NextAttemptAt: &next, LastError: m.out.Err.Message, UpdatedAt: a.now()}},
-		}, []string{c.id}); err != nil {
-			return
-		}
+		}, []string{c.id})
 		a.publishCall(c)
 		return
 	}
@@ -223,9 +233,9 @@ func (a *actor) onToolDone(m toolDone) {
 
 // finishCall records a server call's final outcome.
 func (a *actor) finishCall(c *call, out tools.Outcome, actor, decision string) {
-	env := out.Envelope(a.maxBytes(c.tool))
+	env := out.Envelope(a.cfg().maxBytes(c.tool))
 	if c.runArgs != nil {
-		env = withEditedArgs(env, c.runArgs, a.maxBytes(c.tool))
+		env = withEditedArgs(env, c.runArgs, a.cfg().maxBytes(c.tool))
 	}
 	typ, status := store.EntryToolResult, store.CallResolved
 	if out.Status != tools.OK {
@@ -241,17 +251,16 @@ func (a *actor) finishCall(c *call, out tools.Outcome, actor, decision string) {
 	if c.attempts > 1 || c.nextAttempt != nil {
 		b.DoneSteps = []string{"tool:" + c.id}
 	}
-	if a.commit(b, []string{c.id}) == nil {
-		a.publishCall(c)
-	}
+	a.stage(b, []string{c.id})
+	a.publishCall(c)
 }
 
 // maxBytes is the bound of a call's envelope: the tool's own when it set one, else the app's.
-func (a *actor) maxBytes(t *tools.Tool) int {
+func (c *Config) maxBytes(t *tools.Tool) int {
 	if t != nil && t.MaxOutputBytes() != tools.DefaultMaxOutputBytes {
 		return t.MaxOutputBytes()
 	}
-	return a.cfg().MaxOutputBytes
+	return c.MaxOutputBytes
 }
 
 // withEditedArgs adds the arguments that actually ran to a result envelope, so the model knows

@@ -82,31 +82,30 @@ func (b *streamBuf) reset() { b.start(0) }
 // returns it, so the provider stops reading).
 var errAnswerTooLong = errors.New("the answer reached its bound")
 
-func (a *actor) handleSend(req *request) (then func(), err error) {
+func (a *actor) handleSend(req *request) error {
 	by := req.by
 	if !MaySend(by, a.st.conv.OwnerID) {
 		if a.st.maySee(by) {
-			return nil, fault.New(fault.KindPermissionDenied, "only the conversation's owner may send messages", nil)
+			return fault.New(fault.KindPermissionDenied, "only the conversation's owner may send messages", nil)
 		}
-		return nil, errNotFound()
+		return errNotFound()
 	}
 	if trimmed := trimSpace(req.text); trimmed == "" {
-		return nil, fault.InvalidAt("the message is empty", "/text", "must not be empty")
+		return fault.InvalidAt("the message is empty", "/text", "must not be empty")
 	}
 	if a.st.hasKey(req.key) {
 		// Posted already: by the process this message went to first, which died before its
 		// answer reached the sender (the sender sent it again here).
-		return nil, nil
+		return nil
 	}
 	if a.st.turnOpen || len(a.st.queue) > 0 {
 		return a.sendDuringTurn(req) // cancel.go: move on, or queue
 	}
 	d, _ := json.Marshal(userMessageData{Text: req.text, Key: req.key})
-	if err := a.commit(store.Batch{Entries: []store.Entry{{Type: store.EntryUserMessage, Actor: by.UserID, Data: d}}, Urgent: true}, nil); err != nil {
-		return nil, err
-	}
+	a.stage(store.Batch{Entries: []store.Entry{{Type: store.EntryUserMessage, Actor: by.UserID, Data: d}}, Urgent: true}, nil)
 	a.publish(Event{Seq: a.st.lastSeq, Type: EventMessage, Text: req.text, Data: roleData("user")})
-	return a.advance, nil
+	a.ready.after(followUp{kind: followAdvance})
+	return nil
 }
 
 // --- the turn loop --------------------------------------------------------------------------
@@ -140,7 +139,7 @@ func (a *actor) resume() {
 // has a result.
 func (a *actor) advance() {
 	st := a.st
-	if a.stopping || a.broken || !st.turnOpen || a.llmBusy || a.drafting != nil || st.llmNext != nil {
+	if !a.lc.mayStart() || !st.turnOpen || a.llmBusy || a.drafting != nil || st.llmNext != nil {
 		return
 	}
 	for _, c := range st.currentCalls() {
@@ -156,16 +155,19 @@ func (a *actor) advance() {
 		a.endTurn(fault.KindUsageLimitReached, spent)
 		return
 	}
-	a.startLLM()
+	a.llmBusy = true // the call is under way from here; release starts it (startLLM)
+	a.ready.effect(effect{kind: effectModelCall})
 }
 
+// startLLM starts the turn's next model call, streaming in a goroutine of the actor's; the
+// answer comes back through internal. Only release calls it.
 func (a *actor) startLLM() {
 	// Text deltas go straight to the hub from the stream; publish what came before them first.
 	a.settle()
 	req := a.buildRequest()
 	ctx, cancel := context.WithCancel(a.m.base)
 	ctx, span := a.observeChat(ctx, req.MaxTokens)
-	a.llmBusy, a.llmCancel = true, cancel
+	a.llmCancel = cancel
 	a.inflight++
 	// The call's deltas carry the sequence it starts after, which no other call of the
 	// conversation shares (every call's end is logged before the next starts; only a call that
@@ -230,14 +232,13 @@ func (a *actor) onLLMError(err error) {
 		metrics.Retries.WithLabelValues("llm").Inc()
 		a.log.Warn("model call failed; retrying", "step", step, "attempt", attempt, "next_attempt_at", next, "err", msg)
 		d, _ := json.Marshal(attemptData{Step: step, Attempt: attempt, Error: map[string]any{"kind": string(kind), "message": msg}, NextAttemptAt: &next})
-		if a.commit(store.Batch{
+		a.stage(store.Batch{
 			Entries: []store.Entry{{Type: store.EntryAttemptFailed, Actor: "system", Data: d}},
 			Steps:   []store.Step{{ConversationID: a.id, Key: step, Attempts: attempt, NextAttemptAt: &next, LastError: msg, UpdatedAt: a.now()}},
-		}, nil) == nil {
-			// The page can say "retrying"; the status itself stays generating.
-			a.publish(Event{Seq: a.st.lastSeq, Type: EventStatus, Status: a.st.status,
-				Data: mustJSON(map[string]any{"retry_at": next, "attempt": attempt, "error": msg})})
-		}
+		}, nil)
+		// The page can say "retrying"; the status itself stays generating.
+		a.publish(Event{Seq: a.st.lastSeq, Type: EventStatus, Status: a.st.status,
+			Data: mustJSON(map[string]any{"retry_at": next, "attempt": attempt, "error": msg})})
 		return
 	}
 	a.endTurn(kind, msg)
@@ -262,12 +263,8 @@ func (a *actor) cutAnswer(text string) {
 		b.DoneSteps = []string{step}
 	}
 	a.stream.reset()
-	if err := a.commit(b, nil); err != nil {
-		if !a.conflicted && !a.evicted() {
-			a.m.noteFailure(a.id, writeFailure{count: a.failures.count + 1, answer: true})
-		}
-		return
-	}
+	a.stage(b, nil)
+	a.ready.answer = true
 	if text != "" {
 		a.publish(Event{Seq: a.st.items[a.st.current].seq, Type: EventMessage, Text: text, Data: roleData("assistant")})
 	}
@@ -296,9 +293,8 @@ func (a *actor) endTurn(kind fault.Kind, msg string) {
 	if a.st.llmFailed > 0 {
 		b.DoneSteps = []string{a.st.llmStep()}
 	}
-	if a.commit(b, nil) == nil {
-		a.publish(Event{Seq: a.st.lastSeq, Type: EventError, Text: msg, Data: mustJSON(map[string]string{"kind": string(kind)})})
-	}
+	a.stage(b, nil)
+	a.publish(Event{Seq: a.st.lastSeq, Type: EventError, Text: msg, Data: mustJSON(map[string]string{"kind": string(kind)})})
 }
 
 // draft is a complete answer of the model that waits for the dry runs of its gated calls before
@@ -370,7 +366,7 @@ func (a *actor) onLLMResponse(resp llm.Response) {
 		if ctx == nil {
 			ctx, dr.cancel = context.WithCancel(a.m.base)
 		}
-		a.startDryRun(ctx, t, id, parsed)
+		a.ready.effect(effect{kind: effectDryRun, dry: ctx, run: recordedCall{tool: t, id: id, args: parsed}})
 		dr.waiting++
 	}
 	if dr.waiting > 0 {
@@ -515,9 +511,9 @@ func (a *actor) recordResponse(dr *draft) {
 					}
 				}
 				if immediate == nil && kind != "" {
-					timeout := a.suspensionTimeout(t)
+					timeout := a.cfg().suspensionTimeout(t)
 					if kind == tools.PendingApproval {
-						timeout = a.approvalTimeout(t)
+						timeout = a.cfg().approvalTimeout(t)
 					}
 					exp := now.Add(timeout)
 					d.Pending, d.ExpiresAt = string(kind), &exp
@@ -543,12 +539,8 @@ func (a *actor) recordResponse(dr *draft) {
 	for _, id := range touched {
 		a.announceIfAsks(id)
 	}
-	if err := a.commit(b, touched); err != nil {
-		if !a.conflicted && !a.evicted() {
-			a.m.noteFailure(a.id, writeFailure{count: a.failures.count + 1, answer: true})
-		}
-		return
-	}
+	a.stage(b, touched)
+	a.ready.answer = true
 	assistantSeq := a.st.items[a.st.current].seq
 	if resp.Text != "" {
 		a.publish(Event{Seq: assistantSeq, Type: EventMessage, Text: resp.Text, Data: roleData("assistant")})

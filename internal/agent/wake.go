@@ -24,7 +24,7 @@ func (a *actor) checkClient(c *call) {
 }
 
 func (a *actor) onClientsChanged() {
-	if a.stopping || !a.st.turnOpen {
+	if !a.lc.mayStart() || !a.st.turnOpen {
 		return
 	}
 	for _, c := range a.st.currentCalls() {
@@ -61,7 +61,7 @@ func (a *actor) nextWake() time.Time {
 			at = t
 		}
 	}
-	if a.stopping {
+	if !a.lc.mayStart() {
 		return at
 	}
 	if a.st.turnOpen && !a.llmBusy && a.st.llmNext != nil {
@@ -103,25 +103,24 @@ func (a *actor) rearm() {
 	a.wake.Reset(d)
 }
 
-// onWake runs what came due. It returns true when the actor hibernated.
-func (a *actor) onWake() bool {
-	if a.stopping {
-		return false
+// onWake runs what came due: model calls and tool runs to try again, client graces that ran out.
+func (a *actor) onWake() {
+	if !a.lc.mayStart() {
+		return
 	}
 	now := a.now()
 	st := a.st
 	if st.turnOpen && !a.llmBusy && st.llmNext != nil && !st.llmNext.After(now) {
 		d := attemptData{Step: st.llmStep(), Attempt: st.llmFailed + 1}
-		if a.commit(store.Batch{
+		a.stage(store.Batch{
 			Entries: []store.Entry{{Type: store.EntryAttemptStarted, Actor: "system", Data: mustJSON(d)}},
 			Steps:   []store.Step{{ConversationID: a.id, Key: d.Step, Attempts: st.llmFailed, UpdatedAt: now}},
-		}, nil) == nil {
-			a.advance()
-		}
+		}, nil)
+		a.advance()
 	}
 	if st.turnOpen {
 		for _, c := range st.currentCalls() {
-			if c.status != store.CallRunning || c.nextAttempt == nil || c.nextAttempt.After(now) || a.broken {
+			if c.status != store.CallRunning || c.nextAttempt == nil || c.nextAttempt.After(now) {
 				continue
 			}
 			if c.tool != nil && c.tool.Executor() == tools.Server {
@@ -133,17 +132,16 @@ func (a *actor) onWake() bool {
 				}
 			}
 			d := attemptData{Step: "tool:" + c.id, Attempt: c.attempts + 1}
-			if a.commit(store.Batch{
+			a.stage(store.Batch{
 				Entries: []store.Entry{{Type: store.EntryAttemptStarted, ToolCallID: c.id, Actor: "system", Data: mustJSON(d)}},
 				Steps:   []store.Step{{ConversationID: a.id, Key: d.Step, Attempts: c.attempts, UpdatedAt: now}},
-			}, []string{c.id}) == nil {
-				a.publishCall(c)
-				a.runTool(c)
-			}
+			}, []string{c.id})
+			a.publishCall(c)
+			a.runTool(c)
 		}
 	}
 	for id, at := range a.graceAt {
-		if at.After(now) || a.broken {
+		if at.After(now) {
 			continue
 		}
 		delete(a.graceAt, id)
@@ -156,8 +154,9 @@ func (a *actor) onWake() bool {
 		}
 		a.resolveNoClient(c)
 	}
-	if a.quiescent() && !a.lastActive.Add(a.cfg().IdleTimeout).After(now) {
-		return a.hibernate()
-	}
-	return false
+}
+
+// sleepy reports whether the actor has been idle long enough to hibernate.
+func (a *actor) sleepy() bool {
+	return a.lc.mayStart() && a.quiescent() && !a.lastActive.Add(a.cfg().IdleTimeout).After(a.now())
 }

@@ -46,13 +46,18 @@ var (
 	Retries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "parley_retries_total", Help: "Retries scheduled by the loop.",
 	}, []string{"step"})
+	// EffectRefusals counts runs the effect gate refused, by reason (tool, arguments, rule_denies,
+	// not_approved, approvals): what was about to run was not what the record covered.
+	EffectRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "parley_effect_refusals_total", Help: "Runs the effect gate refused, by reason.",
+	}, []string{"reason"})
 )
 
 func init() {
 	Registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		Revivals, ResolveSeconds, LLMSeconds, LLMTokens, ToolSeconds, ExpiriesFired, Retries,
+		Revivals, ResolveSeconds, LLMSeconds, LLMTokens, ToolSeconds, ExpiriesFired, Retries, EffectRefusals,
 		scraped{},
 	)
 }

@@ -169,6 +169,9 @@ type Spec struct {
 	Precheck PrecheckFunc
 	// MaxOutputBytes bounds the model-facing envelope; 0 uses DefaultMaxOutputBytes.
 	MaxOutputBytes int
+	// ForbidEdits: an approver approves or denies a call as the model made it, never with
+	// other arguments (the tools file's "edits": "forbidden").
+	ForbidEdits bool
 
 	// Governance (rules.go, governance.go).
 
@@ -445,6 +448,9 @@ func (t *Tool) Approval() Approval { return t.spec.Approval }
 
 // Approvers says who may decide a gated call (owner unless declared).
 func (t *Tool) Approvers() Approvers { return t.spec.Approvers }
+
+// EditsForbidden reports whether approvers may not change a call's arguments.
+func (t *Tool) EditsForbidden() bool { return t.spec.ForbidEdits }
 
 // Streaming reports whether the tool reports progress while it runs.
 func (t *Tool) Streaming() bool { return t.spec.Streaming }

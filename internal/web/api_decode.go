@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"unicode"
 
 	"github.com/labstack/echo/v4"
 )
@@ -135,7 +136,7 @@ func checkKeys(body []byte, fields map[string]bool) error {
 			continue
 		case string:
 			if top != nil && top.object && top.key {
-				folded := strings.ToLower(t)
+				folded := foldKey(t)
 				if prev, dup := top.keys[folded]; dup {
 					return fault.New(fault.KindBadRequest, fmt.Sprintf("the key %q appears twice (as %q and %q): send each key once", t, prev, t),
 						map[string]any{"field": t})
@@ -193,3 +194,19 @@ func jsonFieldNames(v any) map[string]bool {
 // fieldNames caches jsonFieldNames per struct type (the request types are few and fixed); the
 // maps are read-only once stored.
 var fieldNames sync.Map // reflect.Type → map[string]bool
+
+// foldKey is key with every rune replaced by the smallest rune of its Unicode case-folding
+// orbit: two keys fold alike exactly when encoding/json would match them to the same field
+// (it compares names as strings.EqualFold does), so "meſſage" (long s) and "message" are one.
+func foldKey(key string) string {
+	var b strings.Builder
+	b.Grow(len(key))
+	for _, r := range key {
+		least := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			least = min(least, f)
+		}
+		b.WriteRune(least)
+	}
+	return b.String()
+}

@@ -27,7 +27,9 @@ func TestCheckKeys(t *testing.T) {
 		{`{"action":"accept","content":{"list":[{"a":1},{"a":2}]}}`, false},      // objects in an array are apart
 		{`{"action":"accept","content":{"list":[{"a":1,"a":2}]}}`, true},
 		{`{"result":{"x":[1,2,{"y":null}],"z":true}}`, false},
-		{`{"decision":`, false}, // malformed: the decoder's to word
+		{`{"decision":`, false},                           // malformed: the decoder's to word
+		{`{"error":{"meſſage":"a","message":"b"}}`, true}, // long s folds to s, as encoding/json matches names
+		{`{"remember":{"Kind":"a","kind":"b"}}`, true},    // the Kelvin sign folds to k
 	}
 	for _, c := range cases {
 		err := checkKeys([]byte(c.body), fields)

@@ -180,7 +180,7 @@ func TestResolveStatuses(t *testing.T) {
 			string(g.Args) != `{"body":"See you at noon.","subject":"lunch","to":"b@example.test"}` {
 			t.Fatalf("the resolution reached the agent as %+v %s", g, g.Args)
 		}
-		if got := e.auditOf(conv.ID, "gate"); strings.Join(got, ",") != "approve by owner" {
+		if got := e.auditOf(conv.ID, "gate"); strings.Join(got, ",") != "approve_edited by owner" {
 			t.Fatalf("audit of gate: %v", got)
 		}
 		// The failed commit changed nothing: the question still waits, and can be answered.

@@ -34,13 +34,14 @@ func governance(obj map[string]json.RawMessage, spec *tools.Spec) {
 			Reason    string          `json:"reason"`
 			Approvers json.RawMessage `json:"approvers"`
 		}
-		mode, onTimeout string
-		approvalSecs    int
+		mode, onTimeout, edits string
+		approvalSecs           int
 	)
 	field(obj, "rules", &rules)
 	field(obj, "rules_mode", &mode)
 	field(obj, "approval_timeout_secs", &approvalSecs)
 	field(obj, "on_approval_timeout", &onTimeout)
+	field(obj, "edits", &edits)
 	for _, r := range rules {
 		approvers, count := approverSet(r.Approvers)
 		spec.Rules = append(spec.Rules, tools.Rule{When: r.When, Action: tools.RuleAction(r.Action), Reason: r.Reason,
@@ -49,4 +50,5 @@ func governance(obj map[string]json.RawMessage, spec *tools.Spec) {
 	spec.RulesShadow = mode == "shadow"
 	spec.ApprovalTimeout = time.Duration(approvalSecs) * time.Second
 	spec.OnApprovalTimeout = tools.TimeoutAction(onTimeout)
+	spec.ForbidEdits = edits == "forbidden"
 }

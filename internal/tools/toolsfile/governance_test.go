@@ -52,6 +52,7 @@ func TestGovernanceRefusals(t *testing.T) {
 		{"count too large", `,"approvers":{"role":"reviewer","count":11}`, "/tools/0/approvers", ""},
 		{"shadow without rules", `,"rules_mode":"shadow"`, "/tools/0/rules_mode", "needs rules"},
 		{"bad timeout action", `,"on_approval_timeout":"later"`, "/tools/0/on_approval_timeout", ""},
+		{"bad edits", `,"edits":"sometimes"`, "/tools/0/edits", ""},
 	}
 	for _, c := range cases {
 		_, err := Parse(file(hook(c.extra)), env(t))
@@ -74,5 +75,23 @@ func TestGovernanceRefusals(t *testing.T) {
 	human := `{"name":"q","type":"human","description":"d",` + params + `,"rules":[{"when":"true","action":"ask"}]}`
 	if _, err := Parse(file(human), env(t)); err == nil || !strings.Contains(err.Error(), "/tools/0/rules/0/action") {
 		t.Errorf("ask on a human tool: %v", err)
+	}
+}
+
+func TestEditsForbidden(t *testing.T) {
+	hook := func(extra string) string {
+		return `{"name":"hook","type":"webhook","description":"d",` + params + `,"url":"https://hooks.example.test/x","secret_env":"TICKET_WEBHOOK_SECRET","approval":"requires_approval"` + extra + `}`
+	}
+	for _, c := range []struct {
+		extra     string
+		forbidden bool
+	}{{"", false}, {`,"edits":"allowed"`, false}, {`,"edits":"forbidden"`, true}} {
+		ts, err := Parse(file(hook(c.extra)), env(t))
+		if err != nil {
+			t.Fatalf("%s: %v", c.extra, err)
+		}
+		if got := ts[0].EditsForbidden(); got != c.forbidden {
+			t.Errorf("%q: EditsForbidden() = %v, want %v", c.extra, got, c.forbidden)
+		}
 	}
 }
