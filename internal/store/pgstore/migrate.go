@@ -4,11 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,61 +19,23 @@ import (
 // ("parley" in ASCII).
 const migrationLock int64 = 0x7061726c6579
 
-// migration is one numbered file of package migrations.
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-// loadMigrations reads NNN_name.up.sql files from fsys, in version order.
-func loadMigrations(fsys fs.FS) ([]migration, error) {
-	names, err := fs.Glob(fsys, "*.up.sql")
-	if err != nil {
-		return nil, err
-	}
-	var out []migration
-	for _, n := range names {
-		num, _, ok := strings.Cut(n, "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v <= 0 {
-			return nil, fmt.Errorf("migration %s: name must be NNN_name.up.sql", n)
-		}
-		body, err := fs.ReadFile(fsys, n)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, migration{version: v, name: n, sql: string(body)})
-	}
-	slices.SortFunc(out, func(a, b migration) int { return a.version - b.version })
-	for i := 1; i < len(out); i++ {
-		if out[i].version == out[i-1].version {
-			return nil, fmt.Errorf("migrations %s and %s share version %d", out[i-1].name, out[i].name, out[i].version)
-		}
-	}
-	return out, nil
-}
-
-// migrationsFS is the embedded migrations directory.
-func migrationsFS() fs.FS { return migrations.FS }
+// loadMigrations returns PostgreSQL's migrations (migrations/postgres), in version order.
+func loadMigrations() ([]migrations.Migration, error) { return migrations.Load(migrations.Postgres) }
 
 // migrate applies the embedded migrations and returns the newest one's version.
 func migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (int, error) {
-	ms, err := loadMigrations(migrationsFS())
+	ms, err := loadMigrations()
 	if err != nil {
 		return 0, err
 	}
-	if len(ms) == 0 {
-		return 0, fmt.Errorf("no migrations are embedded")
-	}
-	return ms[len(ms)-1].version, applyMigrations(ctx, pool, ms, logger)
+	return ms[len(ms)-1].Version, applyMigrations(ctx, pool, ms, logger)
 }
 
 // applyMigrations applies every migration newer than the database's version, each in its own
 // transaction with its schema_migrations row, holding an advisory lock so that two processes
 // starting together apply each migration once. A database at a version above the newest of ms
 // is refused with store.ErrSchemaTooNew.
-func applyMigrations(ctx context.Context, pool *pgxpool.Pool, ms []migration, logger *slog.Logger) (err error) {
+func applyMigrations(ctx context.Context, pool *pgxpool.Pool, ms []migrations.Migration, logger *slog.Logger) (err error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -108,14 +66,14 @@ func applyMigrations(ctx context.Context, pool *pgxpool.Pool, ms []migration, lo
 	}
 	latest := 0
 	if len(ms) > 0 {
-		latest = ms[len(ms)-1].version
+		latest = ms[len(ms)-1].Version
 	}
 	if current > latest {
 		return fmt.Errorf("the database is at schema version %d but this binary knows up to %d; run a newer Parley: %w",
 			current, latest, store.ErrSchemaTooNew)
 	}
 	for _, m := range ms {
-		if m.version <= current {
+		if m.Version <= current {
 			continue
 		}
 		for attempt := 1; ; attempt++ {
@@ -128,14 +86,14 @@ func applyMigrations(ctx context.Context, pool *pgxpool.Pool, ms []migration, lo
 			}
 			// The running processes' writes held a table the migration locks: it waited its
 			// lock_timeout and gave way (or was picked to end a deadlock). Try again shortly.
-			logger.Warn("migration waited for locks; trying again", "name", m.name, "attempt", attempt, "err", err)
+			logger.Warn("migration waited for locks; trying again", "name", m.Name, "attempt", attempt, "err", err)
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("migration %s: %w", m.name, ctx.Err())
+				return fmt.Errorf("migration %s: %w", m.Name, ctx.Err())
 			case <-time.After(time.Duration(attempt) * migrationRetryWait):
 			}
 		}
-		logger.Info("applied migration", "version", m.version, "name", m.name)
+		logger.Info("applied migration", "version", m.Version, "name", m.Name)
 	}
 	return nil
 }
@@ -148,21 +106,21 @@ const (
 )
 
 // applyOne runs one migration and records its version in a transaction of its own.
-func applyOne(ctx context.Context, conn *pgx.Conn, m migration) error {
+func applyOne(ctx context.Context, conn *pgx.Conn, m migrations.Migration) error {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("migration %s: %w", m.name, err)
+		return fmt.Errorf("migration %s: %w", m.Name, err)
 	}
-	if _, err := tx.Exec(ctx, m.sql); err != nil {
+	if _, err := tx.Exec(ctx, m.SQL); err != nil {
 		_ = tx.Rollback(ctx) // the migration's error is the one to report
-		return fmt.Errorf("migration %s: %w", m.name, err)
+		return fmt.Errorf("migration %s: %w", m.Name, err)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.version, m.name); err != nil {
+	if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
 		_ = tx.Rollback(ctx) // as above
-		return fmt.Errorf("migration %s: record version: %w", m.name, err)
+		return fmt.Errorf("migration %s: record version: %w", m.Name, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("migration %s: commit: %w", m.name, err)
+		return fmt.Errorf("migration %s: commit: %w", m.Name, err)
 	}
 	return nil
 }

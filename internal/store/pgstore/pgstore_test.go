@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,6 +17,7 @@ import (
 	"parley/internal/store/internal/sqlcore"
 	"parley/internal/store/pgtest"
 	"parley/internal/store/storetest"
+	"parley/migrations"
 )
 
 func TestRedact(t *testing.T) {
@@ -63,27 +63,6 @@ func TestOpenUnreachableFailsFastWithoutPassword(t *testing.T) {
 	}
 }
 
-func TestLoadMigrations(t *testing.T) {
-	ok := fstest.MapFS{
-		"002_more.up.sql": {Data: []byte("SELECT 2")},
-		"001_init.up.sql": {Data: []byte("SELECT 1")},
-		"README.md":       {Data: []byte("ignored")},
-	}
-	ms, err := loadMigrations(ok)
-	if err != nil || len(ms) != 2 || ms[0].version != 1 || ms[1].version != 2 || ms[1].sql != "SELECT 2" {
-		t.Fatalf("loadMigrations = %+v, %v", ms, err)
-	}
-	for name, bad := range map[string]fstest.MapFS{
-		"no number":      {"init.up.sql": {}},
-		"zero":           {"000_init.up.sql": {}},
-		"shared version": {"001_a.up.sql": {}, "1_b.up.sql": {}},
-	} {
-		if _, err := loadMigrations(bad); err == nil {
-			t.Errorf("%s: loadMigrations accepted %v", name, bad)
-		}
-	}
-}
-
 func TestMigrateConcurrentlyOnce(t *testing.T) {
 	url := pgtest.NewURL(t)
 	var wg sync.WaitGroup
@@ -112,7 +91,7 @@ func TestMigrateConcurrentlyOnce(t *testing.T) {
 	if err := conn.QueryRow(t.Context(), `SELECT count(*), count(DISTINCT version) FROM schema_migrations`).Scan(&n, &distinct); err != nil {
 		t.Fatal(err)
 	}
-	ms, err := loadMigrations(migrationsFS())
+	ms, err := loadMigrations()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,9 +107,9 @@ func TestMigrateAppliesOnlyNewer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	v1 := []migration{{1, "001_a.up.sql", "CREATE TABLE a (x int)"}}
-	v2 := append(v1, migration{2, "002_b.up.sql", "INSERT INTO a VALUES (1); CREATE TABLE b (y int)"})
-	for _, ms := range [][]migration{v1, v2, v2} {
+	v1 := []migrations.Migration{{Version: 1, Name: "001_a.up.sql", SQL: "CREATE TABLE a (x int)"}}
+	v2 := append(v1, migrations.Migration{Version: 2, Name: "002_b.up.sql", SQL: "INSERT INTO a VALUES (1); CREATE TABLE b (y int)"})
+	for _, ms := range [][]migrations.Migration{v1, v2, v2} {
 		if err := applyMigrations(t.Context(), pool, ms, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -140,7 +119,7 @@ func TestMigrateAppliesOnlyNewer(t *testing.T) {
 		t.Fatalf("migration 2 ran %d times (err %v), want once", rows, err)
 	}
 	// A failing migration leaves nothing and no version.
-	bad := append(v2, migration{3, "003_bad.up.sql", "CREATE TABLE c (z int); SELECT no_such_function()"})
+	bad := append(v2, migrations.Migration{Version: 3, Name: "003_bad.up.sql", SQL: "CREATE TABLE c (z int); SELECT no_such_function()"})
 	if err := applyMigrations(t.Context(), pool, bad, nil); err == nil || !strings.Contains(err.Error(), "003_bad.up.sql") {
 		t.Fatalf("failing migration: err = %v, want one naming 003_bad.up.sql", err)
 	}
@@ -344,11 +323,11 @@ func TestMigration014WaitsForRunningAppends(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	ms, err := loadMigrations(migrationsFS())
+	ms, err := loadMigrations()
 	if err != nil {
 		t.Fatal(err)
 	}
-	i := slices.IndexFunc(ms, func(m migration) bool { return m.version == 14 })
+	i := slices.IndexFunc(ms, func(m migrations.Migration) bool { return m.Version == 14 })
 	if i < 0 {
 		t.Fatal("no migration 14")
 	}
@@ -386,7 +365,7 @@ func TestMigration014WaitsForRunningAppends(t *testing.T) {
 	if err := pool.QueryRow(t.Context(), `SELECT max(version), (SELECT count(*) FROM entries) FROM schema_migrations`).Scan(&version, &entries); err != nil {
 		t.Fatal(err)
 	}
-	if version != ms[len(ms)-1].version || entries != 1 {
-		t.Fatalf("version %d, %d entries; want %d and the append's one entry", version, entries, ms[len(ms)-1].version)
+	if version != ms[len(ms)-1].Version || entries != 1 {
+		t.Fatalf("version %d, %d entries; want %d and the append's one entry", version, entries, ms[len(ms)-1].Version)
 	}
 }

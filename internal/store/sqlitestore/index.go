@@ -13,7 +13,7 @@ import (
 	"parley/internal/clock"
 )
 
-// Search indexing runs outside the appends' transactions (schema version 8, schema.sql): an
+// Search indexing runs outside the appends' transactions (migrations/sqlite/017): an
 // append only moves its conversation's last_seq past indexed_seq, in the row it updates anyway;
 // the messages logged in between are copied into message_text (and by its trigger into the FTS5
 // index) later, many per transaction:

@@ -12,7 +12,6 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
-	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,132 +28,31 @@ import (
 	"parley/internal/clock"
 	"parley/internal/store"
 	"parley/internal/store/internal/sqlcore"
+	"parley/migrations"
 )
 
-// schema is the whole embedded schema; schemaVersion is what PRAGMA user_version says once it
-// is applied. Change both together, and add an upgrade step in migrate.
-//
-//go:embed schema.sql
-var schema string
+// schemaMigrations are the embedded store's migrations (migrations/sqlite), in version order;
+// schemaVersion is the newest one's, what PRAGMA user_version says once they are applied.
+var (
+	schemaMigrations = mustLoad(migrations.SQLite)
+	schemaVersion    = schemaMigrations[len(schemaMigrations)-1].Version
+)
 
-const schemaVersion = 8
-
-// upgrades bring a file from the version before each (the key) to that version; each runs in the
-// migration's transaction.
-var upgrades = map[int]string{
-	// 1 → 2: the outbox is keyed by (conversation_id, tool_call_id), not tool_call_id alone
-	// (models reuse ids across conversations). SQLite cannot drop a column's UNIQUE: rebuild.
-	2: `CREATE TABLE outbox_v2 (
-	id              INTEGER PRIMARY KEY AUTOINCREMENT,
-	conversation_id TEXT NOT NULL,
-	tool_call_id    TEXT NOT NULL,
-	to_addr         TEXT NOT NULL,
-	subject         TEXT NOT NULL,
-	body            TEXT NOT NULL,
-	created_at      INTEGER NOT NULL,
-	UNIQUE (conversation_id, tool_call_id)
-);
-INSERT INTO outbox_v2 (id, conversation_id, tool_call_id, to_addr, subject, body, created_at)
-	SELECT id, conversation_id, tool_call_id, to_addr, subject, body, created_at FROM outbox;
-DROP TABLE outbox;
-ALTER TABLE outbox_v2 RENAME TO outbox;
-CREATE INDEX outbox_conversation ON outbox (conversation_id, id);`,
-	// 2 → 3: the tokens each user's model calls used, per day (the daily token budget).
-	3: `CREATE TABLE IF NOT EXISTS usage (
-	user_id TEXT NOT NULL,
-	day     TEXT NOT NULL,
-	tokens  INTEGER NOT NULL,
-	PRIMARY KEY (user_id, day)
-);`,
-	// 3 → 4: API tokens get a scope and an optional expiry; admins' invitations.
-	4: `ALTER TABLE api_tokens ADD COLUMN scope TEXT NOT NULL DEFAULT 'full';
-ALTER TABLE api_tokens ADD COLUMN expires_at INTEGER;
-CREATE TABLE invitations (
-	id         TEXT PRIMARY KEY,
-	hash       BLOB NOT NULL UNIQUE,
-	role       TEXT NOT NULL,
-	created_by TEXT NOT NULL REFERENCES users (id) ON DELETE CASCADE,
-	created_at INTEGER NOT NULL,
-	expires_at INTEGER NOT NULL,
-	used_at    INTEGER,
-	used_by    TEXT,
-	revoked_at INTEGER
-);
-CREATE INDEX invitations_created ON invitations (created_at);`,
-	// 4 → 5: approval governance: audit particulars and the hash chain; grants.
-	5: `ALTER TABLE audit ADD COLUMN detail TEXT NOT NULL DEFAULT '';
-ALTER TABLE audit ADD COLUMN chain_seq INTEGER;
-ALTER TABLE audit ADD COLUMN prev_hash TEXT NOT NULL DEFAULT '';
-ALTER TABLE audit ADD COLUMN hash TEXT NOT NULL DEFAULT '';
-CREATE UNIQUE INDEX audit_chain_seq ON audit (chain_seq);
-CREATE INDEX audit_unchained ON audit (id) WHERE chain_seq IS NULL;
-CREATE INDEX audit_action ON audit (action, chain_seq);
-CREATE TABLE grants (
-	id              TEXT PRIMARY KEY,
-	user_id         TEXT NOT NULL REFERENCES users (id) ON DELETE CASCADE,
-	tool            TEXT NOT NULL,
-	scope           TEXT NOT NULL,
-	conversation_id TEXT NOT NULL,
-	tool_call_id    TEXT NOT NULL,
-	created_by      TEXT NOT NULL,
-	created_at      INTEGER NOT NULL,
-	expires_at      INTEGER NOT NULL,
-	revoked_at      INTEGER
-);
-CREATE INDEX grants_user_tool ON grants (user_id, tool, expires_at);`,
-	// 5 → 6: search over messages (schema.sql, message_text and message_search), with the
-	// messages already logged.
-	6: `CREATE TABLE message_text (
-	id              INTEGER PRIMARY KEY,
-	conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
-	seq             INTEGER NOT NULL,
-	body            TEXT NOT NULL,
-	UNIQUE (conversation_id, seq)
-);
-CREATE VIRTUAL TABLE message_search USING fts5 (body, content = 'message_text', content_rowid = 'id',
-	tokenize = 'unicode61 remove_diacritics 0');
-CREATE TRIGGER message_text_ai AFTER INSERT ON message_text BEGIN
-	INSERT INTO message_search (rowid, body) VALUES (new.id, new.body);
-END;
-CREATE TRIGGER message_text_ad AFTER DELETE ON message_text BEGIN
-	INSERT INTO message_search (message_search, rowid, body) VALUES ('delete', old.id, old.body);
-END;
-CREATE TRIGGER entries_search_ai AFTER INSERT ON entries WHEN new.type IN ('user_message', 'assistant_message') BEGIN
-	INSERT INTO message_text (conversation_id, seq, body) VALUES (new.conversation_id, new.seq,
-		substr(replace(replace(coalesce(json_extract(CAST(new.data AS TEXT), '$.text'), ''), char(2), ''), char(3), ''), 1, 100000));
-END;
-CREATE TRIGGER entries_search_ad AFTER DELETE ON entries WHEN old.type IN ('user_message', 'assistant_message') BEGIN
-	DELETE FROM message_text WHERE conversation_id = old.conversation_id AND seq = old.seq;
-END;
-INSERT INTO message_text (conversation_id, seq, body)
-	SELECT conversation_id, seq, substr(replace(replace(coalesce(json_extract(CAST(data AS TEXT), '$.text'), ''), char(2), ''), char(3), ''), 1, 100000)
-	FROM entries WHERE type IN ('user_message', 'assistant_message');`,
-	// 6 → 7: reviewer inbox claims; the durable notification outbox (migration 010).
-	7: `CREATE TABLE inbox_claims (
-	conversation_id TEXT NOT NULL,
-	tool_call_id    TEXT NOT NULL,
-	user_id         TEXT NOT NULL,
-	claimed_at      INTEGER NOT NULL,
-	expires_at      INTEGER NOT NULL,
-	PRIMARY KEY (conversation_id, tool_call_id)
-);
-CREATE INDEX inbox_claims_expires ON inbox_claims (expires_at);
-CREATE TABLE notify_outbox (
-	id              TEXT PRIMARY KEY,
-	payload         TEXT NOT NULL,
-	created_at      INTEGER NOT NULL,
-	attempts        INTEGER NOT NULL DEFAULT 0,
-	next_attempt_at INTEGER NOT NULL,
-	claimed_until   INTEGER,
-	last_error      TEXT NOT NULL DEFAULT ''
-);
-CREATE INDEX notify_outbox_due ON notify_outbox (next_attempt_at);`,
-	// 7 → 8: messages are indexed for search outside the append's transaction (index.go). What
-	// is logged so far is indexed already: every conversation starts indexed up to its log.
-	8: `DROP TRIGGER entries_search_ai;
-ALTER TABLE conversations ADD COLUMN indexed_seq INTEGER NOT NULL DEFAULT 0;
-UPDATE conversations SET indexed_seq = last_seq;`,
+func mustLoad(d migrations.Dialect) []migrations.Migration {
+	ms, err := migrations.Load(d)
+	if err != nil {
+		panic(err) // the embedded files are broken: package migrations' tests say how
+	}
+	return ms
 }
+
+// legacyVersions maps the PRAGMA user_version of a file written before the stores shared one
+// numbered line of migrations — when the embedded store kept a schema.sql and counted its own
+// versions, 1 to 8 — to the migration whose schema that version is (the count's step k is the
+// numbered file that holds it). Such a file is upgraded from there. The two counts cannot be
+// confused: migrate commits a file only at the newest version, and the numbered line was at 17
+// already when it replaced the old count.
+var legacyVersions = map[int]int{1: 1, 2: 3, 3: 4, 4: 5, 5: 8, 6: 9, 7: 10, 8: 17}
 
 // busyTimeout is how long a statement waits for another handle's write lock.
 const busyTimeout = 10 * time.Second
@@ -270,7 +168,7 @@ func (s *Store) FindConversations(ctx context.Context, ownerID, query string, li
 }
 
 // SchemaVersion implements store.Store: have is the file's PRAGMA user_version, want the
-// version of the embedded schema.
+// newest embedded migration's version.
 func (s *Store) SchemaVersion(ctx context.Context) (have, want int, err error) {
 	rows, err := s.DB.Query(ctx, `PRAGMA user_version`)
 	if err != nil {
@@ -289,7 +187,8 @@ func (s *Store) SchemaVersion(ctx context.Context) (have, want int, err error) {
 	return int(v), schemaVersion, nil
 }
 
-// migrate applies the schema to a new file and refuses a file written by a newer binary.
+// migrate applies the migrations the file lacks, all in one transaction (a file is never left
+// between two versions), and refuses a file written by a newer binary.
 func migrate(ctx context.Context, w *sql.DB) (err error) {
 	tx, err := w.BeginTx(ctx, nil) // IMMEDIATE: two handles opening a new file do not both create it
 	if err != nil {
@@ -304,24 +203,22 @@ func migrate(ctx context.Context, w *sql.DB) (err error) {
 	if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
 		return fmt.Errorf("read schema version: %w", err)
 	}
+	current := v
+	if legacy, ok := legacyVersions[v]; ok {
+		current = legacy
+	}
 	switch {
-	case v > schemaVersion:
+	case current > schemaVersion:
 		return fmt.Errorf("file is at schema version %d, this binary knows up to %d: %w", v, schemaVersion, store.ErrSchemaTooNew)
 	case v == schemaVersion:
 		return tx.Commit()
-	case v == 0:
-		if _, err := tx.ExecContext(ctx, schema); err != nil {
-			return fmt.Errorf("create schema: %w", err)
+	}
+	for _, m := range schemaMigrations {
+		if m.Version <= current {
+			continue
 		}
-	default:
-		for next := v + 1; next <= schemaVersion; next++ {
-			step, ok := upgrades[next]
-			if !ok {
-				return fmt.Errorf("file is at schema version %d, which has no upgrade path", v)
-			}
-			if _, err := tx.ExecContext(ctx, step); err != nil {
-				return fmt.Errorf("upgrade schema to version %d: %w", next, err)
-			}
+		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+			return fmt.Errorf("migration %s: %w", m.Name, err)
 		}
 	}
 	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion)); err != nil {
@@ -544,8 +441,8 @@ func (r *sqlRows) Scan(dest ...any) error {
 }
 
 // findSQL finds an owner's conversations by title (LIKE, as SearchConversations) or by message
-// (the FTS5 index, schema.sql), naming each conversation's most recent matching message with
-// an excerpt (FTS5's snippet; the indexed text holds no markers but snippet's).
+// (the FTS5 index, migrations/sqlite/009), naming each conversation's most recent matching
+// message with an excerpt (FTS5's snippet; the indexed text holds no markers but snippet's).
 const findSQL = `WITH hits AS (
 	SELECT t.conversation_id, max(t.seq) AS seq
 	FROM message_search s JOIN message_text t ON t.id = s.rowid JOIN conversations c ON c.id = t.conversation_id

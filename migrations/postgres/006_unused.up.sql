@@ -1,0 +1,2 @@
+-- No migration was ever numbered 006, in either store: this file only keeps the numbers
+-- contiguous. It does nothing.

@@ -1,0 +1,2 @@
+-- Nothing on PostgreSQL: sqlite/017 moves the embedded store's search indexing out of the append;
+-- PostgreSQL's (postgres/009, 012) is a generated column written by the append itself.

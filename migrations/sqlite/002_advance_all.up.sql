@@ -1,0 +1,2 @@
+-- Nothing on SQLite: parley_advance_all serves pgstore's group commit; the embedded store has one
+-- writer.

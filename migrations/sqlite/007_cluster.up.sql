@@ -1,0 +1,2 @@
+-- Nothing on SQLite: several processes on one database (internal/cluster) need PostgreSQL; the
+-- embedded store serves one process.

@@ -1,0 +1,1 @@
+-- Nothing on SQLite: parley_claim is the cluster's (PostgreSQL only).

@@ -1,0 +1,2 @@
+-- Nothing on SQLite: the FTS5 index of 009 is read per owner already (sqlitestore's findSQL);
+-- postgres/012 drops a GIN index the embedded store never had.

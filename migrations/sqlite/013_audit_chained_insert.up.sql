@@ -1,0 +1,2 @@
+-- Nothing on SQLite: the single writer chains audit records in Go as it inserts them, and the
+-- pending calls' index of postgres/013 is PostgreSQL's.

@@ -1,0 +1,2 @@
+-- Nothing on SQLite: the embedded store keeps the log tables' foreign keys to conversations
+-- (postgres/014 drops them for PostgreSQL's per-row key checks).

@@ -1,0 +1,1 @@
+-- Nothing on SQLite: parley_append is pgstore's one-statement append.

@@ -1,0 +1,2 @@
+-- Nothing on SQLite: fencing appends against a takeover concerns several processes (PostgreSQL
+-- only); the embedded store serves one.
