@@ -19,12 +19,15 @@ services:
 ## check: generated files fresh, gofmt clean, go vet and staticcheck clean
 check: generate-check fmt-check vet staticcheck
 
+## generate: templ's Go files, and each store's schema (migrations/*/schema.sql, made by migrating a fresh database: PostgreSQL must answer)
+GENERATED := '*_templ.go' 'migrations/*/schema.sql'
 generate:
 	$(GO) tool templ generate -include-version=false
+	$(GO) run ./migrations/cmd/schemadump
 
 generate-check: generate
-	@git diff --exit-code -- '*_templ.go' || (echo "generated templ files are stale: run 'make generate' and commit" >&2; exit 1)
-	@test -z "$$(git status --porcelain -- '*_templ.go')" || (echo "generated templ files are not committed" >&2; git status --porcelain -- '*_templ.go'; exit 1)
+	@git diff --exit-code -- $(GENERATED) || (echo "generated files are stale: run 'make generate' and commit" >&2; exit 1)
+	@test -z "$$(git status --porcelain -- $(GENERATED))" || (echo "generated files are not committed" >&2; git status --porcelain -- $(GENERATED); exit 1)
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go') 2>&1); test -z "$$out" || (echo "gofmt would change:" >&2; echo "$$out" >&2; exit 1)
