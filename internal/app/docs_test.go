@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // repoRoot is the repository, two levels up from this package.
@@ -209,6 +210,185 @@ func envLiterals(t *testing.T) []envLiteral {
 	visit("parley/cmd/web")
 	if len(seen) < 10 {
 		t.Fatalf("walked only %d packages from cmd/web", len(seen))
+	}
+	return out
+}
+
+// repoFiles calls fn with every text file of the repository (its path relative to the root,
+// with slashes, and its content), leaving out git's own files and what builds and runs leave
+// behind.
+func repoFiles(t *testing.T, fn func(rel string, data []byte)) {
+	t.Helper()
+	skipDirs := map[string]bool{".git": true, "data": true, "bin": true, "test-artifacts": true, "node_modules": true}
+	err := filepath.WalkDir(repoRoot, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != repoRoot && skipDirs[d.Name()] {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if d.Name() == ".git" || !d.Type().IsRegular() {
+			return nil // a worktree's .git file names where git keeps it: not the project's
+		}
+		info, err := d.Info()
+		if err != nil || info.Size() > 4<<20 {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if bytes.IndexByte(data[:min(len(data), 8000)], 0) >= 0 {
+			return nil // binary
+		}
+		rel, err := filepath.Rel(repoRoot, path)
+		if err != nil {
+			return err
+		}
+		fn(filepath.ToSlash(rel), data)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNoOutsideReferences: nothing in the repository — docs, code, comments, scripts — points
+// to files outside it (the workspace around a checkout, its shared documents, absolute paths of
+// one machine), and every docs/*.md named anywhere exists. (The patterns are built so that this
+// file does not match them itself.)
+func TestNoOutsideReferences(t *testing.T) {
+	outside := []*regexp.Regexp{
+		regexp.MustCompile(`\.\./` + `shared`),
+		regexp.MustCompile(`(^|[^A-Za-z0-9._-])/` + `work/`),
+		regexp.MustCompile(`\b(API|DESIGN|STYLE|MACHINE)\.md\b`),
+		regexp.MustCompile(`\bseeds?/|\bseed \d{3}\b`),
+	}
+	docRef := regexp.MustCompile(`\bdocs/[A-Za-z0-9_.-]+\.md\b`)
+	files := 0
+	repoFiles(t, func(rel string, data []byte) {
+		files++
+		for i, line := range strings.Split(string(data), "\n") {
+			for _, re := range outside {
+				if m := re.FindString(line); m != "" {
+					t.Errorf("%s:%d points outside the repository (%q): %s", rel, i+1, m, strings.TrimSpace(line))
+				}
+			}
+			for _, m := range docRef.FindAllString(line, -1) {
+				if _, err := os.Stat(filepath.Join(repoRoot, m)); err != nil {
+					t.Errorf("%s:%d names %s, which does not exist", rel, i+1, m)
+				}
+			}
+		}
+	})
+	if files < 100 {
+		t.Fatalf("read only %d files of the repository", files)
+	}
+}
+
+// TestDocLinks: every relative link of every Markdown file leads to a file of the repository,
+// and every #anchor to a heading of the page it names.
+func TestDocLinks(t *testing.T) {
+	link := regexp.MustCompile(`\[[^\]]*\]\(([^)\s]+)\)`)
+	pages := map[string]string{} // path → text without code
+	repoFiles(t, func(rel string, data []byte) {
+		if strings.HasSuffix(rel, ".md") {
+			pages[rel] = withoutCode(string(data))
+		}
+	})
+	if _, ok := pages["docs/api.md"]; !ok {
+		t.Fatal("docs/api.md not found")
+	}
+	anchors := map[string]map[string]bool{}
+	for rel, text := range pages {
+		anchors[rel] = headingAnchors(text)
+	}
+	for rel, text := range pages {
+		for _, m := range link.FindAllStringSubmatch(text, -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			file, anchor, _ := strings.Cut(target, "#")
+			dest := rel
+			if file != "" {
+				if strings.HasPrefix(file, "/") {
+					t.Errorf("%s: link %s is absolute; link relative to the page", rel, target)
+					continue
+				}
+				dest = filepath.ToSlash(filepath.Clean(filepath.Join(filepath.Dir(rel), file)))
+				if strings.HasPrefix(dest, "../") || dest == ".." {
+					t.Errorf("%s: link %s leads outside the repository", rel, target)
+					continue
+				}
+				if _, err := os.Stat(filepath.Join(repoRoot, dest)); err != nil {
+					t.Errorf("%s: link %s leads to nothing", rel, target)
+					continue
+				}
+			}
+			if anchor == "" {
+				continue
+			}
+			if a, ok := anchors[dest]; !ok {
+				t.Errorf("%s: link %s has an anchor into a file that is not Markdown", rel, target)
+			} else if !a[anchor] {
+				t.Errorf("%s: link %s names no heading of %s", rel, target, dest)
+			}
+		}
+	}
+}
+
+// withoutCode is Markdown text without its fenced blocks and code spans, where brackets and
+// hashes are not links or headings.
+func withoutCode(text string) string {
+	var b strings.Builder
+	fenced := false
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			fenced = !fenced
+			b.WriteString("\n")
+			continue
+		}
+		if fenced {
+			b.WriteString("\n")
+			continue
+		}
+		b.WriteString(regexp.MustCompile("`[^`]*`").ReplaceAllString(line, "code"))
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// headingAnchors are the anchors GitHub gives the headings of text: lower case, punctuation
+// but hyphens and underscores dropped, spaces as hyphens, "-1", "-2" … after repeats.
+func headingAnchors(text string) map[string]bool {
+	out := map[string]bool{}
+	seen := map[string]int{}
+	heading := regexp.MustCompile(`^#{1,6} +(.+?) *#*$`)
+	for _, line := range strings.Split(text, "\n") {
+		m := heading.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		var b strings.Builder
+		for _, r := range strings.ToLower(m[1]) {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		a := b.String()
+		if n := seen[a]; n > 0 {
+			out[a+"-"+strconv.Itoa(n)] = true
+		} else {
+			out[a] = true
+		}
+		seen[a]++
 	}
 	return out
 }
