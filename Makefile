@@ -50,7 +50,7 @@ bench: services
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 -timeout 30m ./...
 	@scripts/approvals.sh
 
-## approvals: issue 18's workload (200 awaiting conversations approved by 16 clients); ROUNDS=3, PEERS=../shared/peers for Eino and ADK-Go alternating, PPROF=DIR for profiles
+## approvals: the approvals workload (200 awaiting conversations approved by 16 clients); ROUNDS=3, PEERS=DIR (a checkout of the peer implementations) for Eino and ADK-Go alternating, PPROF=DIR for profiles
 approvals: services
 	@scripts/approvals.sh
 

@@ -6,7 +6,7 @@
 #
 #   scripts/approvals.sh                      # one round of Parley
 #   ROUNDS=3 scripts/approvals.sh             # three rounds
-#   PEERS=../shared/peers ROUNDS=3 scripts/approvals.sh
+#   PEERS=DIR ROUNDS=3 scripts/approvals.sh   # DIR: a checkout of the peer implementations
 #                                             # Parley, Eino and ADK-Go alternating, round by round,
 #                                             # with the peers' own commands (built from the module proxy)
 #   PPROF=/tmp/prof scripts/approvals.sh      # also the server's phase-2 CPU and allocation profiles

@@ -17,7 +17,7 @@ type AuthForm struct {
 	Notice     string // a status line above the form (e.g. after sign-up)
 }
 
-// LoginPage is the sign-in form (API.md: input[name=username], input[name=password]).
+// LoginPage is the sign-in form (docs/api.md, test hooks: input[name=username], input[name=password]).
 func LoginPage(d LayoutData, f AuthForm) templ.Component {
 	return templruntime.GeneratedTemplate(func(templ_7745c5c3_Input templruntime.GeneratedComponentInput) (templ_7745c5c3_Err error) {
 		templ_7745c5c3_W, ctx := templ_7745c5c3_Input.Writer, templ_7745c5c3_Input.Context

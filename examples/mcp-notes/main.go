@@ -1,7 +1,7 @@
 // Command mcp-notes is an example MCP server for Parley, written with the official Go SDK: a
 // read-only tool (list_notes), a side-effecting one (add_note, gated by default) and one that
 // asks the user a question mid-call (delete_notes asks for confirmation). It serves over stdio,
-// or over streamable HTTP with -http ADDR. Notes live in memory. See README "MCP servers".
+// or over streamable HTTP with -http ADDR. Notes live in memory. See docs/tools-file.md, "MCP servers".
 package main
 
 import (

@@ -11,7 +11,7 @@ import (
 	"parley/internal/tools"
 )
 
-// This file is stopping and moving on (API.md "Stopping and moving on"). The owner's Stop ends
+// This file is stopping and moving on (docs/api.md, "Messages and turns"). The owner's Stop ends
 // the open turn; a message sent while the turn awaits a person ends the turn's open calls and
 // starts the next turn with it; a message sent while the turn generates or dispatches waits in
 // a bounded queue and starts the next turn when this one ends. Each is one log append, so a

@@ -14,8 +14,8 @@ import (
 	"parley/internal/tools"
 )
 
-// payTool is a server tool that requires the owner's approval, with the rules of API.md's
-// example: a large amount asks a reviewer, example.com is allowed, anything else is denied.
+// payTool is a server tool that requires the owner's approval, with the rules of the
+// governance example (docs/tools-file.md): a large amount asks a reviewer, example.com is allowed, anything else is denied.
 func payTool(t testing.TB, runs *counter, mod func(*tools.Spec)) *tools.Tool {
 	s := tools.Spec{
 		Name: "pay", Description: "pay someone", Executor: tools.Server, Approval: tools.RequiresApproval,

@@ -9,7 +9,7 @@ import (
 	"parley/internal/tools"
 )
 
-// Notification kinds (API.md "Approval governance": the notification webhook's "type").
+// Notification kinds (docs/api.md, "Approval notifications": the notification webhook's "type").
 const (
 	NotifyRequested = "approval.requested"
 	NotifyEscalated = "approval.escalated"

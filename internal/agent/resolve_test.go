@@ -243,7 +243,7 @@ func TestDoubleResolveFromTwoGoroutinesOneWins(t *testing.T) {
 			t.Fatalf("a late deny: %v, want stale", err)
 		}
 		if _, err := e.m.Resolve(e.ctx, e.conv, "nope", Resolution{Decision: "approve"}, e.owner); kindOf(err) != fault.KindNotFound {
-			t.Fatalf("an unknown call: %v, want not_found (API.md: 404 for a call that does not exist)", err)
+			t.Fatalf("an unknown call: %v, want not_found (docs/api.md: 404 for a call that does not exist)", err)
 		}
 		if audit, _ := e.st.ListAudit(e.ctx, store.AuditFilter{ConversationID: e.conv}); len(audit) != 1 {
 			t.Fatalf("audit %+v: the stale resolve was recorded", audit)

@@ -110,7 +110,7 @@ type turnErrorData struct {
 	Message string `json:"message"`
 }
 
-// call is the in-memory tracking entry of one tool call (seed 001's pending map entry plus
+// call is the in-memory tracking entry of one tool call (its entry in the pending set, plus
 // what the view shows).
 type call struct {
 	id        string

@@ -26,10 +26,8 @@ const usage = `usage:
   web audit export [--out FILE]                 write the audit trail as JSON Lines, in chain order
   web healthcheck                               GET /healthz on PARLEY_ADDR; exit 0 when healthy
                                                 (the Docker HEALTHCHECK: the image has no curl)
-Configuration comes from the environment: PARLEY_ADDR, DATABASE_URL, PARLEY_DATA_DIR,
-PARLEY_MODEL, OPENAI_API_KEY, OPENAI_BASE_URL, ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL,
-PARLEY_TOOLS, PARLEY_ENV, PARLEY_DEMO_PACE, PARLEY_MESSAGES_PER_MINUTE, PARLEY_MESSAGE_BURST,
-PARLEY_API_PER_MINUTE, PARLEY_API_BURST, PARLEY_SHUTDOWN_TIMEOUT (see the README).
+Configuration comes from environment variables: docs/configuration.md lists
+every one with its default and meaning.
 `
 
 // IO is where a command reads and writes.
@@ -75,7 +73,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, std IO)
 		if len(args) > 0 {
 			return fmt.Errorf("healthcheck takes no arguments")
 		}
-		return Healthcheck(ctx, orDefault(getenv("PARLEY_ADDR"), "127.0.0.1:8080"), healthcheckTimeout)
+		return Healthcheck(ctx, orDefault(listed(getenv)("PARLEY_ADDR"), "127.0.0.1:8080"), healthcheckTimeout)
 	}
 	cfg, err := FromEnv(getenv)
 	if err != nil {

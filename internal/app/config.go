@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// Config is the app's configuration, read from the environment by FromEnv (API.md lists the
-// variables). Tests build it directly.
+// Config is the app's configuration, read from the environment by FromEnv (Variables lists the
+// variables; docs/configuration.md says what each means). Tests build it directly.
 type Config struct {
 	Addr        string // PARLEY_ADDR, default 127.0.0.1:8080
 	DatabaseURL string // DATABASE_URL: PostgreSQL when set, else the embedded store
@@ -77,8 +77,10 @@ type Config struct {
 	Getenv func(string) string
 }
 
-// FromEnv reads the configuration through getenv (os.Getenv in the binary).
-func FromEnv(getenv func(string) string) (Config, error) {
+// FromEnv reads the configuration through getenv (os.Getenv in the binary). It reads only the
+// variables of Variables; Config.Getenv keeps getenv itself, for the variables a tools file names.
+func FromEnv(rawGetenv func(string) string) (Config, error) {
+	getenv := listed(rawGetenv)
 	c := Config{
 		Addr:             orDefault(getenv("PARLEY_ADDR"), "127.0.0.1:8080"),
 		DatabaseURL:      getenv("DATABASE_URL"),
@@ -92,7 +94,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		NotifyURL:        getenv("PARLEY_NOTIFY_URL"),
 		NotifySecret:     getenv("PARLEY_NOTIFY_SECRET"),
 		ShutdownTimeout:  15 * time.Second,
-		Getenv:           getenv,
+		Getenv:           rawGetenv,
 	}
 	switch env := getenv("PARLEY_ENV"); env {
 	case "", "development":

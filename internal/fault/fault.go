@@ -16,7 +16,7 @@ import (
 
 // Kind is one word of the curated error-kind vocabulary. Callers and the model branch on it, so
 // this list is the single source of truth: adding a kind is a deliberate change, not an ad-hoc
-// string. Adapted from seed 003 (Pixir), grouped by origin.
+// string. Grouped by origin; docs/api.md documents each kind.
 type Kind string
 
 // Tools and the executor.

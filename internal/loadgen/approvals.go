@@ -23,7 +23,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// ApprovalsConfig is issue 18's workload, the one the peer benchmarks (../shared/peers) serve: N
+// ApprovalsConfig is issue 18's workload, the one the peer benchmarks (Eino, ADK-Go) serve: N
 // conversations each awaiting a gated webhook call (phase 1), then approved by C concurrent
 // clients over the JSON API (phase 2), the model an OpenAI-compatible streaming server over
 // HTTP, the final answer observed on each conversation's event stream.

@@ -17,7 +17,7 @@ import (
 // (POST {base}/chat/completions, streamed as Server-Sent Events, like the real API): a
 // conversation whose last user message is "email bob: <body>" and has no tool result yet gets a
 // deliver_email call with {"to":"bob","body":<body>}; once a tool result is in the messages it
-// answers the text "sent". It is the peers' fake model (../shared/peers), moved behind HTTP.
+// answers the text "sent". It is the peer benchmarks' fake model, moved behind HTTP.
 type ModelServer struct {
 	srv   *http.Server
 	ln    net.Listener

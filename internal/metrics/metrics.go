@@ -1,5 +1,5 @@
 // Package metrics holds Parley's Prometheus collectors. Packages record through the package-level
-// vars; /metrics serves Registry. The names are part of the operator's contract (README).
+// vars; /metrics serves Registry. The names are part of the operator's contract (docs/operations.md, "Metrics").
 package metrics
 
 import (

@@ -650,7 +650,8 @@ func (t *Tool) ValidateResult(v any) *fault.Error {
 	return ValidateValue(t.result, v, "result")
 }
 
-// OutcomeStatus is one of the three outcomes of running a tool (seed 004).
+// OutcomeStatus is one of the three outcomes of running a tool: a result, a tool error the
+// model reads, or an internal error it never sees.
 type OutcomeStatus string
 
 // Outcome statuses.

@@ -478,7 +478,7 @@ func outcomeTool(t *testing.T, fn Func) *Tool {
 	return mustTool(t, Spec{Name: "o", Executor: Server, Func: fn})
 }
 
-// TestExecuteOutcomes covers the three outcomes of seed 004 and what the model sees of each.
+// TestExecuteOutcomes covers the three outcomes of running a tool and what the model sees of each.
 func TestExecuteOutcomes(t *testing.T) {
 	secret := "password=hunter2"
 	cases := []struct {

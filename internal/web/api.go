@@ -55,9 +55,7 @@ func matchOf(m *agent.SearchMatch) *matchJSON {
 
 // apiCreateConversation: POST /api/v1/conversations {"title"} → 201 {"id"}.
 func (s *Server) apiCreateConversation(c echo.Context) error {
-	var body struct {
-		Title string `json:"title"`
-	}
+	var body createConversationRequest
 	if err := decodeJSON(c, &body, true); err != nil {
 		return err
 	}
@@ -65,12 +63,12 @@ func (s *Server) apiCreateConversation(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusCreated, map[string]string{"id": conv.ID})
+	return c.JSON(http.StatusCreated, createdJSON{ID: conv.ID})
 }
 
 // apiListConversations: GET /api/v1/conversations[?q=…] → the caller's conversations, newest
 // first (those whose title holds q, ignoring case, or one of whose messages holds every word of
-// q, when it is given: then a message match carries "match"; README "Search").
+// q, when it is given: then a message match carries "match"; docs/api.md, "Search").
 func (s *Server) apiListConversations(c echo.Context) error {
 	list, err := s.agent.Search(c.Request().Context(), principal(c), c.QueryParam("q"))
 	if err != nil {
@@ -80,7 +78,7 @@ func (s *Server) apiListConversations(c echo.Context) error {
 	for i, cv := range list {
 		out[i] = conversationJSON{ID: cv.ID, Title: cv.Title, Status: cv.Status, CreatedAt: cv.CreatedAt, UpdatedAt: cv.UpdatedAt, Match: matchOf(cv.Match)}
 	}
-	return c.JSON(http.StatusOK, map[string]any{"conversations": out})
+	return c.JSON(http.StatusOK, conversationListJSON{Conversations: out})
 }
 
 // viewJSON is the API's shape of one conversation.
@@ -147,9 +145,7 @@ func toViewJSON(v agent.View) viewJSON {
 // when a running turn makes it wait (429 when too many wait). The agent decides who may send
 // (its owner; anyone else who may not see the conversation gets 404).
 func (s *Server) apiSendMessage(c echo.Context) error {
-	var body struct {
-		Text *string `json:"text"`
-	}
+	var body sendMessageRequest
 	if err := decodeJSON(c, &body, false); err != nil {
 		return err
 	}
@@ -167,9 +163,9 @@ func (s *Server) apiSendMessage(c echo.Context) error {
 		return err
 	}
 	if got.Queued {
-		return c.JSON(http.StatusAccepted, map[string]bool{"ok": true, "queued": true})
+		return c.JSON(http.StatusAccepted, sentJSON{OK: true, Queued: true})
 	}
-	return c.JSON(http.StatusAccepted, map[string]bool{"ok": true})
+	return c.JSON(http.StatusAccepted, sentJSON{OK: true})
 }
 
 // apiCancel: POST /api/v1/conversations/{id}/cancel → 200 {"ok": true}: the owner stops the
@@ -178,7 +174,7 @@ func (s *Server) apiCancel(c echo.Context) error {
 	if err := s.agent.Cancel(c.Request().Context(), c.Param("id"), principal(c)); err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]bool{"ok": true})
+	return c.JSON(http.StatusOK, okJSON{OK: true})
 }
 
 // apiResolve: POST /api/v1/conversations/{id}/calls/{call}/resolve. Everything about who may
@@ -195,7 +191,7 @@ func (s *Server) apiResolve(c echo.Context) error {
 	if _, err := s.agent.Resolve(c.Request().Context(), c.Param("id"), c.Param("call"), r, principal(c)); err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]bool{"ok": true})
+	return c.JSON(http.StatusOK, okJSON{OK: true})
 }
 
 // approvalJSON is one pending approval in the listing.
@@ -243,7 +239,7 @@ func (s *Server) apiApprovals(c echo.Context) error {
 			Tool: p.Call.Name, Approvers: string(p.Call.Approvers), Args: rawOrNull(p.Call.Args),
 			Prompt: rawOrNull(p.Prompt), ExpiresAt: p.Call.ExpiresAt, CreatedAt: p.CreatedAt})
 	}
-	return c.JSON(http.StatusOK, map[string]any{"approvals": out})
+	return c.JSON(http.StatusOK, approvalListJSON{Approvals: out})
 }
 
 // rawOrNull is raw, or JSON null when there is none, so the field is always present.

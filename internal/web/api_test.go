@@ -104,7 +104,7 @@ func (s *failingStore) Append(ctx context.Context, conv string, after int64, b s
 	return s.Store.Append(ctx, conv, after, b)
 }
 
-// TestResolveStatuses: the agent's answers map to the statuses API.md fixes, in one place. Each
+// TestResolveStatuses: the agent's answers map to the statuses docs/api.md documents, in one place. Each
 // answer has its real cause: edited arguments the tool's schema refuses, a call decided twice, a
 // reviewer-gated call its owner tries to approve, a call that does not exist, a message while a
 // turn is open, a store that fails.

@@ -79,7 +79,7 @@ func bearerToken(r *http.Request) string {
 }
 
 // tokenPath reports whether a Bearer token may authenticate a request for path: the JSON API
-// and the sockets (API.md).
+// and the sockets (docs/api.md, "Authentication").
 func tokenPath(path string) bool {
 	return strings.HasPrefix(path, "/api/") || strings.HasSuffix(path, "/ws")
 }

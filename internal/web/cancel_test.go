@@ -12,7 +12,7 @@ import (
 	"parley/internal/store"
 )
 
-// TestStopAndQueueOverTheAPI: API.md "Stopping and moving on" through the JSON API and the
+// TestStopAndQueueOverTheAPI: Stopping and moving on (docs/api.md, "Messages and turns") through the JSON API and the
 // page's Stop form.
 func TestStopAndQueueOverTheAPI(t *testing.T) {
 	eachStore(t, func(t *testing.T, open opener) {

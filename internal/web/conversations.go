@@ -15,9 +15,7 @@ import (
 // apiRenameConversation: PATCH /api/v1/conversations/{id} {"title"} → 200 {"ok", "id", "title"}
 // (the title as stored: spaces and control characters folded); 422 for an empty or long title.
 func (s *Server) apiRenameConversation(c echo.Context) error {
-	var body struct {
-		Title *string `json:"title"`
-	}
+	var body renameRequest
 	if err := decodeJSON(c, &body, false); err != nil {
 		return err
 	}
@@ -28,7 +26,7 @@ func (s *Server) apiRenameConversation(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"ok": true, "id": got.ID, "title": got.Title})
+	return c.JSON(http.StatusOK, renamedJSON{ID: got.ID, OK: true, Title: got.Title})
 }
 
 // apiDeleteConversation: DELETE /api/v1/conversations/{id} → 200 {"ok": true}; 409 conflict
@@ -37,7 +35,7 @@ func (s *Server) apiDeleteConversation(c echo.Context) error {
 	if err := s.agent.Delete(c.Request().Context(), c.Param("id"), principal(c)); err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]bool{"ok": true})
+	return c.JSON(http.StatusOK, okJSON{OK: true})
 }
 
 // renamePage: POST /conversations/{id}/rename (title) → back to the conversation, renamed; an

@@ -13,7 +13,7 @@ import (
 	"parley/internal/store"
 )
 
-// TestStatusOfKinds pins the kind → status mapping API.md relies on.
+// TestStatusOfKinds pins the kind → status mapping docs/api.md documents.
 func TestStatusOfKinds(t *testing.T) {
 	for kind, want := range map[fault.Kind]int{
 		fault.KindBadRequest: 400, fault.KindNotAuthenticated: 401, fault.KindPermissionDenied: 403,

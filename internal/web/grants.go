@@ -12,8 +12,8 @@ import (
 	"parley/internal/store"
 )
 
-// The governance API (API.md "Approval governance"): the caller's grants, and the audit trail
-// for admins. Who may do what is the agent's (Manager.Grants, RevokeGrant, AuditChain).
+// The governance API (docs/api.md, "Grants" and "Audit trail"): the caller's grants, and the
+// audit trail for admins. Who may do what is the agent's (Manager.Grants, RevokeGrant, AuditChain).
 
 // apiGrants: GET /api/v1/grants → the caller's active grants, newest first.
 func (s *Server) apiGrants(c echo.Context) error {
@@ -21,7 +21,7 @@ func (s *Server) apiGrants(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"grants": list})
+	return c.JSON(http.StatusOK, grantListJSON{Grants: list})
 }
 
 // apiRevokeGrant: DELETE /api/v1/grants/{id} → 200; later calls suspend again.
@@ -29,7 +29,7 @@ func (s *Server) apiRevokeGrant(c echo.Context) error {
 	if err := s.agent.RevokeGrant(c.Request().Context(), principal(c), c.Param("grant")); err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]bool{"ok": true})
+	return c.JSON(http.StatusOK, okJSON{OK: true})
 }
 
 // auditJSON is one audit record as the API shows it.
@@ -50,7 +50,9 @@ type auditJSON struct {
 }
 
 // AuditJSON is the API's (and web audit export's) shape of a record.
-func AuditJSON(r store.AuditRecord) any {
+func AuditJSON(r store.AuditRecord) any { return auditJSONOf(r) }
+
+func auditJSONOf(r store.AuditRecord) auditJSON {
 	a := auditJSON{ID: r.ID, Seq: r.Seq, ConversationID: r.ConversationID, ToolCallID: r.ToolCallID, Tool: r.Tool, ActorID: r.ActorID,
 		Action: r.Action, Reason: r.Reason, ArgsHash: r.ArgsHash, At: r.At.UTC(), PrevHash: r.PrevHash, Hash: r.Hash}
 	if json.Valid(r.Detail) {
@@ -74,13 +76,12 @@ func (s *Server) apiAudit(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := make([]any, len(recs))
-	next := after
+	out := auditPageJSON{Records: make([]auditJSON, len(recs)), Next: after}
 	for i, r := range recs {
-		out[i] = AuditJSON(r)
-		next = r.Seq
+		out.Records[i] = auditJSONOf(r)
+		out.Next = r.Seq
 	}
-	return c.JSON(http.StatusOK, map[string]any{"records": out, "next": next})
+	return c.JSON(http.StatusOK, out)
 }
 
 // queryInt reads a non-negative integer query parameter; absent is 0.

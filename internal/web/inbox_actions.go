@@ -189,11 +189,7 @@ func bulkSummaryOf(q url.Values) *views.BulkSummary {
 // "ok": false, "error": {"kind", "message", "details"}}]}, one per item in order. Each item goes
 // through Resolve, authorized on its own.
 func (s *Server) apiBulkResolve(c echo.Context) error {
-	var body struct {
-		Decision string     `json:"decision"`
-		Reason   string     `json:"reason"`
-		Items    []bulkItem `json:"items"`
-	}
+	var body bulkResolveRequest
 	if err := decodeJSON(c, &body, false); err != nil {
 		return err
 	}
@@ -217,7 +213,7 @@ func (s *Server) apiBulkResolve(c echo.Context) error {
 			out[i].Error = &errorJSON{Kind: fault.Kind(r.Kind), Message: r.Message, Details: map[string]any{}}
 		}
 	}
-	return c.JSON(http.StatusOK, map[string]any{"results": out})
+	return c.JSON(http.StatusOK, bulkResponseJSON{Results: out})
 }
 
 // errNoInboxBulk refuses a bulk decision to a member: bulk decisions are the inbox's.
@@ -262,11 +258,11 @@ func (s *Server) apiClaim(c echo.Context) error {
 		if err := s.agent.Unclaim(ctx, c.Param("id"), c.Param("call"), by); err != nil {
 			return err
 		}
-		return c.JSON(http.StatusOK, map[string]bool{"ok": true})
+		return c.JSON(http.StatusOK, okJSON{OK: true})
 	}
 	got, err := s.agent.Claim(ctx, c.Param("id"), c.Param("call"), by)
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"claimed_by": got.UserID, "expires_at": got.ExpiresAt})
+	return c.JSON(http.StatusOK, claimJSON{ClaimedBy: got.UserID, ExpiresAt: got.ExpiresAt})
 }

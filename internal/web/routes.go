@@ -30,7 +30,7 @@ func (s *Server) routes() *echo.Echo {
 	e.GET("/readyz", s.readyz)
 	// Unauthenticated on the app's port, like the probes: it carries counts, durations and tool
 	// names, never conversation content, users or secrets. Restrict it at the proxy when the
-	// port is public (README, "Operating").
+	// port is public (docs/operations.md, "Metrics").
 	e.GET("/metrics", echo.WrapHandler(metrics.Handler()))
 	e.GET(static.Prefix+":hash/*", serveStatic)
 	e.GET("/favicon.ico", favicon)
@@ -112,7 +112,7 @@ func (s *Server) healthz(c echo.Context) error {
 		return c.JSON(http.StatusServiceUnavailable, errorBody{Error: errorJSON{
 			Kind: "unavailable", Message: "the store does not answer", Details: map[string]any{}}})
 	}
-	return c.JSON(http.StatusOK, map[string]any{"ok": true})
+	return c.JSON(http.StatusOK, okJSON{OK: true})
 }
 
 // readyz answers 200 when the store answers and its schema is the one this binary was built for
@@ -132,9 +132,9 @@ func (s *Server) readyz(c echo.Context) error {
 		return c.JSON(http.StatusServiceUnavailable, errorBody{Error: errorJSON{
 			Kind: "unavailable", Message: msg, Details: map[string]any{}}})
 	}
-	body := map[string]any{"ok": true}
+	body := readyJSON{OK: true}
 	if s.readyDetails != nil {
-		body["details"] = s.readyDetails()
+		body.Details = s.readyDetails()
 	}
 	return c.JSON(http.StatusOK, body)
 }

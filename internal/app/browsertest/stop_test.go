@@ -18,7 +18,7 @@ func statusTextHas(text string) string {
 
 const stopButton = `form[data-parley="stop"] button[type="submit"]`
 
-// TestBrowserStopAndMoveOn drives API.md "Stopping and moving on" through the page: the Stop
+// TestBrowserStopAndMoveOn drives stopping and moving on (docs/api.md, "Messages and turns") through the page: the Stop
 // button while a tool runs and while a call awaits the person, a message while a question
 // waits (it moves on), and a message while a tool runs (it is queued, then answered).
 func TestBrowserStopAndMoveOn(t *testing.T) {
