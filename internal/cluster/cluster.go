@@ -158,7 +158,10 @@ type Node struct {
 	// replayWarned (when a refusal was last logged).
 	replays      replayGuard
 	replayWarned time.Time
-	listenedAt   atomic.Int64 // when the listener last began to listen (Unix ms)
+	// foreignWarned is when a notification not sealed by this cluster was last logged (a flood
+	// logs once per 10 s); the listener's.
+	foreignWarned time.Time
+	listenedAt    atomic.Int64 // when the listener last began to listen (Unix ms)
 
 	stats struct {
 		notifications, forwarded, served, packed, direct, heartbeats, claims, deafRestarts, undecoded, replays atomic.Int64
@@ -805,12 +808,16 @@ func (n *Node) restartListener() {
 func (n *Node) receive(note *pgconn.Notification) {
 	plain, err := n.open(note.Payload)
 	if err != nil {
-		// Not sealed with the cluster's key: someone else's NOTIFY on our channels.
-		if n.ownKey {
-			n.log.Error("cluster: refused a notification not sealed with this process's own key: set the same PARLEY_CLUSTER_KEY on every process", "channel", note.Channel)
-			return
+		// Not sealed with the cluster's key: someone else's NOTIFY on our channels, or another
+		// process's when this one made its own key. A flood logs once per 10 s.
+		if now := n.clock.Now(); now.Sub(n.foreignWarned) >= 10*time.Second {
+			n.foreignWarned = now
+			if n.ownKey {
+				n.log.Error("cluster: refused a notification not sealed with this process's own key: set the same PARLEY_CLUSTER_KEY on every process", "channel", note.Channel)
+			} else {
+				n.log.Warn("cluster: refused a notification not sealed by this cluster", "channel", note.Channel)
+			}
 		}
-		n.log.Warn("cluster: refused a notification not sealed by this cluster", "channel", note.Channel)
 		return
 	}
 	// The node's own broadcasts come back to it: most of what this listener decodes is events,

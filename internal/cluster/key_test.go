@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"parley/internal/agent"
+	"parley/internal/store/pgstore"
+	"parley/internal/store/pgtest"
 )
 
 // forge seals plain as a node holding key would.
@@ -339,5 +342,50 @@ func TestParseKey(t *testing.T) {
 	}
 	if err := New(Config{}).Start(context.Background()); err == nil {
 		t.Error("a node without a key started")
+	}
+}
+
+// lockedLog is a logger's output, read while the node writes it.
+type lockedLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// Two processes that each made a key of their own (development, no PARLEY_CLUSTER_KEY) cannot
+// hear each other, and say so as errors: the one that starts second at once, the first when it
+// hears the second's notifications.
+func TestOwnKeysSaySoAmongOthers(t *testing.T) {
+	st, err := pgstore.Open(context.Background(), pgtest.NewURL(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var logs [2]lockedLog
+	var nodes [2]*Node
+	for i := range nodes {
+		nodes[i] = New(Config{Pool: st.Pool(), TTL: 1500 * time.Millisecond, Key: NewKey(), OwnKey: true,
+			Logger: slog.New(slog.NewTextHandler(&logs[i], nil))})
+		if err := nodes[i].Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = nodes[i].Leave(context.Background()) }()
+	}
+	if s := logs[1].String(); !strings.Contains(s, "level=ERROR") || !strings.Contains(s, "has no cluster key configured (PARLEY_CLUSTER_KEY)") {
+		t.Errorf("the second process, with a key of its own among others, said:\n%s", s)
+	}
+	if !waitFor(func() bool { return strings.Contains(logs[0].String(), "not sealed with this process's own key") }, 5*time.Second) {
+		t.Errorf("the first process, hearing the second, said:\n%s", logs[0].String())
 	}
 }
