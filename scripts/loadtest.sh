@@ -54,6 +54,8 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 export DATABASE_URL="$db_url"
 export PARLEY_ADDR="127.0.0.1:0"
 export PARLEY_ENV=production
+# Production on PostgreSQL needs the cluster key (one process here: any fresh one does).
+export PARLEY_CLUSTER_KEY="${PARLEY_CLUSTER_KEY:-$(head -c 32 /dev/urandom | base64)}"
 export PARLEY_MODEL=demo
 export PARLEY_DEMO_PACE=0
 export PARLEY_MESSAGES_PER_MINUTE=1000000 PARLEY_MESSAGE_BURST=100000

@@ -328,6 +328,11 @@ func (m *Manager) serveForward(ctx context.Context, body []byte) []byte {
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
+	by, err := m.forwardedPrincipal(ctx, w.Kind, w.By)
+	if err != nil {
+		return mustJSON(wireResponse{Err: toWire(err)})
+	}
+	w.By = by
 	if w.Kind == reqView && m.live(w.Conv) == nil {
 		v, err := m.viewFromStore(ctx, w.Conv, w.By)
 		out := wireResponse{Err: toWire(err)}
@@ -357,6 +362,31 @@ func (m *Manager) serveForward(ctx context.Context, body []byte) []byte {
 		return mustJSON(out)
 	}
 	return mustJSON(wireResponse{Moved: true})
+}
+
+// forwardedPrincipal is who a forwarded request acts for, as this process's store has them.
+// The sender authenticated the caller, but the owner decides with the user's role as it
+// stands, not with the role the body names (stale, or sealed by whoever got hold of the
+// cluster's key): a user the store does not have decides nothing, and the app's own principal
+// comes only with what the app itself sends as System (expiries).
+func (m *Manager) forwardedPrincipal(ctx context.Context, kind reqKind, by Principal) (Principal, error) {
+	if by.system() || by.UserID == System.UserID {
+		if kind == reqExpire && by == System {
+			return System, nil
+		}
+		return Principal{}, permissionDenied("a forwarded request acts for a person, not the system")
+	}
+	if by.UserID == "" {
+		return Principal{}, permissionDenied("a forwarded request names no user")
+	}
+	u, err := m.cfg.Store.UserByID(ctx, by.UserID)
+	if errors.Is(err, store.ErrNotFound) {
+		return Principal{}, permissionDenied("the account that sent this request no longer exists")
+	}
+	if err != nil {
+		return Principal{}, m.internalError("read the user of a forwarded request", err)
+	}
+	return Principal{UserID: u.ID, Role: u.Role, Via: by.Via}, nil
 }
 
 // pause waits a moment before a request looks for its owner again (the owner was shutting

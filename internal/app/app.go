@@ -94,6 +94,12 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 			return nil, err
 		}
 	}
+	var keys clusterKeys
+	if cfg.DatabaseURL != "" {
+		if keys, err = cfg.clusterKeys(a.log); err != nil {
+			return nil, err
+		}
+	}
 	if a.store, err = OpenStore(ctx, cfg, a.log); err != nil {
 		return nil, err
 	}
@@ -123,7 +129,8 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 		DailyTokens: int64(cfg.DailyTokens), OrphanScan: cfg.OrphanScan, Tracer: a.tracer, ClaimTTL: cfg.InboxClaimTTL}
 	if pg, ok := a.store.(*pgstore.Store); ok {
 		// Every process on PostgreSQL is a node of a cluster, alone or not (internal/cluster).
-		a.node = cluster.New(cluster.Config{Pool: pg.Pool(), Logger: a.log, TTL: cfg.NodeTTL})
+		a.node = cluster.New(cluster.Config{Pool: pg.Pool(), Logger: a.log, TTL: cfg.NodeTTL,
+			Key: keys.current, PreviousKey: keys.previous, OwnKey: keys.own})
 		if err = a.node.Start(ctx); err != nil {
 			return nil, err
 		}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -18,9 +19,13 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
+	"parley/internal/cluster"
 	"parley/internal/store"
 	"parley/internal/store/pgtest"
 )
+
+// testClusterKey is the cluster key of the tests' processes on PostgreSQL.
+var testClusterKey = base64.StdEncoding.EncodeToString(cluster.NewKey())
 
 // running is an App started by a test, with a token of its member "ada".
 type running struct {
@@ -39,6 +44,9 @@ func startIn(t *testing.T, databaseURL, dataDir string, newUser bool, extraEnv .
 	env := map[string]string{
 		"PARLEY_ADDR": "127.0.0.1:0", "PARLEY_DATA_DIR": dataDir, "DATABASE_URL": databaseURL,
 		"PARLEY_MODEL": "demo", "PARLEY_SHUTDOWN_TIMEOUT": "10s",
+	}
+	if databaseURL != "" {
+		env["PARLEY_CLUSTER_KEY"] = testClusterKey // the Apps of one test are one cluster
 	}
 	for _, extra := range extraEnv {
 		for k, v := range extra {

@@ -70,6 +70,12 @@ type Config struct {
 	// OrphanScan is how often a process looks for conversations whose process died
 	// (PARLEY_ORPHAN_SCAN, a Go duration; agent.DefaultOrphanScan).
 	OrphanScan time.Duration
+	// ClusterKey seals what the processes on one PostgreSQL database send each other: 32
+	// random bytes in base64 or hex, the same on every process, never in the database
+	// (PARLEY_CLUSTER_KEY, or the file PARLEY_CLUSTER_KEY_FILE names). ClusterKeyPrevious
+	// (PARLEY_CLUSTER_KEY_PREVIOUS or _PREVIOUS_FILE) also opens, during a rotation. Required on
+	// PostgreSQL in production (clusterkey.go).
+	ClusterKey, ClusterKeyFile, ClusterKeyPrevious, ClusterKeyPreviousFile string
 	// InboxClaimTTL is how long a reviewer's inbox claim lasts unless renewed or released
 	// (PARLEY_INBOX_CLAIM_TTL, a Go duration; agent.DefaultClaimTTL, 10 minutes).
 	InboxClaimTTL time.Duration
@@ -93,6 +99,8 @@ func FromEnv(rawGetenv func(string) string) (Config, error) {
 		ToolsPath:        getenv("PARLEY_TOOLS"),
 		NotifyURL:        getenv("PARLEY_NOTIFY_URL"),
 		NotifySecret:     getenv("PARLEY_NOTIFY_SECRET"),
+		ClusterKey:       getenv("PARLEY_CLUSTER_KEY"),
+		ClusterKeyFile:   getenv("PARLEY_CLUSTER_KEY_FILE"),
 		ShutdownTimeout:  15 * time.Second,
 		Getenv:           rawGetenv,
 	}
@@ -103,6 +111,7 @@ func FromEnv(rawGetenv func(string) string) (Config, error) {
 	default:
 		return Config{}, fmt.Errorf("PARLEY_ENV must be production or development, not %q", env)
 	}
+	c.ClusterKeyPrevious, c.ClusterKeyPreviousFile = getenv("PARLEY_CLUSTER_KEY_PREVIOUS"), getenv("PARLEY_CLUSTER_KEY_PREVIOUS_FILE")
 	var err error
 	num := func(name string, dst *float64) {
 		if v := getenv(name); v != "" && err == nil {

@@ -290,7 +290,7 @@ func newKillEnv(t *testing.T, databaseURL, modelURL, hookURL string) *killEnv {
 	e := &killEnv{bin: buildBinary(t), env: append(os.Environ(),
 		"PARLEY_ADDR=127.0.0.1:0", "PARLEY_DATA_DIR="+filepath.Join(dir, "data"), "DATABASE_URL="+databaseURL,
 		"PARLEY_MODEL=openai:test-model", "OPENAI_BASE_URL="+modelURL+"/v1", "OPENAI_API_KEY=test-key",
-		"ANTHROPIC_API_KEY=", "PARLEY_ENV=development", "PARLEY_TOOLS="+toolsFile,
+		"ANTHROPIC_API_KEY=", "PARLEY_ENV=development", "PARLEY_TOOLS="+toolsFile, "PARLEY_CLUSTER_KEY="+testClusterKey,
 		// The tests poll every pollEvery: lift the per-user API budget above that.
 		"PARLEY_API_PER_MINUTE=60000", "PARLEY_API_BURST=1000",
 		"KILL_TEST_WEBHOOK_SECRET=whsec_"+base64.StdEncoding.EncodeToString([]byte(webhookKey)),

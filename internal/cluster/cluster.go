@@ -17,8 +17,6 @@ package cluster
 import (
 	"bytes"
 	"context"
-	"crypto/aes"
-	"crypto/cipher"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
@@ -97,6 +95,15 @@ type Config struct {
 	Clock clock.Clock
 	// SubscriberBuffer is each local subscription's buffer (agent.NewHub).
 	SubscriberBuffer int
+	// Key seals every notification and every body waiting in cluster_mail (KeySize bytes; key.go).
+	// Every process of the cluster has the same; it is never in the database. Start refuses
+	// to begin without one.
+	Key []byte
+	// PreviousKey, during a rotation, also opens what the others sealed (nil: none).
+	PreviousKey []byte
+	// OwnKey says Key was made for this process alone (none was configured): the node says so
+	// loudly when it meets other processes, whose notifications it cannot open.
+	OwnKey bool
 }
 
 // Node is this process in the cluster.
@@ -115,8 +122,11 @@ type Node struct {
 	// until it re-joined (its ownerships given up, its heartbeat and session back) it claims
 	// nothing.
 	fenced atomic.Bool
-	// aead seals every notification with the cluster's key (cluster_secret).
-	aead cipher.AEAD
+	// keys seal every notification and mail body with the cluster's key (key.go); keyErr
+	// is why there are none (Start returns it). ownKey: Config.OwnKey.
+	keys   *keyring
+	keyErr error
+	ownKey bool
 
 	lmu     sync.Mutex
 	lcancel context.CancelFunc // ends the listener's current wait (restartListener); guarded by lmu
@@ -148,7 +158,10 @@ type Node struct {
 	// replayWarned (when a refusal was last logged).
 	replays      replayGuard
 	replayWarned time.Time
-	listenedAt   atomic.Int64 // when the listener last began to listen (Unix ms)
+	// foreignWarned is when a notification not sealed by this cluster was last logged (a flood
+	// logs once per 10 s); the listener's.
+	foreignWarned time.Time
+	listenedAt    atomic.Int64 // when the listener last began to listen (Unix ms)
 
 	stats struct {
 		notifications, forwarded, served, packed, direct, heartbeats, claims, deafRestarts, undecoded, replays atomic.Int64
@@ -193,7 +206,9 @@ func New(cfg Config) *Node {
 	_, _ = rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
 	ctx, cancel := context.WithCancel(context.Background())
+	keys, keyErr := newKeyring(cfg.Key, cfg.PreviousKey)
 	return &Node{
+		keys: keys, keyErr: keyErr, ownKey: cfg.OwnKey,
 		src: cfg.Pool, conns: cfg.Conns, log: cfg.Logger.With("node", id), clock: cfg.Clock, ttl: cfg.TTL, id: id,
 		hub: agent.NewHub(cfg.SubscriberBuffer), out: make(chan agent.Event, outQueue),
 		dropped: map[string]bool{}, waiting: map[uint64]waiter{}, serving: make(chan struct{}, maxServing), refusing: make(chan struct{}, maxServing),
@@ -237,6 +252,9 @@ func (n *Node) interval() string { return fmt.Sprintf("%d milliseconds", n.ttl.M
 
 // Start registers the node, begins listening and beating, and tells the others it arrived.
 func (n *Node) Start(ctx context.Context) error {
+	if n.keyErr != nil {
+		return n.keyErr
+	}
 	pcfg := n.src.Config()
 	pcfg.MaxConns, pcfg.MinConns = n.conns, 0
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
@@ -256,9 +274,6 @@ func (n *Node) start(ctx context.Context) error {
 	if _, err := n.pool.Exec(ctx, `INSERT INTO cluster_nodes (id, host) VALUES ($1, $2)`, n.id, fmt.Sprintf("%s:%d", host, os.Getpid())); err != nil {
 		return fmt.Errorf("cluster: register node: %w", err)
 	}
-	if err := n.loadKey(ctx); err != nil {
-		return err
-	}
 	// One listening session, on the node's own channel (requests and replies) and the broadcast
 	// events: every notification wakes every listening session of the database, whatever its
 	// channel, so a second session per process would double what each notification costs
@@ -277,45 +292,25 @@ func (n *Node) start(ctx context.Context) error {
 	go n.send()
 	n.broadcast(ctx, message{T: "hello"})
 	n.log.Info("cluster node started", "ttl", n.ttl, "peers", n.peers.Load())
-	return nil
-}
-
-// loadKey reads the cluster's sealing key, making it when this is the first process.
-func (n *Node) loadKey(ctx context.Context) error {
-	fresh := make([]byte, 32)
-	if _, err := rand.Read(fresh); err != nil {
-		return fmt.Errorf("cluster: make a key: %w", err)
-	}
-	var key []byte
-	err := n.pool.QueryRow(ctx, `WITH made AS (INSERT INTO cluster_secret (id, key) VALUES (1, $1) ON CONFLICT (id) DO NOTHING RETURNING key)
-		SELECT key FROM made UNION ALL SELECT key FROM cluster_secret WHERE id = 1 LIMIT 1`, fresh).Scan(&key)
-	if err != nil {
-		return fmt.Errorf("cluster: read the key: %w", err)
-	}
-	block, err := aes.NewCipher(key)
-	if err != nil {
-		return fmt.Errorf("cluster: key: %w", err)
-	}
-	if n.aead, err = cipher.NewGCM(block); err != nil {
-		return fmt.Errorf("cluster: key: %w", err)
+	if n.ownKey && n.peers.Load() > 0 {
+		n.log.Error("cluster: other processes are alive on this database, but this one has no cluster key configured (PARLEY_CLUSTER_KEY) and made its own: it cannot exchange requests or events with them; give every process the same key",
+			"peers", n.peers.Load())
 	}
 	return nil
 }
 
 // seal encrypts and authenticates a notification's payload; open reverses it and refuses
-// whatever the key did not seal (another role's NOTIFY).
+// whatever the cluster's keys did not seal (another role's NOTIFY).
 func (n *Node) seal(plain []byte) string {
-	nonce := make([]byte, n.aead.NonceSize(), n.aead.NonceSize()+len(plain)+n.aead.Overhead())
-	_, _ = rand.Read(nonce)
-	return base64.StdEncoding.EncodeToString(n.aead.Seal(nonce, nonce, plain, nil))
+	return base64.StdEncoding.EncodeToString(n.keys.seal(plain, []byte(noteAD)))
 }
 
 func (n *Node) open(payload string) ([]byte, error) {
 	b, err := base64.StdEncoding.DecodeString(payload)
-	if err != nil || len(b) < n.aead.NonceSize() {
+	if err != nil {
 		return nil, errors.New("not a sealed notification")
 	}
-	return n.aead.Open(nil, b[:n.aead.NonceSize()], b[n.aead.NonceSize():], nil)
+	return n.keys.open(b, []byte(noteAD))
 }
 
 // Leave stops the node's goroutines and leaves the cluster: its row (and so its conversations
@@ -667,8 +662,10 @@ func (n *Node) payload(ctx context.Context, channel string, msg message) (string
 		return "", fmt.Errorf("encode notification: %w", err)
 	}
 	if len(plain) > maxPayload {
+		// Sealed too, and bound to this notification (mailBinding): the row can be neither
+		// read nor moved under another notification by whoever may read or write the table.
 		var id int64
-		if err := n.pool.QueryRow(ctx, `INSERT INTO cluster_mail (body) VALUES ($1) RETURNING id`, []byte(msg.Body)).Scan(&id); err != nil {
+		if err := n.pool.QueryRow(ctx, `INSERT INTO cluster_mail (body) VALUES ($1) RETURNING id`, n.keys.seal(msg.Body, mailBinding(msg))).Scan(&id); err != nil {
 			return "", fmt.Errorf("write cluster mail: %w", err)
 		}
 		msg.Body, msg.Mail = nil, id
@@ -687,7 +684,8 @@ func (n *Node) broadcast(ctx context.Context, msg message) {
 	}
 }
 
-// body returns a message's body, reading it from cluster_mail when it was too large.
+// body returns a message's body, reading it from cluster_mail when it was too large (and
+// refusing a row not sealed for this message).
 func (n *Node) body(ctx context.Context, msg message, del bool) ([]byte, error) {
 	if msg.Mail == 0 {
 		return msg.Body, nil
@@ -700,7 +698,11 @@ func (n *Node) body(ctx context.Context, msg message, del bool) ([]byte, error) 
 	if err := n.pool.QueryRow(ctx, q, msg.Mail).Scan(&b); err != nil {
 		return nil, fmt.Errorf("read cluster mail %d: %w", msg.Mail, err)
 	}
-	return b, nil
+	body, err := n.keys.open(b, mailBinding(msg))
+	if err != nil {
+		return nil, fmt.Errorf("cluster mail %d: %w for this notification", msg.Mail, err)
+	}
+	return body, nil
 }
 
 // --- listening ------------------------------------------------------------------------------
@@ -806,8 +808,16 @@ func (n *Node) restartListener() {
 func (n *Node) receive(note *pgconn.Notification) {
 	plain, err := n.open(note.Payload)
 	if err != nil {
-		// Not sealed with the cluster's key: someone else's NOTIFY on our channels.
-		n.log.Warn("cluster: refused a notification not sealed by this cluster", "channel", note.Channel)
+		// Not sealed with the cluster's key: someone else's NOTIFY on our channels, or another
+		// process's when this one made its own key. A flood logs once per 10 s.
+		if now := n.clock.Now(); now.Sub(n.foreignWarned) >= 10*time.Second {
+			n.foreignWarned = now
+			if n.ownKey {
+				n.log.Error("cluster: refused a notification not sealed with this process's own key: set the same PARLEY_CLUSTER_KEY on every process", "channel", note.Channel)
+			} else {
+				n.log.Warn("cluster: refused a notification not sealed by this cluster", "channel", note.Channel)
+			}
+		}
 		return
 	}
 	// The node's own broadcasts come back to it: most of what this listener decodes is events,

@@ -57,11 +57,12 @@ type world struct {
 	model *llmtest.Provider
 	ann   agent.Principal
 	rita  agent.Principal
+	key   []byte // the cluster's, every process's
 }
 
 func newWorld(t testing.TB) *world {
 	t.Helper()
-	w := &world{t: t, url: pgtest.NewURL(t), model: llmtest.New()}
+	w := &world{t: t, url: pgtest.NewURL(t), model: llmtest.New(), key: cluster.NewKey()}
 	st, err := pgstore.Open(context.Background(), w.url, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +136,7 @@ func (w *world) start(o procOptions) *proc {
 	}
 	p := &proc{t: t, st: st, log: &syncBuffer{}}
 	logger := slog.New(slog.NewTextHandler(p.log, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	p.node = cluster.New(cluster.Config{Pool: st.Pool(), Logger: logger, TTL: testTTL})
+	p.node = cluster.New(cluster.Config{Pool: st.Pool(), Logger: logger, TTL: testTTL, Key: w.key})
 	if err := p.node.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

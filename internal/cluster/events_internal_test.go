@@ -2,8 +2,6 @@ package cluster
 
 import (
 	"context"
-	"crypto/aes"
-	"crypto/cipher"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -171,25 +169,28 @@ func TestPackRepliesAfterEvents(t *testing.T) {
 // twoNodes starts b on a fresh database and makes a, a node of the same cluster whose sender
 // the test runs by hand.
 func twoNodes(t *testing.T) (a, b *Node, cleanup func()) {
+	key := NewKey()
+	return twoNodesKeyed(t, Config{Key: key}, Config{Key: key})
+}
+
+// twoNodesKeyed is twoNodes with a's and b's keys (Key and PreviousKey) as given.
+func twoNodesKeyed(t *testing.T, aKeys, bKeys Config) (a, b *Node, cleanup func()) {
 	url := pgtest.NewURL(t)
 	st, err := pgstore.Open(context.Background(), url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b = New(Config{Pool: st.Pool(), TTL: 1500 * time.Millisecond, SubscriberBuffer: 4096})
+	b = New(Config{Pool: st.Pool(), TTL: 1500 * time.Millisecond, SubscriberBuffer: 4096, Key: bKeys.Key, PreviousKey: bKeys.PreviousKey})
 	if err := b.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	// a: its own pool and the cluster's key, and no goroutines: the test runs its sender itself.
-	a = New(Config{Pool: st.Pool(), TTL: 1500 * time.Millisecond})
+	// a: its own pool and no goroutines: the test runs its sender itself.
+	a = New(Config{Pool: st.Pool(), TTL: 1500 * time.Millisecond, Key: aKeys.Key, PreviousKey: aKeys.PreviousKey})
 	pool, err := pgxpool.NewWithConfig(context.Background(), st.Pool().Config())
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.pool = pool
-	if err := a.loadKey(context.Background()); err != nil {
-		t.Fatal(err)
-	}
 	return a, b, func() { a.cancel(); pool.Close(); _ = b.Leave(context.Background()); _ = st.Close() }
 }
 
@@ -505,7 +506,7 @@ func TestReplayedReplyAnswersNoOtherRequest(t *testing.T) {
 	}
 }
 
-// Another database role — no access to cluster_secret — can LISTEN on the well-known events
+// Another database role — without the cluster's key — can LISTEN on the well-known events
 // channel and notify what it hears again: a replayed resync or departure is refused (found by
 // an attack: each replay made every page reload, or every process scan for orphans).
 func TestAnotherRoleCannotReplayBroadcasts(t *testing.T) {
@@ -519,10 +520,6 @@ func TestAnotherRoleCannotReplayBroadcasts(t *testing.T) {
 	cfg := a.pool.Config().ConnConfig.Copy()
 	cfg.User = role
 	s := newSpy(t, cfg, eventsChannel)
-	var k []byte
-	if err := s.conn.QueryRow(context.Background(), `SELECT key FROM cluster_secret`).Scan(&k); err == nil {
-		t.Fatal("the other role can read the cluster's key")
-	}
 	var rescans atomic.Int64
 	b.Serve(agent.Inbound{Rescan: func(string) { rescans.Add(1) }})
 	first := b.Subscribe("c1")
@@ -767,15 +764,8 @@ func TestClosingRepliesAreBoundedTogether(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	n := New(Config{})
+	n := New(Config{Key: NewKey()})
 	n.pool = pool
-	block, err := aes.NewCipher(make([]byte, 32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n.aead, err = cipher.NewGCM(block); err != nil {
-		t.Fatal(err)
-	}
 	var carried []packedReply
 	for i := range 4 {
 		carried = append(carried, packedReply{To: "someone", ID: uint64(i + 1), Body: json.RawMessage(`{}`)})

@@ -112,6 +112,9 @@ func TestInboxClaims(t *testing.T) {
 	})
 }
 
+// testClusterKey is the key of the tests' clusters.
+var testClusterKey = cluster.NewKey()
+
 // withCluster makes the env's agent a node of a cluster on the PostgreSQL database at dbURL,
 // as app.New does: its events reach the other nodes' subscribers.
 func withCluster(dbURL string) envOption {
@@ -120,7 +123,7 @@ func withCluster(dbURL string) envOption {
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		node := cluster.New(cluster.Config{Pool: st.Pool(), Logger: discardLogger(), TTL: 3 * time.Second})
+		node := cluster.New(cluster.Config{Pool: st.Pool(), Logger: discardLogger(), TTL: 3 * time.Second, Key: testClusterKey})
 		if err := node.Start(context.Background()); err != nil {
 			e.t.Fatal(err)
 		}
