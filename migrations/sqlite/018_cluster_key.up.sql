@@ -1,0 +1,1 @@
+-- The embedded store never held a cluster key: it runs one process, without a cluster.
