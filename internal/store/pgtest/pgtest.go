@@ -28,6 +28,9 @@ const DefaultURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 // connectTimeout bounds how long a test waits for an absent server before failing.
 const connectTimeout = 5 * time.Second
 
+// createTimeout bounds one CREATE DATABASE (a copy of the package's migrated template).
+const createTimeout = time.Minute
+
 // AdminURL returns TEST_DATABASE_URL or DefaultURL: the database tests connect to in order to
 // create and drop their own.
 func AdminURL() string {
@@ -63,7 +66,11 @@ func newDatabase(t testing.TB, admin, create string) string {
 		t.Fatalf("pgtest: %s", connectFailure(admin, err))
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, fmt.Sprintf(create, pgx.Identifier{name}.Sanitize())); err != nil {
+	// Creating a database copies its template and waits for other copies of it: on a loaded
+	// machine that takes longer than finding the server, so it has a deadline of its own.
+	cctx, ccancel := context.WithTimeout(context.Background(), createTimeout)
+	defer ccancel()
+	if _, err := conn.Exec(cctx, fmt.Sprintf(create, pgx.Identifier{name}.Sanitize())); err != nil {
 		hint := ""
 		if pgCode(err) == "42501" { // insufficient_privilege
 			hint = " (the TEST_DATABASE_URL user needs CREATEDB: ALTER ROLE … CREATEDB)"
