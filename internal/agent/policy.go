@@ -58,6 +58,9 @@ type Gate struct {
 	Approvers tools.Approvers
 	// Count is how many distinct approvers the call needs (M-of-N); 0 and 1 mean one.
 	Count int
+	// Ruled says a rule of the tool (in enforce mode) decided the gate: it asked, or its
+	// evaluation failed and the call is asked about.
+	Ruled bool
 }
 
 // gated reports whether the call has an approval step at all.
@@ -156,11 +159,22 @@ func InInbox(by Principal, ownerID string, approvers tools.Approvers) bool {
 }
 
 // MayRemember reports whether a decision taken on right may remember its approval (make a
-// grant) for a call gated as g: the owner's own approval of an owner-approved call that needs
-// one approver. A grant never covers a reviewer-gated or M-of-N call, and an admin's override
-// is not the owner's consent.
+// grant) for a call gated as g, and whether a grant may stand in for that approval: the owner's
+// own approval of an owner-approved call that needs one approver, and that no rule decided. A
+// grant never covers a reviewer-gated or M-of-N call, never rises above a rule (a rule's ask
+// applies whoever it asks), and an admin's override is not the owner's consent.
 func MayRemember(right Right, g Gate) bool {
-	return right == AsOwner && g.gated() && g.Approvers == tools.ByOwner && g.Count <= 1
+	return right == AsOwner && g.gated() && g.Approvers == tools.ByOwner && g.Count <= 1 && !g.Ruled
+}
+
+// MayManageAllGrants reports whether by may list every person's grants: admins.
+func MayManageAllGrants(by Principal) bool {
+	return by.UserID != "" && !by.system() && by.Role == RoleAdmin
+}
+
+// MayRevokeGrant reports whether by may revoke a grant of userID's: its owner, or an admin.
+func MayRevokeGrant(by Principal, userID string) bool {
+	return by.UserID != "" && !by.system() && (by.UserID == userID || by.Role == RoleAdmin)
 }
 
 // InInboxCall is InInbox for a pending approval that may have been escalated (its own deadline

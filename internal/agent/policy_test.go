@@ -126,4 +126,45 @@ func TestPolicy(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("grants", func(t *testing.T) {
+		for _, c := range []struct {
+			name  string
+			right Right
+			gate  Gate
+			want  bool
+		}{
+			{"the owner remembers their approval of an owner-approved call", AsOwner, ownerGate, true},
+			{"an admin's override is not the owner's consent", AsOverride, ownerGate, false},
+			{"a reviewer's approval is not remembered", AsReviewer, reviewerGate, false},
+			{"nor the owner's of a reviewer-gated call", AsOwner, reviewerGate, false},
+			{"nor of an M-of-N call", AsOwner, Gate{Approval: tools.RequiresApproval, Approvers: tools.ByOwner, Count: 2}, false},
+			{"nor of a call with no approval step", AsOwner, Gate{Approval: tools.Auto, Approvers: tools.ByOwner}, false},
+			{"a grant never rises above a rule: not of a call a rule asked about", AsOwner,
+				Gate{Approval: tools.RequiresApproval, Approvers: tools.ByOwner, Ruled: true}, false},
+		} {
+			if got := MayRemember(c.right, c.gate); got != c.want {
+				t.Errorf("%s: MayRemember = %v, want %v", c.name, got, c.want)
+			}
+		}
+		for _, c := range []struct {
+			name          string
+			by            Principal
+			revoke, admin bool // revoke the owner's grant; list everyone's
+		}{
+			{"the grant's owner revokes it", ownerMember, true, false},
+			{"an admin revokes anyone's and lists everyone's", admin, true, true},
+			{"a reviewer does not", reviewer, false, false},
+			{"a stranger does not", stranger, false, false},
+			{"nobody signed in does not", anonymous, false, false},
+			{"the system does not", System, false, false},
+		} {
+			if got := MayRevokeGrant(c.by, owner); got != c.revoke {
+				t.Errorf("%s: MayRevokeGrant = %v, want %v", c.name, got, c.revoke)
+			}
+			if got := MayManageAllGrants(c.by); got != c.admin {
+				t.Errorf("%s: MayManageAllGrants = %v, want %v", c.name, got, c.admin)
+			}
+		}
+	})
 }

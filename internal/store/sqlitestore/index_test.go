@@ -261,8 +261,8 @@ END`,
 		t.Fatal(err)
 	}
 	s, _ = openFake(t, path)
-	if have, want, err := s.SchemaVersion(ctx); err != nil || have != want || want != 8 {
-		t.Fatalf("schema version after the upgrade = %d, want %d (8): %v", have, want, err)
+	if have, want, err := s.SchemaVersion(ctx); err != nil || have != want || want != schemaVersion {
+		t.Fatalf("schema version after the upgrade = %d, want %d (%d): %v", have, want, schemaVersion, err)
 	}
 	if n := count(t, s, countPending); n != 0 {
 		t.Fatalf("pending conversations after the upgrade = %d, want 0", n)

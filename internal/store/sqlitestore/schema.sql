@@ -158,9 +158,14 @@ CREATE TABLE grants (
 	created_by      TEXT NOT NULL,
 	created_at      INTEGER NOT NULL,
 	expires_at      INTEGER NOT NULL,
-	revoked_at      INTEGER
+	revoked_at      INTEGER,
+	-- the arguments covered (migration 020): 'exact' (args_hash) or 'any'
+	args_scope      TEXT NOT NULL,
+	args_hash       TEXT NOT NULL DEFAULT '',
+	CHECK ((args_scope = 'exact' AND args_hash <> '') OR (args_scope = 'any' AND args_hash = ''))
 );
 CREATE INDEX grants_user_tool ON grants (user_id, tool, expires_at);
+CREATE INDEX grants_created ON grants (created_at DESC, id);
 
 CREATE TABLE inbox_claims (
 	conversation_id TEXT NOT NULL,

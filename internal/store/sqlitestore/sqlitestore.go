@@ -37,7 +37,7 @@ import (
 //go:embed schema.sql
 var schema string
 
-const schemaVersion = 8
+const schemaVersion = 9
 
 // upgrades bring a file from the version before each (the key) to that version; each runs in the
 // migration's transaction.
@@ -154,6 +154,29 @@ CREATE INDEX notify_outbox_due ON notify_outbox (next_attempt_at);`,
 	8: `DROP TRIGGER entries_search_ai;
 ALTER TABLE conversations ADD COLUMN indexed_seq INTEGER NOT NULL DEFAULT 0;
 UPDATE conversations SET indexed_seq = last_seq;`,
+	// 8 → 9: grants are scoped to the arguments they were given for (migration 020). SQLite
+	// cannot add a CHECK to a table: rebuild it; the grants made so far covered any arguments.
+	9: `CREATE TABLE grants_v2 (
+	id              TEXT PRIMARY KEY,
+	user_id         TEXT NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+	tool            TEXT NOT NULL,
+	scope           TEXT NOT NULL,
+	conversation_id TEXT NOT NULL,
+	tool_call_id    TEXT NOT NULL,
+	created_by      TEXT NOT NULL,
+	created_at      INTEGER NOT NULL,
+	expires_at      INTEGER NOT NULL,
+	revoked_at      INTEGER,
+	args_scope      TEXT NOT NULL,
+	args_hash       TEXT NOT NULL DEFAULT '',
+	CHECK ((args_scope = 'exact' AND args_hash <> '') OR (args_scope = 'any' AND args_hash = ''))
+);
+INSERT INTO grants_v2 (id, user_id, tool, scope, conversation_id, tool_call_id, created_by, created_at, expires_at, revoked_at, args_scope, args_hash)
+	SELECT id, user_id, tool, scope, conversation_id, tool_call_id, created_by, created_at, expires_at, revoked_at, 'any', '' FROM grants;
+DROP TABLE grants;
+ALTER TABLE grants_v2 RENAME TO grants;
+CREATE INDEX grants_user_tool ON grants (user_id, tool, expires_at);
+CREATE INDEX grants_created ON grants (created_at DESC, id);`,
 }
 
 // busyTimeout is how long a statement waits for another handle's write lock.
