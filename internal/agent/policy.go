@@ -61,6 +61,8 @@ type Gate struct {
 	// Ruled says a rule of the tool (in enforce mode) decided the gate: it asked, or its
 	// evaluation failed and the call is asked about.
 	Ruled bool
+	// Pending says the call awaits an approval decision now.
+	Pending bool
 }
 
 // gated reports whether the call has an approval step at all.
@@ -129,14 +131,18 @@ func MayManage(by Principal, ownerID string) bool {
 
 // MaySee reports whether by may read a conversation owned by ownerID whose calls are gated as
 // gates say, and follow its events: the owner, the system, and whoever may decide one of its
-// gated calls (read-only: a reviewer opening a call from the inbox sees its context). Anyone
-// else learns nothing, not even that the conversation exists.
+// calls that awaits an approval now (read-only: a reviewer opening a call from the inbox sees its
+// context). The right of a decider lasts while a call awaits them: once nothing of the
+// conversation does, they read nothing of it any more, neither the owner's later messages nor
+// the call they decided (its outcome reaches them as the owner's conversation, not theirs: the
+// audit trail has it for admins). Anyone else learns nothing, not even that the conversation
+// exists.
 func MaySee(by Principal, ownerID string, gates []Gate) bool {
 	if by.system() || (by.UserID != "" && by.UserID == ownerID) {
 		return true
 	}
 	for _, g := range gates {
-		if g.gated() && MayDecide(by, ownerID, g.Approvers) {
+		if g.gated() && g.Pending && MayDecide(by, ownerID, g.Approvers) {
 			return true
 		}
 	}

@@ -19,9 +19,12 @@ func TestPolicy(t *testing.T) {
 		admin         = Principal{UserID: "adm", Role: RoleAdmin, Via: "session"}
 		anonymous     = Principal{}
 	)
-	ownerGate := Gate{Approval: tools.RequiresApproval, Approvers: tools.ByOwner}
-	reviewerGate := Gate{Approval: tools.RequiresApproval, Approvers: tools.ByReviewer}
+	ownerGate := Gate{Approval: tools.RequiresApproval, Approvers: tools.ByOwner, Pending: true}
+	reviewerGate := Gate{Approval: tools.RequiresApproval, Approvers: tools.ByReviewer, Pending: true}
 	autoCall := Gate{Approval: tools.Auto, Approvers: tools.ByReviewer} // no approval step at all
+	// Calls that were gated and are decided (or expired, or cancelled) now.
+	decidedOwnerGate := Gate{Approval: tools.RequiresApproval, Approvers: tools.ByOwner}
+	decidedReviewerGate := Gate{Approval: tools.RequiresApproval, Approvers: tools.ByReviewer}
 
 	t.Run("decide", func(t *testing.T) {
 		cases := []struct {
@@ -101,6 +104,10 @@ func TestPolicy(t *testing.T) {
 			{"a reviewer who may decide a call reads its conversation", reviewer, []Gate{ownerGate, reviewerGate}, true},
 			{"an admin who may override a call reads its conversation", admin, []Gate{ownerGate}, true},
 			{"an admin sees nothing without a gated call", admin, []Gate{autoCall}, false},
+			{"a reviewer reads nothing once the call they could decide is decided", reviewer, []Gate{decidedReviewerGate, ownerGate}, false},
+			{"an admin reads nothing once nothing awaits a decision", admin, []Gate{decidedReviewerGate, decidedOwnerGate}, false},
+			{"a reviewer reads again while a later call awaits them", reviewer, []Gate{decidedReviewerGate, reviewerGate}, true},
+			{"the owner reads their decided calls", ownerMember, []Gate{decidedReviewerGate}, true},
 			{"nobody sees nothing", anonymous, []Gate{reviewerGate}, false},
 		}
 		for _, c := range cases {

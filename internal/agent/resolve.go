@@ -18,10 +18,18 @@ import (
 // validate the payload, record durably, then (after the reply) continue the turn.
 func (a *actor) handleResolve(req *request) error {
 	by := req.by
+	c := a.st.calls[req.callID]
 	if !a.st.maySee(by) {
+		if c != nil && !c.awaitsApproval() && c.approval == tools.RequiresApproval && MayDecide(by, a.st.conv.OwnerID, c.approvers) {
+			// A decider who lost the race (or sent their decision twice): the call was theirs
+			// to decide while it waited, so they learn it waits no more, and nothing else.
+			if a.st.hasKey(req.key) {
+				return nil
+			}
+			return errStale(req.callID)
+		}
 		return errNotFound()
 	}
-	c := a.st.calls[req.callID]
 	if c == nil {
 		return errNoSuchCall(req.callID)
 	}
