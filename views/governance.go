@@ -4,24 +4,59 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"parley/internal/agent"
 )
 
-// GrantRow is one remembered approval as the grants page lists it.
+// GrantRow is one remembered approval as the grants pages list it.
 type GrantRow struct {
 	ID             string
 	Tool           string
 	Scope          string // conversation or user
 	ConversationID string
+	Args           string // exact or any (agent.GrantArgsExact, GrantArgsAny)
+	ArgsHash       string // the canonical hash of the arguments an exact grant covers
 	Created        string
 	Expires        string
+	// Owner is whose grant it is (their name, else their id), on the admins' page; "" on the
+	// viewer's own.
+	Owner   string
+	OwnerID string
 }
 
 // ScopeText is the grant's scope in words.
 func (g GrantRow) ScopeText() string {
 	if g.Scope == "user" {
+		if g.Owner != "" {
+			return "all their conversations"
+		}
 		return "all your conversations"
 	}
 	return "one conversation"
+}
+
+// ArgsText is which arguments the grant covers, in the words the card offered them.
+func (g GrantRow) ArgsText() string {
+	if g.Args == agent.GrantArgsExact {
+		return "these exact arguments"
+	}
+	return "any arguments"
+}
+
+// ArgsTitle is a hover note on the arguments: the hash an exact grant compares with.
+func (g GrantRow) ArgsTitle() string {
+	if g.Args == agent.GrantArgsExact {
+		return "only calls whose arguments are exactly those approved (canonical SHA-256 " + shortID(g.ArgsHash) + ")"
+	}
+	return "every call of the tool, whatever its arguments (rules still apply)"
+}
+
+// revokeURL is where a grant's revoke form posts: the admins' route on their page.
+func (g GrantRow) revokeURL() string {
+	if g.Owner != "" {
+		return "/admin/grants/" + urlPart(g.ID) + "/revoke"
+	}
+	return "/grants/" + urlPart(g.ID) + "/revoke"
 }
 
 // AuditRow is one audit record as the admin page lists it.

@@ -593,6 +593,7 @@ const (
 	RememberDecision   = "remember"
 	RememberScopeField = "remember_scope"
 	RememberForField   = "remember_for"
+	RememberArgsField  = "remember_args" // agent.GrantArgsExact (the default) or GrantArgsAny
 )
 
 // RememberChoice is one life a remembered approval may be given on the card.
@@ -606,10 +607,11 @@ var RememberChoices = []RememberChoice{{3600, "1 hour"}, {86400, "1 day"}, {7 * 
 
 // CanRemember reports whether the viewer may approve c "and remember" (agent.MayRemember on the
 // viewer's right to decide it): the owner's own approval of an owner-approved call that needs
-// one approver.
+// one approver, and that no rule asked about.
 func (p Page) CanRemember(c agent.CallView) bool {
 	right := agent.DecideRight(p.Viewer.Principal, p.OwnerID, c.Approvers)
-	return agent.MayRemember(right, agent.Gate{Approval: c.Approval, Approvers: c.Approvers, Count: c.ApprovalsNeeded})
+	return agent.MayRemember(right, agent.Gate{Approval: c.Approval, Approvers: c.Approvers, Count: c.ApprovalsNeeded,
+		Ruled: c.Rule != nil && !c.Rule.Shadow})
 }
 
 // nameFor is the name of a user id as the page knows it ("another user" when it does not).
@@ -679,6 +681,16 @@ func rememberChecked(f *FormState, scope string) bool {
 		v = "conversation"
 	}
 	return v == scope
+}
+
+// rememberArgsChecked reports whether args is the card's chosen argument scope (the submitted,
+// else these exact arguments).
+func rememberArgsChecked(f *FormState, args string) bool {
+	v, ok := f.Value(RememberArgsField)
+	if !ok || v == "" {
+		v = agent.GrantArgsExact
+	}
+	return v == args
 }
 
 // rememberSelected reports whether secs is the card's chosen life (the submitted, else a day).

@@ -300,7 +300,7 @@ func (a *actor) handle(req *request) {
 	resp := response{err: err}
 	switch req.kind {
 	case reqResolve:
-		resp.resolved = a.resolved(req.by, req.callID)
+		resp.resolved = a.resolved(req.by, req.callID, err == nil)
 	case reqSend:
 		resp.posted = a.takePosted()
 		if err == nil {
@@ -312,13 +312,21 @@ func (a *actor) handle(req *request) {
 	a.settleSteps()
 }
 
-// resolved is the call callID as by may see it after a resolve (nil when by may not see it).
-func (a *actor) resolved(by Principal, callID string) *Resolved {
+// resolved is the call callID as by may see it after a resolve (nil when by may not see it). A
+// decider whose right to read the conversation ended with their own decision (decided: the
+// resolve succeeded) gets the call they decided, as the decision left it — the confirmation of
+// what they did, before anything ran — and Hidden.
+func (a *actor) resolved(by Principal, callID string, decided bool) *Resolved {
 	c := a.st.calls[callID]
-	if c == nil || !a.st.maySee(by) {
+	switch {
+	case c == nil:
 		return nil
+	case a.st.maySee(by):
+		return &Resolved{ConversationID: a.id, OwnerID: a.st.conv.OwnerID, Call: callView(c)}
+	case decided && c.decidedBy == by.UserID:
+		return &Resolved{ConversationID: a.id, OwnerID: a.st.conv.OwnerID, Call: callView(c), Hidden: true}
 	}
-	return &Resolved{ConversationID: a.id, OwnerID: a.st.conv.OwnerID, Call: callView(c)}
+	return nil
 }
 
 // recover continues a conversation from its log when its actor starts. After appends kept

@@ -229,6 +229,10 @@ type Resolved struct {
 	ConversationID string
 	OwnerID        string
 	Call           CallView
+	// Hidden says the resolver may not read the conversation any more: their decision was the
+	// last thing of it that awaited them (MaySee). Call is the call they just decided, as their
+	// decision left it, and nothing else of the conversation is theirs to show.
+	Hidden bool `json:",omitempty"`
 }
 
 // Summary is a conversation in a list.

@@ -256,7 +256,8 @@ func (s *Subscription) Log(ctx context.Context, after int64) ([]store.Entry, err
 }
 
 // access reads what the policy needs to let by see convID, without reviving it: the
-// conversation row, and its calls' gates only when by is not its owner.
+// conversation row, and its calls' gates (and which await an approval) only when by is not its
+// owner.
 func (m *Manager) access(ctx context.Context, convID string, by Principal) (store.Conversation, error) {
 	conv, err := m.cfg.Store.GetConversation(ctx, convID)
 	if errors.Is(err, store.ErrNotFound) {
@@ -274,7 +275,8 @@ func (m *Manager) access(ctx context.Context, convID string, by Principal) (stor
 	}
 	gates := make([]Gate, len(calls))
 	for i, c := range calls {
-		gates[i] = Gate{Approval: tools.Approval(c.Approval), Approvers: tools.Approvers(c.Approvers)}
+		gates[i] = Gate{Approval: tools.Approval(c.Approval), Approvers: tools.Approvers(c.Approvers),
+			Pending: c.Status == store.CallAwaiting && c.PendingKind == string(tools.PendingApproval)}
 	}
 	if !MaySee(by, conv.OwnerID, gates) {
 		return store.Conversation{}, errNotFound()

@@ -40,16 +40,22 @@ type callGate struct {
 // gated reports whether the call suspends for an approval.
 func (g callGate) gated() bool { return g.approval == tools.RequiresApproval }
 
+// ruled reports whether a rule (in enforce mode) decided the gate: a grant never stands in for
+// it.
+func (g callGate) ruled() bool { return g.rule != nil && !g.rule.Shadow }
+
 // gateFor decides how a call of t with (schema-valid) args is gated. A failed read of the
 // owner's account or of the grants is logged and gates the call as the tool says: a rule or a
-// grant never opens a gate it could not check.
+// grant never opens a gate it could not check. A grant is looked up only for the tool's own
+// plain approval: a rule that decided the call (ask, deny, or an error) is never overridden by
+// one (applyGrant).
 func (a *actor) gateFor(t *tools.Tool, args json.RawMessage) callGate {
 	g := callGate{approval: t.Approval(), approvers: t.Approvers(), needed: t.ApproverCount()}
 	if len(t.Rules()) > 0 {
 		g = a.applyRules(t, args, g)
 	}
-	if g.gated() && !g.denied {
-		g = a.applyGrant(t, g)
+	if g.gated() && !g.denied && !g.ruled() {
+		g = a.applyGrant(t, args, g)
 	}
 	return g
 }

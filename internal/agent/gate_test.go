@@ -172,3 +172,45 @@ func TestBadRulesAreRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestRuleHelpersGateCalls: the rule helpers decide calls as the rules' other functions do —
+// emailDomain denies an address whose domain plain string functions miss (case, a display
+// name), and an argument a helper cannot read (a list of addresses) fails the rule, so the call
+// is asked about rather than let through by the allow after it.
+func TestRuleHelpersGateCalls(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+		runs := &counter{}
+		mod := func(s *tools.Spec) {
+			s.Approval = tools.Auto
+			s.Rules = []tools.Rule{
+				{When: "emailDomain(args.to) == 'evil.test'", Action: tools.RuleDeny, Reason: "not to evil.test"},
+				{When: "args.to.endsWith('@evil.test')", Action: tools.RuleDeny, Reason: "the naive rule"},
+				{When: "true", Action: tools.RuleAllow},
+			}
+		}
+		prov := newScripted(callTools(
+			tc{"upper", "pay", `{"amount": 5, "to": "boss@EVIL.test"}`},
+			tc{"named", "pay", `{"amount": 5, "to": "The Boss <boss@evil.test>"}`},
+			tc{"list", "pay", `{"amount": 5, "to": "a@good.test, boss@evil.test"}`},
+			tc{"good", "pay", `{"amount": 5, "to": "a@good.test"}`},
+		), say("done"))
+		e := newEnv(t, open, prov, func(store.Store) []*tools.Tool { return []*tools.Tool{payTool(t, runs, mod)} }, nil)
+		e.send("pay them")
+		e.waitCall("list", store.CallAwaiting)
+		for _, id := range []string{"upper", "named"} {
+			if c := e.call(id); c.Status != store.CallDenied || c.Rule == nil || c.Rule.Index != 0 {
+				t.Fatalf("%s = %+v, want denied by rule 0", id, c)
+			}
+		}
+		if c := e.call("list"); c.Rule == nil || c.Rule.Index != 0 || c.Rule.Error == "" || c.Approval != tools.RequiresApproval {
+			t.Fatalf("an address list = %+v, want asked about on rule 0's error", c)
+		}
+		if _, err := e.m.Resolve(e.ctx, e.conv, "list", Resolution{Decision: "deny"}, e.owner); err != nil {
+			t.Fatal(err)
+		}
+		e.waitStatus(store.StatusIdle)
+		if got := runs.list(); !slices.Equal(got, []string{"good"}) {
+			t.Fatalf("ran %v, want good only", got)
+		}
+	})
+}

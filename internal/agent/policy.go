@@ -58,6 +58,11 @@ type Gate struct {
 	Approvers tools.Approvers
 	// Count is how many distinct approvers the call needs (M-of-N); 0 and 1 mean one.
 	Count int
+	// Ruled says a rule of the tool (in enforce mode) decided the gate: it asked, or its
+	// evaluation failed and the call is asked about.
+	Ruled bool
+	// Pending says the call awaits an approval decision now.
+	Pending bool
 }
 
 // gated reports whether the call has an approval step at all.
@@ -126,14 +131,18 @@ func MayManage(by Principal, ownerID string) bool {
 
 // MaySee reports whether by may read a conversation owned by ownerID whose calls are gated as
 // gates say, and follow its events: the owner, the system, and whoever may decide one of its
-// gated calls (read-only: a reviewer opening a call from the inbox sees its context). Anyone
-// else learns nothing, not even that the conversation exists.
+// calls that awaits an approval now (read-only: a reviewer opening a call from the inbox sees its
+// context). The right of a decider lasts while a call awaits them: once nothing of the
+// conversation does, they read nothing of it any more, neither the owner's later messages nor
+// the call they decided (its outcome reaches them as the owner's conversation, not theirs: the
+// audit trail has it for admins). Anyone else learns nothing, not even that the conversation
+// exists.
 func MaySee(by Principal, ownerID string, gates []Gate) bool {
 	if by.system() || (by.UserID != "" && by.UserID == ownerID) {
 		return true
 	}
 	for _, g := range gates {
-		if g.gated() && MayDecide(by, ownerID, g.Approvers) {
+		if g.gated() && g.Pending && MayDecide(by, ownerID, g.Approvers) {
 			return true
 		}
 	}
@@ -156,11 +165,22 @@ func InInbox(by Principal, ownerID string, approvers tools.Approvers) bool {
 }
 
 // MayRemember reports whether a decision taken on right may remember its approval (make a
-// grant) for a call gated as g: the owner's own approval of an owner-approved call that needs
-// one approver. A grant never covers a reviewer-gated or M-of-N call, and an admin's override
-// is not the owner's consent.
+// grant) for a call gated as g, and whether a grant may stand in for that approval: the owner's
+// own approval of an owner-approved call that needs one approver, and that no rule decided. A
+// grant never covers a reviewer-gated or M-of-N call, never rises above a rule (a rule's ask
+// applies whoever it asks), and an admin's override is not the owner's consent.
 func MayRemember(right Right, g Gate) bool {
-	return right == AsOwner && g.gated() && g.Approvers == tools.ByOwner && g.Count <= 1
+	return right == AsOwner && g.gated() && g.Approvers == tools.ByOwner && g.Count <= 1 && !g.Ruled
+}
+
+// MayManageAllGrants reports whether by may list every person's grants: admins.
+func MayManageAllGrants(by Principal) bool {
+	return by.UserID != "" && !by.system() && by.Role == RoleAdmin
+}
+
+// MayRevokeGrant reports whether by may revoke a grant of userID's: its owner, or an admin.
+func MayRevokeGrant(by Principal, userID string) bool {
+	return by.UserID != "" && !by.system() && (by.UserID == userID || by.Role == RoleAdmin)
 }
 
 // InInboxCall is InInbox for a pending approval that may have been escalated (its own deadline

@@ -19,9 +19,12 @@ func TestPolicy(t *testing.T) {
 		admin         = Principal{UserID: "adm", Role: RoleAdmin, Via: "session"}
 		anonymous     = Principal{}
 	)
-	ownerGate := Gate{Approval: tools.RequiresApproval, Approvers: tools.ByOwner}
-	reviewerGate := Gate{Approval: tools.RequiresApproval, Approvers: tools.ByReviewer}
+	ownerGate := Gate{Approval: tools.RequiresApproval, Approvers: tools.ByOwner, Pending: true}
+	reviewerGate := Gate{Approval: tools.RequiresApproval, Approvers: tools.ByReviewer, Pending: true}
 	autoCall := Gate{Approval: tools.Auto, Approvers: tools.ByReviewer} // no approval step at all
+	// Calls that were gated and are decided (or expired, or cancelled) now.
+	decidedOwnerGate := Gate{Approval: tools.RequiresApproval, Approvers: tools.ByOwner}
+	decidedReviewerGate := Gate{Approval: tools.RequiresApproval, Approvers: tools.ByReviewer}
 
 	t.Run("decide", func(t *testing.T) {
 		cases := []struct {
@@ -101,6 +104,10 @@ func TestPolicy(t *testing.T) {
 			{"a reviewer who may decide a call reads its conversation", reviewer, []Gate{ownerGate, reviewerGate}, true},
 			{"an admin who may override a call reads its conversation", admin, []Gate{ownerGate}, true},
 			{"an admin sees nothing without a gated call", admin, []Gate{autoCall}, false},
+			{"a reviewer reads nothing once the call they could decide is decided", reviewer, []Gate{decidedReviewerGate, ownerGate}, false},
+			{"an admin reads nothing once nothing awaits a decision", admin, []Gate{decidedReviewerGate, decidedOwnerGate}, false},
+			{"a reviewer reads again while a later call awaits them", reviewer, []Gate{decidedReviewerGate, reviewerGate}, true},
+			{"the owner reads their decided calls", ownerMember, []Gate{decidedReviewerGate}, true},
 			{"nobody sees nothing", anonymous, []Gate{reviewerGate}, false},
 		}
 		for _, c := range cases {
@@ -123,6 +130,47 @@ func TestPolicy(t *testing.T) {
 		} {
 			if got := MayFollowAll(c.by); got != c.want {
 				t.Errorf("%s: MayFollowAll = %v, want %v", c.name, got, c.want)
+			}
+		}
+	})
+
+	t.Run("grants", func(t *testing.T) {
+		for _, c := range []struct {
+			name  string
+			right Right
+			gate  Gate
+			want  bool
+		}{
+			{"the owner remembers their approval of an owner-approved call", AsOwner, ownerGate, true},
+			{"an admin's override is not the owner's consent", AsOverride, ownerGate, false},
+			{"a reviewer's approval is not remembered", AsReviewer, reviewerGate, false},
+			{"nor the owner's of a reviewer-gated call", AsOwner, reviewerGate, false},
+			{"nor of an M-of-N call", AsOwner, Gate{Approval: tools.RequiresApproval, Approvers: tools.ByOwner, Count: 2}, false},
+			{"nor of a call with no approval step", AsOwner, Gate{Approval: tools.Auto, Approvers: tools.ByOwner}, false},
+			{"a grant never rises above a rule: not of a call a rule asked about", AsOwner,
+				Gate{Approval: tools.RequiresApproval, Approvers: tools.ByOwner, Ruled: true}, false},
+		} {
+			if got := MayRemember(c.right, c.gate); got != c.want {
+				t.Errorf("%s: MayRemember = %v, want %v", c.name, got, c.want)
+			}
+		}
+		for _, c := range []struct {
+			name          string
+			by            Principal
+			revoke, admin bool // revoke the owner's grant; list everyone's
+		}{
+			{"the grant's owner revokes it", ownerMember, true, false},
+			{"an admin revokes anyone's and lists everyone's", admin, true, true},
+			{"a reviewer does not", reviewer, false, false},
+			{"a stranger does not", stranger, false, false},
+			{"nobody signed in does not", anonymous, false, false},
+			{"the system does not", System, false, false},
+		} {
+			if got := MayRevokeGrant(c.by, owner); got != c.revoke {
+				t.Errorf("%s: MayRevokeGrant = %v, want %v", c.name, got, c.revoke)
+			}
+			if got := MayManageAllGrants(c.by); got != c.admin {
+				t.Errorf("%s: MayManageAllGrants = %v, want %v", c.name, got, c.admin)
 			}
 		}
 	})

@@ -18,10 +18,18 @@ import (
 // validate the payload, record durably, then (after the reply) continue the turn.
 func (a *actor) handleResolve(req *request) error {
 	by := req.by
+	c := a.st.calls[req.callID]
 	if !a.st.maySee(by) {
+		if c != nil && !c.awaitsApproval() && c.approval == tools.RequiresApproval && MayDecide(by, a.st.conv.OwnerID, c.approvers) {
+			// A decider who lost the race (or sent their decision twice): the call was theirs
+			// to decide while it waited, so they learn it waits no more, and nothing else.
+			if a.st.hasKey(req.key) {
+				return nil
+			}
+			return errStale(req.callID)
+		}
 		return errNotFound()
 	}
-	c := a.st.calls[req.callID]
 	if c == nil {
 		return errNoSuchCall(req.callID)
 	}
@@ -122,11 +130,14 @@ func (a *actor) resolveApproval(c *call, r Resolution, by Principal, key string)
 	if err != nil {
 		return err
 	}
+	run, ruled := c.effectiveArgs(), c.rule != nil && !c.rule.Shadow
 	if edited != nil {
 		// Edits are proposals: the rules judge the edited arguments as they would the model's. A
 		// deny refuses the edit; a gate the approver alone does not satisfy (a reviewer, more
 		// approvers) keeps the call pending with the edit as the proposal.
 		g := a.gateFor(c.tool, edited)
+		// What is remembered is what runs, and a rule that judges the edit keeps its say.
+		run, ruled = edited, g.ruled()
 		if g.denied {
 			return errEditDenied(g)
 		}
@@ -138,15 +149,11 @@ func (a *actor) resolveApproval(c *call, r Resolution, by Principal, key string)
 			return a.propose(c, edited, g, by, right, key)
 		}
 	}
-	grant, gerr := a.grantFrom(c, r, by, right, now)
+	grant, gerr := a.grantFrom(c, r, by, right, run, ruled, now)
 	if gerr != nil {
 		return gerr
 	}
 	d.Decision = "approve"
-	run := c.effectiveArgs()
-	if edited != nil {
-		run = edited
-	}
 	if c.runArgs != nil || edited != nil {
 		d.Decision, d.Args = "approve_edited", run
 	}
@@ -165,7 +172,7 @@ func (a *actor) resolveApproval(c *call, r Resolution, by Principal, key string)
 	b.Entries = []store.Entry{{Type: store.EntryDecision, ToolCallID: c.id, Actor: by.UserID, Data: mustJSON(d)}}
 	b.Audit = []store.AuditRecord{audit}
 	if grant != nil {
-		d.Remember = &grantData{ID: grant.ID, Scope: grant.Scope, ExpiresAt: grant.ExpiresAt}
+		d.Remember = &grantData{ID: grant.ID, Scope: grant.Scope, ExpiresAt: grant.ExpiresAt, Args: grant.ArgsScope}
 		b.Entries[0].Data = mustJSON(d)
 		b.Grants = []store.Grant{*grant}
 		b.Audit = append(b.Audit, grantAudit(*grant, c, now))

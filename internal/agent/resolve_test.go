@@ -472,3 +472,67 @@ func TestKeyedAnswerIsTakenOnce(t *testing.T) {
 		}
 	})
 }
+
+// TestDeciderReadsOnlyWhileACallAwaitsThem: a reviewer reads a conversation (its view, its
+// events) while a call of it awaits their decision, and not after: once they decided it they get
+// not_found as anyone else would — the owner's later, private messages included — apart from
+// their own decision's answer (the call as they left it, Hidden) and stale for a late resolve of
+// that call. A later call awaiting them opens it again.
+func TestDeciderReadsOnlyWhileACallAwaitsThem(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+		runs := &counter{}
+		prov := newScripted(callTools(tc{"w1", "wire_money", `{"amount":5}`}), say("Wired."), say("Noted, private."),
+			callTools(tc{"w2", "wire_money", `{"amount":6}`}), say("Wired again."))
+		e := newEnv(t, open, prov, func(st store.Store) []*tools.Tool { return []*tools.Tool{reviewedTool(t, runs)} }, nil)
+		e.send("wire 5")
+		e.waitCall("w1", store.CallAwaiting)
+		if _, err := e.m.View(e.ctx, e.conv, e.rev); err != nil {
+			t.Fatalf("the reviewer's view while the call awaits them: %v", err)
+		}
+		sub, err := e.m.Subscribe(e.ctx, e.conv, e.rev)
+		if err != nil {
+			t.Fatalf("the reviewer follows while the call awaits them: %v", err)
+		}
+		sub.Close()
+
+		got, err := e.m.Resolve(e.ctx, e.conv, "w1", Resolution{Decision: "approve"}, e.rev)
+		if err != nil {
+			t.Fatalf("reviewer approving: %v", err)
+		}
+		if !got.Hidden || got.Call.ID != "w1" || got.Call.DecidedBy != e.rev.UserID || len(got.Call.Result) != 0 {
+			t.Fatalf("the reviewer's answer %+v: want the call they decided, as they left it, hidden", got)
+		}
+		e.waitStatus(store.StatusIdle)
+		e.send("my private note")
+		e.waitStatus(store.StatusIdle)
+		readsNothing := func(when string) {
+			t.Helper()
+			if v, err := e.m.View(e.ctx, e.conv, e.rev); kindOf(err) != fault.KindNotFound {
+				t.Fatalf("%s: the reviewer's view: %v, %d messages; want not_found", when, err, len(v.Messages))
+			}
+			if sub, err := e.m.Subscribe(e.ctx, e.conv, e.rev); kindOf(err) != fault.KindNotFound {
+				if sub != nil {
+					sub.Close()
+				}
+				t.Fatalf("%s: the reviewer follows: %v, want not_found", when, err)
+			}
+		}
+		readsNothing("after the decision")
+		if _, err := e.m.Resolve(e.ctx, e.conv, "w1", Resolution{Decision: "deny"}, e.rev); kindOf(err) != fault.KindStale {
+			t.Fatalf("the reviewer's late resolve: %v, want stale", err)
+		}
+		if _, err := e.m.Resolve(e.ctx, e.conv, "w1", Resolution{Decision: "deny"}, e.other); kindOf(err) != fault.KindNotFound {
+			t.Fatalf("a member's resolve: %v, want not_found", err)
+		}
+		// Read from the store (no live actor after a restart): the same answer.
+		e.crash()
+		e.startManager()
+		readsNothing("after a restart")
+
+		e.send("wire 6")
+		e.waitCall("w2", store.CallAwaiting)
+		if _, err := e.m.View(e.ctx, e.conv, e.rev); err != nil {
+			t.Fatalf("the reviewer's view while a later call awaits them: %v", err)
+		}
+	})
+}

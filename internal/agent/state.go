@@ -439,13 +439,19 @@ func (s *convState) hasPendingToolCallEntries(d assistantMessageData) bool {
 	return false
 }
 
-// gates lists how the conversation's calls are gated, for the policy.
+// gates lists how the conversation's calls are gated, and which await an approval, for the
+// policy.
 func (s *convState) gates() []Gate {
 	out := make([]Gate, 0, len(s.calls))
 	for _, c := range s.calls {
-		out = append(out, Gate{Approval: c.approval, Approvers: c.approvers})
+		out = append(out, Gate{Approval: c.approval, Approvers: c.approvers, Pending: c.awaitsApproval()})
 	}
 	return out
+}
+
+// awaitsApproval reports whether the call waits for an approval decision now.
+func (c *call) awaitsApproval() bool {
+	return !c.finished() && c.status == store.CallAwaiting && c.kind == tools.PendingApproval
 }
 
 // maySee asks the policy whether by may read this conversation.

@@ -14,8 +14,16 @@ const (
 	GrantUser         = "user"         // later calls of the tool in any conversation of the user
 )
 
+// Grant argument scopes: which arguments of the tool's later calls a grant covers.
+const (
+	GrantArgsExact = "exact" // only calls whose canonical arguments hash to ArgsHash
+	GrantArgsAny   = "any"   // every call of the tool (offered only for a tool without rules)
+)
+
 // Grant is a remembered approval: later calls of Tool by UserID's conversations (all of them, or
-// ConversationID's alone) run without a suspension until ExpiresAt or until it is revoked.
+// ConversationID's alone) with the arguments it covers run without a suspension until ExpiresAt
+// or until it is revoked. It stands in for the owner's plain approval only: the agent never lets
+// it open a gate that a rule of the tool set (agent/gate.go).
 type Grant struct {
 	ID             string
 	UserID         string
@@ -27,6 +35,8 @@ type Grant struct {
 	CreatedAt      time.Time
 	ExpiresAt      time.Time
 	RevokedAt      *time.Time
+	ArgsScope      string // GrantArgsExact or GrantArgsAny
+	ArgsHash       string // the canonical hash of the arguments covered (GrantArgsExact); else ""
 }
 
 // Claim is a reviewer's "I am looking at this" on a pending approval, until ExpiresAt or until

@@ -392,12 +392,17 @@ type Store interface {
 	AppendAudit(ctx context.Context, recs ...AuditRecord) error
 
 	// Grants (remembered approvals). ActiveGrant finds userID's grant for tool that covers
-	// conversationID at now (scope user, or scope conversation of that conversation; not
+	// conversationID and the arguments whose canonical hash is argsHash at now (scope user, or
+	// scope conversation of that conversation; arguments any, or exact with that hash; not
 	// revoked, not expired), the newest; ErrNotFound when none. ListGrants lists userID's grants
-	// active at now, newest first. RevokeGrant revokes userID's grant id at now and writes audit
-	// in the same transaction; ErrNotFound when userID has no such active grant.
-	ActiveGrant(ctx context.Context, userID, conversationID, tool string, now time.Time) (Grant, error)
+	// active at now, newest first; AllGrants every user's (up to limit, 0 for all), for admins.
+	// GrantByID reads one grant whatever its state; ErrNotFound when there is none.
+	// RevokeGrant revokes userID's grant id at now and writes audit in the same transaction;
+	// ErrNotFound when userID has no such active grant.
+	ActiveGrant(ctx context.Context, userID, conversationID, tool, argsHash string, now time.Time) (Grant, error)
 	ListGrants(ctx context.Context, userID string, now time.Time) ([]Grant, error)
+	AllGrants(ctx context.Context, now time.Time, limit int) ([]Grant, error)
+	GrantByID(ctx context.Context, id string) (Grant, error)
 	RevokeGrant(ctx context.Context, userID, id string, now time.Time, audit AuditRecord) error
 
 	// Inbox claims (governance.go). ClaimCall takes c for its call unless another user holds a

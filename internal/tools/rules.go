@@ -31,7 +31,8 @@ const (
 // has not been compiled never matches.
 type Rule struct {
 	// When is a CEL expression over args (the call's arguments), user ({"id","name","role"} of
-	// the conversation's owner) and tool (the tool's name); it must be boolean.
+	// the conversation's owner) and tool (the tool's name), with CEL's string extensions and the
+	// rule helpers (rulefuncs.go: fold, emailDomain, urlHost, num); it must be boolean.
 	When   string
 	Action RuleAction
 	// Reason is what the model reads when the rule denies a call.
@@ -71,6 +72,7 @@ var ruleEnv = sync.OnceValues(func() (*cel.Env, error) {
 		cel.Variable("tool", cel.StringType),
 		cel.CrossTypeNumericComparisons(true),
 		ext.Strings(),
+		ruleHelpers(), // fold, emailDomain, urlHost, num (rulefuncs.go)
 	)
 })
 
@@ -99,7 +101,7 @@ func CompileRule(r Rule) (Rule, error) {
 	if !ast.OutputType().IsExactType(types.BoolType) {
 		return r, fmt.Errorf("condition must be boolean, not %s", ast.OutputType())
 	}
-	r.prg, err = env.Program(ast, cel.CostLimit(ruleCostLimit))
+	r.prg, err = env.Program(ast, cel.CostLimit(ruleCostLimit), helperCosts())
 	if err != nil {
 		return r, fmt.Errorf("condition does not compile: %w", err)
 	}

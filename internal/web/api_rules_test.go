@@ -74,8 +74,9 @@ func TestResolveRulesRunInTheAgent(t *testing.T) {
 		own, rev, adm, idle := e.conversation(owner), e.conversation(owner), e.conversation(admin), e.conversation(owner)
 		quiet := e.conversation(owner)
 		email := emailArgs("bob@example.test")
+		// own-4 stays pending: the admin may read own (and override it) throughout.
 		e.pending(own, owner, llmtest.Call("own-1", "send_email", email), llmtest.Call("own-2", "send_email", email),
-			llmtest.Call("own-3", "send_email", email), llmtest.Call("done", "send_email", email),
+			llmtest.Call("own-3", "send_email", email), llmtest.Call("own-4", "send_email", email), llmtest.Call("done", "send_email", email),
 			llmtest.Call("ask-1", "ask_user", questionArgs("Who?", questionSchema)),
 			llmtest.Call("ask-2", "ask_user", questionArgs("Who?", questionSchema)))
 		if _, err := e.m.Resolve(context.Background(), own.ID, "done", resolution(`{"decision":"deny"}`), as(owner)); err != nil {
@@ -171,7 +172,8 @@ func TestResolveRulesRunInTheAgent(t *testing.T) {
 		sort.Strings(got)
 		want := []string{
 			"adm-rev: approve by reviewer", "ask-1: decline by owner", "done: deny by owner", "own-1: approve by owner",
-			"own-2: override_approve by admin", "own-3: override_deny by admin", "rev-1: deny by reviewer", "rev-2: deny by admin",
+			"own-2: override_approve by admin", "own-3: override_deny by admin", "own-4: cancel by owner", // moved on from
+			"rev-1: deny by reviewer", "rev-2: deny by admin",
 		}
 		if strings.Join(got, "\n") != strings.Join(want, "\n") {
 			t.Fatalf("audit trail:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

@@ -24,7 +24,18 @@ func (s *Server) apiGrants(c echo.Context) error {
 	return c.JSON(http.StatusOK, grantListJSON{Grants: list})
 }
 
-// apiRevokeGrant: DELETE /api/v1/grants/{id} → 200; later calls suspend again.
+// apiAllGrants: GET /api/v1/admin/grants (admins) → every person's active grants, newest first,
+// each naming its user_id. Anyone else: 403.
+func (s *Server) apiAllGrants(c echo.Context) error {
+	list, err := s.agent.AllGrants(c.Request().Context(), principal(c))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"grants": list})
+}
+
+// apiRevokeGrant: DELETE /api/v1/grants/{id} → 200; later calls suspend again. The grant's
+// owner may revoke it, and an admin anyone's; to anyone else it is a 404 (the agent decides).
 func (s *Server) apiRevokeGrant(c echo.Context) error {
 	if err := s.agent.RevokeGrant(c.Request().Context(), principal(c), c.Param("grant")); err != nil {
 		return err

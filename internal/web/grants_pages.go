@@ -7,6 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"parley/internal/agent"
 	"parley/internal/store"
 	"parley/views"
 )
@@ -23,10 +24,15 @@ func (s *Server) grantsPage(c echo.Context) error {
 	}
 	rows := make([]views.GrantRow, len(list))
 	for i, g := range list {
-		rows[i] = views.GrantRow{ID: g.ID, Tool: g.Tool, Scope: g.Scope, ConversationID: g.ConversationID,
-			Created: g.CreatedAt.UTC().Format(dateFormat), Expires: g.ExpiresAt.UTC().Format(dateFormat)}
+		rows[i] = grantRow(g)
 	}
 	return s.render(c, http.StatusOK, views.GrantsPage(s.layoutData(c, "Remembered approvals"), rows, noticeFor(c.QueryParam("notice"))))
+}
+
+// grantRow is a grant as the grants pages show it.
+func grantRow(g agent.Grant) views.GrantRow {
+	return views.GrantRow{ID: g.ID, Tool: g.Tool, Scope: g.Scope, ConversationID: g.ConversationID, Args: g.Args, ArgsHash: g.ArgsHash,
+		Created: g.CreatedAt.UTC().Format(dateFormat), Expires: g.ExpiresAt.UTC().Format(dateFormat)}
 }
 
 // revokeGrantPage: POST /grants/{id}/revoke → the grant ends now (audited by the agent); back
@@ -36,6 +42,40 @@ func (s *Server) revokeGrantPage(c echo.Context) error {
 		return err
 	}
 	return c.Redirect(http.StatusSeeOther, "/grants")
+}
+
+// adminGrantsPage: GET /admin/grants (admins) → every person's active grants, newest first,
+// each naming its person and with a revoke form. The agent authorizes (AllGrants).
+func (s *Server) adminGrantsPage(c echo.Context) error {
+	ctx := c.Request().Context()
+	list, err := s.agent.AllGrants(ctx, principal(c))
+	if err != nil {
+		return err
+	}
+	names := map[string]string{}
+	rows := make([]views.GrantRow, len(list))
+	for i, g := range list {
+		rows[i] = grantRow(g)
+		name, ok := names[g.UserID]
+		if !ok {
+			name = g.UserID
+			if u, err := s.store.UserByID(ctx, g.UserID); err == nil {
+				name = u.Name
+			}
+			names[g.UserID] = name
+		}
+		rows[i].Owner, rows[i].OwnerID = name, g.UserID
+	}
+	return s.render(c, http.StatusOK, views.AdminGrantsPage(s.layoutData(c, "All remembered approvals"), rows, noticeFor(c.QueryParam("notice"))))
+}
+
+// adminRevokeGrantPage: POST /admin/grants/{id}/revoke (admins) → anyone's grant ends now
+// (audited as grant_revoke by the admin); back to the list.
+func (s *Server) adminRevokeGrantPage(c echo.Context) error {
+	if err := s.agent.RevokeGrant(c.Request().Context(), principal(c), c.Param("grant")); err != nil {
+		return err
+	}
+	return c.Redirect(http.StatusSeeOther, "/admin/grants")
 }
 
 // auditPageSize is how many records one page of the audit trail shows.

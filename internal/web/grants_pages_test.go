@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"parley/internal/agent"
 	"parley/internal/llm/llmtest"
 	"parley/internal/store"
 	"parley/views"
@@ -32,6 +33,10 @@ func TestRememberFromTheCard(t *testing.T) {
 		body := readBody(b.do("GET", page, "", nil))
 		if !strings.Contains(body, `data-parley="remember"`) || !strings.Contains(body, `value="remember"`) {
 			t.Fatalf("the owner's card has no approve-and-remember control:\n%s", body)
+		}
+		if !strings.Contains(body, `name="remember_args" value="exact" checked`) || !strings.Contains(body, "with these exact arguments") ||
+			!strings.Contains(body, `name="remember_args" value="any"`) || strings.Contains(body, `name="remember_args" value="any" checked`) {
+			t.Fatalf("the card does not offer these exact arguments by default, or any arguments:\n%s", body)
 		}
 		resolve := resolveURLFor(conv.ID, "n1")
 
@@ -61,18 +66,37 @@ func TestRememberFromTheCard(t *testing.T) {
 			t.Fatalf("grants after approve and remember: %v %v", grants, err)
 		}
 		g := grants[0]
-		if g.Tool != "note" || g.Scope != store.GrantConversation || g.ConversationID != conv.ID || !g.ExpiresAt.Equal(g.CreatedAt.Add(24*time.Hour)) {
-			t.Fatalf("grant %+v, want note for this conversation for a day", g)
+		if g.Tool != "note" || g.Scope != store.GrantConversation || g.ConversationID != conv.ID || !g.ExpiresAt.Equal(g.CreatedAt.Add(24*time.Hour)) ||
+			g.Args != agent.GrantArgsExact {
+			t.Fatalf("grant %+v, want note for this conversation for a day, for these exact arguments", g)
 		}
 		if got := e.call(conv.ID, "n1"); got.Status != store.CallResolved || got.Decision != "approve" {
 			t.Fatalf("the remembered call: %s %s", got.Status, got.Decision)
 		}
 
-		e.say(conv, owner, "again", llmtest.Calls(llmtest.Call("n2", "note", `{"text":"b"}`)))
+		e.say(conv, owner, "again", llmtest.Calls(llmtest.Call("n2", "note", `{ "text": "a" }`)))
 		e.awaitCalls(conv.ID, store.CallResolved, "n2")
 		body = readBody(b.do("GET", page, "", nil))
 		if !strings.Contains(body, `data-grant-id="`+g.ID+`"`) || !strings.Contains(body, "Allowed by your remembered approval "+g.ID) {
 			t.Fatalf("the call the grant allowed does not say so:\n%s", body)
+		}
+		// Other arguments ask again; remembered for any arguments (the note tool has no rules),
+		// they do not.
+		e.say(conv, owner, "other", llmtest.Calls(llmtest.Call("n3", "note", `{"text":"b"}`)))
+		e.awaitCalls(conv.ID, store.CallAwaiting, "n3")
+		res = b.postForm(resolveURLFor(conv.ID, "n3"), url.Values{"decision": {views.RememberDecision}, views.RememberScopeField: {"conversation"},
+			views.RememberForField: {"3600"}, views.RememberArgsField: {agent.GrantArgsAny}}, b.csrf)
+		if res.StatusCode != http.StatusSeeOther {
+			t.Fatalf("approve and remember for any arguments: %d %s", res.StatusCode, readBody(res))
+		}
+		readBody(res)
+		e.awaitStatus(conv.ID, store.StatusIdle)
+		e.say(conv, owner, "more", llmtest.Calls(llmtest.Call("n4", "note", `{"text":"c"}`)))
+		e.awaitCalls(conv.ID, store.CallResolved, "n4")
+		body = readBody(b.do("GET", "/grants", "", nil))
+		if !strings.Contains(body, `data-args="any"`) || !strings.Contains(body, "any arguments") ||
+			!strings.Contains(body, `data-args="exact"`) || !strings.Contains(body, "these exact arguments") {
+			t.Fatalf("the grants page does not say which arguments each grant covers:\n%s", body)
 		}
 
 		// A reviewer-gated call: no remember on rita's card, and the agent refuses one.

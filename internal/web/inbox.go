@@ -250,7 +250,7 @@ func (s *Server) inboxSocket(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	guard := s.newLiveGuard(c, "")
+	guard := s.newLiveGuard(c, "", "")
 	conn, err := accept(c)
 	if err != nil {
 		guard.leave()

@@ -210,20 +210,29 @@ func (l *liveSet) ringAll() {
 // liveGuard keeps one live connection authorized: check re-reads its credential and, for a
 // conversation, whether the refreshed principal may still follow it.
 type liveGuard struct {
-	s      *Server
-	g      grant
-	via    string
-	convID string // "" for the inbox
-	by     agent.Principal
-	bell   chan struct{}
-	leave  func()
+	s       *Server
+	g       grant
+	via     string
+	convID  string // "" for the inbox
+	ownerID string // the conversation's owner
+	by      agent.Principal
+	bell    chan struct{}
+	leave   func()
 }
 
-// newLiveGuard starts guarding the request's connection to convID ("" for the inbox).
-func (s *Server) newLiveGuard(c echo.Context, convID string) *liveGuard {
+// newLiveGuard starts guarding the request's connection to convID, owned by ownerID ("" and ""
+// for the inbox).
+func (s *Server) newLiveGuard(c echo.Context, convID, ownerID string) *liveGuard {
 	bell, leave := s.live.join()
 	via, _ := c.Get(keyVia).(string)
-	return &liveGuard{s: s, g: grantOf(c), via: via, convID: convID, by: principal(c), bell: bell, leave: leave}
+	return &liveGuard{s: s, g: grantOf(c), via: via, convID: convID, ownerID: ownerID, by: principal(c), bell: bell, leave: leave}
+}
+
+// borrowed reports whether the connection follows a conversation on someone else's right to it:
+// a decider reads it only while a call of it awaits them (agent.MaySee), so the policy is asked
+// again at every check, and at each change of its calls (mayStillFollow).
+func (lg *liveGuard) borrowed() bool {
+	return lg.convID != "" && lg.by.UserID != lg.ownerID
 }
 
 // check re-authorizes: the principal as it stands now, or an error that ends the connection
@@ -236,17 +245,40 @@ func (lg *liveGuard) check(ctx context.Context) (agent.Principal, error) {
 	if lg.convID == "" && !agent.MayFollowAll(by) {
 		return agent.Principal{}, errNoInbox // demoted to member: the inbox is no longer theirs
 	}
-	if lg.convID != "" && by != lg.by {
-		// The role changed: ask the policy again (an owner stays the owner; a reviewer may have
-		// lost the right to read).
-		sub, err := lg.s.agent.Subscribe(ctx, lg.convID, by)
-		if err != nil {
+	if lg.convID != "" && (by != lg.by || lg.borrowed()) {
+		// The role changed, or the right to read is someone else's conversation's to give: ask
+		// the policy again (an owner stays the owner; a reviewer may have lost the right to read,
+		// or decided the last call that awaited them).
+		if err := lg.follows(ctx, by); err != nil {
 			return agent.Principal{}, err
 		}
-		sub.Close()
 	}
 	lg.by = by
 	return by, nil
+}
+
+// follows asks the agent whether by may follow the conversation now.
+func (lg *liveGuard) follows(ctx context.Context, by agent.Principal) error {
+	sub, err := lg.s.agent.Subscribe(ctx, lg.convID, by)
+	if err != nil {
+		return err
+	}
+	sub.Close()
+	return nil
+}
+
+// mayStillFollow asks the policy again, before an event of the conversation's calls is passed
+// on, when the connection follows it on a borrowed right: the decision that ended the decider's
+// right (and anything after it) is not theirs to read. An error that does not end the right (a
+// failed read) keeps the connection; the next check tries again.
+func (lg *liveGuard) mayStillFollow(ctx context.Context, ev agent.Event) error {
+	if !lg.borrowed() || (ev.Type != agent.EventToolCall && len(ev.Entries) == 0) {
+		return nil
+	}
+	if err := lg.follows(ctx, lg.by); ended(err) {
+		return err
+	}
+	return nil
 }
 
 // errNoInbox ends an inbox socket whose viewer no longer has an inbox.

@@ -473,10 +473,12 @@ func rememberFromForm(values map[string]string) (*agent.Remember, string) {
 	if err != nil {
 		return nil, "Choose how long to remember the approval."
 	}
-	return &agent.Remember{Scope: strings.TrimSpace(values[views.RememberScopeField]), ForSecs: secs}, ""
+	return &agent.Remember{Scope: strings.TrimSpace(values[views.RememberScopeField]), ForSecs: secs,
+		Args: strings.TrimSpace(values[views.RememberArgsField])}, ""
 }
 
-// rememberProblem reports whether the agent refused a decision's remember (its scope or life).
+// rememberProblem reports whether the agent refused a decision's remember (its scope, life or
+// arguments).
 func rememberProblem(te *fault.Error) bool {
 	for _, p := range te.Problems {
 		if strings.HasPrefix(p.Path, "/remember") {

@@ -61,10 +61,11 @@ func TestConversationPagesOwnerOnly(t *testing.T) {
 }
 
 // TestReviewerSeesConversationReadOnly: someone who may decide one of a conversation's calls
-// (a reviewer, for a reviewer-gated call, pending or decided) reads the conversation, on the
-// page and through the API, read-only: the reviewer-gated call's card offers its buttons, the
-// owner-approved call's card offers none, and the question's inputs are the owner's alone. A
-// member with no call to decide, and a reviewer where every gated call is the owner's, get 404.
+// while it awaits them (a reviewer, for a pending reviewer-gated call) reads the conversation,
+// on the page and through the API, read-only: the reviewer-gated call's card offers its
+// buttons, the owner-approved call's card offers none, and the question's inputs are the
+// owner's alone. Once decided, nothing awaits the reviewer there: 404, as for a member with no
+// call to decide, and a reviewer where every gated call is the owner's.
 func TestReviewerSeesConversationReadOnly(t *testing.T) {
 	eachStore(t, func(t *testing.T, open opener) {
 		e := newTestEnv(t, open, Config{})
@@ -77,7 +78,7 @@ func TestReviewerSeesConversationReadOnly(t *testing.T) {
 		e.pending(owners, ann, llmtest.Call("own", "send_email", emailArgs("bob@example.com")))
 		r := e.browser(rita)
 		page := "/conversations/" + conv.ID
-		check := func(when string, gateOpen bool) {
+		check := func(when string) {
 			t.Helper()
 			res := r.do("GET", page, "", nil)
 			body := readBody(res)
@@ -86,7 +87,7 @@ func TestReviewerSeesConversationReadOnly(t *testing.T) {
 			}
 			doc := viewstest.MustParse(body)
 			gateButtons := doc.All(`[data-tool-call-id="gate"] [data-parley="approval"] button[name="decision"]`)
-			if gateOpen && len(gateButtons) != 2 {
+			if len(gateButtons) != 2 {
 				t.Errorf("%s: the reviewer-gated card offers %d buttons, want approve and deny", when, len(gateButtons))
 			}
 			if n := len(doc.All(`[data-tool-call-id="mine"] [data-parley="approval"] button`)); n != 0 {
@@ -117,12 +118,17 @@ func TestReviewerSeesConversationReadOnly(t *testing.T) {
 				t.Fatalf("%s: the reviewer's API view = %d %v %+v", when, res.StatusCode, err, v)
 			}
 		}
-		check("pending", true)
+		check("pending")
 		if st, ans := r.fetchForm(page+"/calls/gate/resolve", url.Values{"decision": {"approve"}}); st != http.StatusOK || !ans.OK {
 			t.Fatalf("the reviewer's decision = %d %+v", st, ans)
 		}
 		e.awaitCalls(conv.ID, store.CallResolved, "gate")
-		check("decided", false)
+		if res := r.do("GET", page, "", nil); res.StatusCode != http.StatusNotFound {
+			t.Fatalf("decided: the reviewer's page = %d, want 404", res.StatusCode)
+		}
+		if res := e.script(rita).api("GET", "/api/v1"+page, ""); res.StatusCode != http.StatusNotFound {
+			t.Fatalf("decided: the reviewer's API view = %d, want 404", res.StatusCode)
+		}
 
 		for _, tc := range []struct {
 			name string
@@ -477,9 +483,11 @@ func TestResolveAuthorization(t *testing.T) {
 			want             int
 			loc              string
 		}{
-			{"reviewer decides a reviewer-gated call from the inbox", conv.ID, "gate", e.browser(rita), http.StatusSeeOther, "/inbox"},
 			// She may see this conversation (its gate is hers to decide), not decide its owner's call.
 			{"reviewer cannot decide an owner-approved call beside a gate", conv.ID, "mine", e.browser(rita), http.StatusForbidden, ""},
+			{"reviewer decides a reviewer-gated call from the inbox", conv.ID, "gate", e.browser(rita), http.StatusSeeOther, "/inbox"},
+			// Decided, nothing of the conversation awaits her: she reads nothing of it.
+			{"reviewer learns nothing of the owner's call once hers is decided", conv.ID, "mine", e.browser(rita), http.StatusNotFound, ""},
 			{"reviewer cannot touch an owner-approved call of another", owners.ID, "only-mine", e.browser(rita), http.StatusNotFound, ""},
 			{"another member learns nothing", conv.ID, "gate", e.browser(bob), http.StatusNotFound, ""},
 			{"unknown call of the owner", conv.ID, "nope", e.browser(ann), http.StatusNotFound, ""},

@@ -65,6 +65,8 @@ func (s *Server) routes() *echo.Echo {
 	admin.POST("/invitations", s.createInvitation)
 	admin.POST("/invitations/:invitation/revoke", s.revokeInvitation)
 	admin.GET("/audit", s.auditPage)
+	admin.GET("/grants", s.adminGrantsPage)
+	admin.POST("/grants/:grant/revoke", s.adminRevokeGrantPage)
 
 	// The JSON API.
 	api := e.Group("/api/v1", s.requireUser, s.limitAPI, noStore)
@@ -84,6 +86,7 @@ func (s *Server) routes() *echo.Echo {
 	api.DELETE("/conversations/:id/calls/:call/claim", s.apiClaim)
 	api.GET("/grants", s.apiGrants)
 	api.DELETE("/grants/:grant", s.apiRevokeGrant)
+	api.GET("/admin/grants", s.apiAllGrants)
 	api.GET("/audit", s.apiAudit)
 	api.Any("/*", func(echo.Context) error { return errUnknownAction })
 

@@ -61,7 +61,7 @@ func (s *Server) apiEvents(c echo.Context) error {
 	}
 	defer sub.Close()
 	// Guard from the start, so a sign-out during the replay below is not missed.
-	guard := s.newLiveGuard(c, id)
+	guard := s.newLiveGuard(c, id, sub.OwnerID)
 	defer guard.leave()
 
 	w := c.Response()
@@ -132,6 +132,12 @@ func (s *Server) apiEvents(c echo.Context) error {
 			if err := catchUp(); err == nil {
 				_ = st.event("", string(agent.EventResync), []byte(`{}`))
 			}
+			return false
+		}
+		if err := guard.mayStillFollow(ctx, ev); err != nil {
+			// A decider's right ended (their decision, or another's): nothing more of the
+			// conversation is theirs.
+			_ = st.event("", "signed_out", []byte(`{}`))
 			return false
 		}
 		if len(ev.Entries) > 0 {

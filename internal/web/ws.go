@@ -390,7 +390,7 @@ func (s *Server) conversationSocket(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	guard := s.newLiveGuard(c, id)
+	guard := s.newLiveGuard(c, id, v.OwnerID)
 	conn, err := accept(c)
 	if err != nil {
 		guard.leave()
@@ -534,6 +534,11 @@ func (cs *convSocket) events(ctx context.Context, ev agent.Event, ok bool) bool 
 	}
 	dirty := false
 	for {
+		if err := cs.guard.mayStillFollow(ctx, ev); err != nil {
+			// A decider's right to read ended (their decision, or another's).
+			cs.finish(websocket.StatusPolicyViolation, "signed out or no longer allowed")
+			return false
+		}
 		switch ev.Type {
 		case agent.EventTextDelta:
 			// Leading edge: a delta after a quiet spell is rendered at once; the ones that
@@ -650,7 +655,12 @@ func (cs *convSocket) reseed(ctx context.Context) {
 func (cs *convSocket) sync(ctx context.Context, connect bool) bool {
 	v, err := cs.s.agent.View(ctx, cs.id, cs.by)
 	if err != nil {
-		if ctx.Err() == nil {
+		switch {
+		case ctx.Err() != nil:
+		case ended(err):
+			// A decider's right to read ended (their decision, or another's).
+			cs.finish(websocket.StatusPolicyViolation, "signed out or no longer allowed")
+		default:
 			cs.log.Warn("socket: load view", "err", err)
 			cs.finish(websocket.StatusInternalError, "could not load the conversation")
 		}

@@ -7,9 +7,10 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
-// rememberApproval: ann approves a send_email "and remember" for this conversation from the
-// card (over hooks.js's fetch); the next send_email in the conversation runs without asking and
-// its card names the remembered approval. A step of TestBrowserGovernance.
+// rememberApproval: ann approves a send_email "and remember" for this conversation, for any
+// arguments (send_email has no rules here), from the card (over hooks.js's fetch); the next
+// send_email in the conversation, to someone else, runs without asking and its card names the
+// remembered approval. A step of TestBrowserGovernance.
 func rememberApproval(t *testing.T, h *harness, ann *tab) {
 
 	ann.newConversation("Remember")
@@ -18,6 +19,7 @@ func rememberApproval(t *testing.T, h *harness, ann *tab) {
 	remember := callSel(id) + ` [data-parley="remember"]`
 	ann.until(`document.querySelector(` + q(remember+` button[value="remember"]`) + `) !== null`)
 	ann.do(chromedp.Click(chromedp.CSS(remember+` input[name="remember_scope"][value="conversation"]`)),
+		chromedp.Click(chromedp.CSS(remember+` input[name="remember_args"][value="any"]`)),
 		chromedp.SetValue(chromedp.CSS(remember+` select[name="remember_for"]`), "3600"))
 	ann.shot("remember-card")
 	ann.do(chromedp.Click(chromedp.CSS(remember + ` button[value="remember"]`)))

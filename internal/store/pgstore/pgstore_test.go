@@ -369,3 +369,64 @@ func TestMigration014WaitsForRunningAppends(t *testing.T) {
 		t.Fatalf("version %d, %d entries; want %d and the append's one entry", version, entries, ms[len(ms)-1].Version)
 	}
 }
+
+// TestMigration019KeepsOldGrantsForAnyArguments: grants written before migration 019 covered any
+// arguments and still do after it, and a binary from before it (an insert without the new
+// columns, during a rolling upgrade) still writes one; this binary's exact grants cover their
+// arguments only.
+func TestMigration019KeepsOldGrantsForAnyArguments(t *testing.T) {
+	url := pgtest.NewURL(t)
+	pool, err := connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	all, err := loadMigrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(all, func(m migrations.Migration) bool { return m.Version >= 19 })
+	if i < 0 || all[i].Version != 19 {
+		t.Fatalf("no migration 019 among %d", len(all))
+	}
+	if err := applyMigrations(t.Context(), pool, all[:i], nil); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	oldInsert := `INSERT INTO grants (id, user_id, tool, scope, conversation_id, tool_call_id, created_by, created_at, expires_at)
+		VALUES ($1, 'u1', 'pay', 'user', 'c1', 'x', 'u1', $2, $3)`
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{`INSERT INTO users (id, name, role, created_at) VALUES ('u1', 'ana', 'member', now())`, nil},
+		{oldInsert, []any{"g-before", now, now.Add(time.Hour)}},
+	} {
+		if _, err := pool.Exec(t.Context(), q.sql, q.args...); err != nil {
+			t.Fatalf("%s: %v", q.sql, err)
+		}
+	}
+	if err := applyMigrations(t.Context(), pool, all, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(t.Context(), oldInsert, "g-rolling", now.Add(time.Second), now.Add(time.Hour)); err != nil {
+		t.Fatalf("an old binary's grant during the upgrade: %v", err)
+	}
+	s, err := Open(t.Context(), url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	list, err := s.ListGrants(t.Context(), "u1", now)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("grants after the migration: %v %+v", err, list)
+	}
+	for _, g := range list {
+		if g.ArgsScope != store.GrantArgsAny || g.ArgsHash != "" {
+			t.Errorf("grant %s after the migration: %+v, want any arguments", g.ID, g)
+		}
+	}
+	if g, err := s.ActiveGrant(t.Context(), "u1", "c9", "pay", "whatever", now.Add(2*time.Second)); err != nil || g.ID != "g-rolling" {
+		t.Fatalf("an old grant covers any arguments: %v %+v", err, g)
+	}
+}

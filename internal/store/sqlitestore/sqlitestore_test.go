@@ -250,3 +250,59 @@ func TestSearchIndexFollowsDeletes(t *testing.T) {
 		t.Fatalf("indexed rows after the delete = %d, want 0", n)
 	}
 }
+
+// TestUpgradeKeepsOldGrantsForAnyArguments: a grant written before grants named their arguments
+// (schema version 8) covered any arguments, and still does after the upgrade (the grants pages
+// say so); grants written after it name theirs, and an exact one covers its arguments only.
+func TestUpgradeKeepsOldGrantsForAnyArguments(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "parley.db")
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ana, err := s.CreateUser(ctx, store.User{Name: "ana"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conv, err := s.CreateConversation(ctx, store.Conversation{OwnerID: ana.ID, Title: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	for _, q := range []string{
+		`DROP TABLE grants`,
+		`CREATE TABLE grants (id TEXT PRIMARY KEY, user_id TEXT NOT NULL REFERENCES users (id) ON DELETE CASCADE, tool TEXT NOT NULL,
+			scope TEXT NOT NULL, conversation_id TEXT NOT NULL, tool_call_id TEXT NOT NULL, created_by TEXT NOT NULL,
+			created_at INTEGER NOT NULL, expires_at INTEGER NOT NULL, revoked_at INTEGER)`,
+		`CREATE INDEX grants_user_tool ON grants (user_id, tool, expires_at)`,
+		fmt.Sprintf(`INSERT INTO grants VALUES ('g-old', '%s', 'pay', 'user', '%s', 'c1', '%s', %d, %d, NULL)`,
+			ana.ID, conv.ID, ana.ID, now.UnixMicro(), now.Add(time.Hour).UnixMicro()),
+		`PRAGMA user_version = 8`,
+	} {
+		if _, err := s.DB.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	s.Close()
+	s, err = Open(ctx, path)
+	if err != nil {
+		t.Fatalf("open a version 8 file: %v", err)
+	}
+	defer s.Close()
+	if err := store.Ready(ctx, s); err != nil {
+		t.Fatalf("after the upgrade: %v", err)
+	}
+	g, err := s.ActiveGrant(ctx, ana.ID, conv.ID, "pay", "any-hash", now)
+	if err != nil || g.ID != "g-old" || g.ArgsScope != store.GrantArgsAny || g.ArgsHash != "" || !g.ExpiresAt.Equal(now.Add(time.Hour)) {
+		t.Fatalf("the old grant after the upgrade: %v %+v", err, g)
+	}
+	if _, err := s.Append(ctx, conv.ID, 0, store.Batch{Entries: []store.Entry{{Type: store.EntryUserMessage, Actor: ana.ID, Data: []byte(`{}`)}},
+		Grants: []store.Grant{{ID: "g-new", UserID: ana.ID, Tool: "lookup", Scope: store.GrantUser, CreatedBy: ana.ID, CreatedAt: now,
+			ExpiresAt: now.Add(time.Hour), ArgsScope: store.GrantArgsExact, ArgsHash: "h1"}}}); err != nil {
+		t.Fatalf("a grant after the upgrade: %v", err)
+	}
+	if _, err := s.ActiveGrant(ctx, ana.ID, conv.ID, "lookup", "h2", now); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("an exact grant for other arguments: %v", err)
+	}
+}

@@ -124,40 +124,81 @@ func testGrants(t *testing.T, open Opener) {
 	c1 := newConv(t, s, ana.ID, "one")
 	c2 := newConv(t, s, ana.ID, "two")
 	now := time.Now().UTC().Truncate(time.Second)
+	const argsA, argsB = "hash-of-args-a", "hash-of-args-b"
 	must(s.Append(ctx, c1.ID, 0, store.Batch{
 		Entries: []store.Entry{entry(store.EntryUserMessage, "", `{}`)},
 		Grants: []store.Grant{
-			{ID: "g-conv", UserID: ana.ID, Tool: "send_email", Scope: store.GrantConversation, ToolCallID: "x1", CreatedBy: ana.ID, CreatedAt: now, ExpiresAt: now.Add(time.Hour)},
-			{ID: "g-old", UserID: ana.ID, Tool: "lookup", Scope: store.GrantUser, ToolCallID: "x2", CreatedBy: ana.ID, CreatedAt: now.Add(-2 * time.Hour), ExpiresAt: now.Add(-time.Hour)},
+			{ID: "g-conv", UserID: ana.ID, Tool: "send_email", Scope: store.GrantConversation, ToolCallID: "x1", CreatedBy: ana.ID, CreatedAt: now, ExpiresAt: now.Add(time.Hour),
+				ArgsScope: store.GrantArgsExact, ArgsHash: argsA},
+			{ID: "g-old", UserID: ana.ID, Tool: "lookup", Scope: store.GrantUser, ToolCallID: "x2", CreatedBy: ana.ID, CreatedAt: now.Add(-2 * time.Hour), ExpiresAt: now.Add(-time.Hour),
+				ArgsScope: store.GrantArgsAny},
 		},
 	}))(t)
-	g := must(s.ActiveGrant(ctx, ana.ID, c1.ID, "send_email", now))(t)
-	if g.ID != "g-conv" || g.ConversationID != c1.ID || g.Scope != store.GrantConversation || !g.ExpiresAt.Equal(now.Add(time.Hour)) || g.RevokedAt != nil {
+	g := must(s.ActiveGrant(ctx, ana.ID, c1.ID, "send_email", argsA, now))(t)
+	if g.ID != "g-conv" || g.ConversationID != c1.ID || g.Scope != store.GrantConversation || !g.ExpiresAt.Equal(now.Add(time.Hour)) || g.RevokedAt != nil ||
+		g.ArgsScope != store.GrantArgsExact || g.ArgsHash != argsA {
 		t.Fatalf("grant = %+v", g)
 	}
-	_, err := s.ActiveGrant(ctx, ana.ID, c2.ID, "send_email", now)
+	_, err := s.ActiveGrant(ctx, ana.ID, c1.ID, "send_email", argsB, now)
+	wantErr(t, err, store.ErrNotFound, "an exact grant for other arguments")
+	_, err = s.ActiveGrant(ctx, ana.ID, c1.ID, "send_email", "", now)
+	wantErr(t, err, store.ErrNotFound, "an exact grant for no arguments hash")
+	_, err = s.ActiveGrant(ctx, ana.ID, c2.ID, "send_email", argsA, now)
 	wantErr(t, err, store.ErrNotFound, "a conversation grant in another conversation")
-	_, err = s.ActiveGrant(ctx, bob.ID, c1.ID, "send_email", now)
+	_, err = s.ActiveGrant(ctx, bob.ID, c1.ID, "send_email", argsA, now)
 	wantErr(t, err, store.ErrNotFound, "another user's grant")
-	_, err = s.ActiveGrant(ctx, ana.ID, c1.ID, "lookup", now)
+	_, err = s.ActiveGrant(ctx, ana.ID, c1.ID, "lookup", argsA, now)
 	wantErr(t, err, store.ErrNotFound, "an expired grant")
-	_, err = s.ActiveGrant(ctx, ana.ID, c1.ID, "send_email", now.Add(time.Hour))
+	_, err = s.ActiveGrant(ctx, ana.ID, c1.ID, "send_email", argsA, now.Add(time.Hour))
 	wantErr(t, err, store.ErrNotFound, "a grant at its expiry")
 
-	// A user grant made through Append in another conversation covers every conversation.
+	// An exact grant needs its hash; a grant of any arguments has none. The store refuses the
+	// rest (the append writes nothing).
+	for _, bad := range []store.Grant{
+		{ID: "g-bad1", UserID: ana.ID, Tool: "t", Scope: store.GrantUser, CreatedBy: ana.ID, ExpiresAt: now.Add(time.Hour), ArgsScope: store.GrantArgsExact},
+		{ID: "g-bad2", UserID: ana.ID, Tool: "t", Scope: store.GrantUser, CreatedBy: ana.ID, ExpiresAt: now.Add(time.Hour), ArgsScope: store.GrantArgsAny, ArgsHash: argsA},
+		{ID: "g-bad3", UserID: ana.ID, Tool: "t", Scope: store.GrantUser, CreatedBy: ana.ID, ExpiresAt: now.Add(time.Hour)},
+	} {
+		if _, err := s.Append(ctx, c1.ID, 1, store.Batch{Entries: []store.Entry{entry(store.EntryUserMessage, "", `{}`)}, Grants: []store.Grant{bad}}); err == nil {
+			t.Fatalf("a grant with args scope %q and hash %q was written", bad.ArgsScope, bad.ArgsHash)
+		}
+		_, err := s.GrantByID(ctx, bad.ID)
+		wantErr(t, err, store.ErrNotFound, "a refused grant")
+	}
+
+	// A user grant of any arguments, made through Append in another conversation, covers every
+	// conversation and every argument.
 	must(s.Append(ctx, c2.ID, 0, store.Batch{
 		Entries: []store.Entry{entry(store.EntryUserMessage, "", `{}`)},
-		Grants:  []store.Grant{{ID: "g-user", UserID: ana.ID, Tool: "lookup", Scope: store.GrantUser, ToolCallID: "y1", CreatedBy: ana.ID, CreatedAt: now.Add(time.Second), ExpiresAt: now.Add(time.Hour)}},
+		Grants: []store.Grant{{ID: "g-user", UserID: ana.ID, Tool: "lookup", Scope: store.GrantUser, ToolCallID: "y1", CreatedBy: ana.ID, CreatedAt: now.Add(time.Second), ExpiresAt: now.Add(time.Hour),
+			ArgsScope: store.GrantArgsAny}},
 	}))(t)
-	if g := must(s.ActiveGrant(ctx, ana.ID, c1.ID, "lookup", now.Add(2*time.Second)))(t); g.ID != "g-user" || g.ConversationID != c2.ID {
-		t.Fatalf("user grant = %+v", g)
+	for _, h := range []string{argsA, argsB, ""} {
+		if g := must(s.ActiveGrant(ctx, ana.ID, c1.ID, "lookup", h, now.Add(2*time.Second)))(t); g.ID != "g-user" || g.ConversationID != c2.ID || g.ArgsScope != store.GrantArgsAny {
+			t.Fatalf("user grant = %+v", g)
+		}
 	}
 	list := must(s.ListGrants(ctx, ana.ID, now.Add(2*time.Second)))(t)
-	if len(list) != 2 || list[0].ID != "g-user" || list[1].ID != "g-conv" {
+	if len(list) != 2 || list[0].ID != "g-user" || list[1].ID != "g-conv" || list[1].ArgsHash != argsA {
 		t.Fatalf("ListGrants = %+v", list)
 	}
 	if got := must(s.ListGrants(ctx, bob.ID, now))(t); len(got) != 0 {
 		t.Fatalf("bob's grants = %+v", got)
+	}
+	must(s.Append(ctx, c1.ID, 1, store.Batch{
+		Entries: []store.Entry{entry(store.EntryUserMessage, "", `{}`)},
+		Grants: []store.Grant{{ID: "g-bob", UserID: bob.ID, Tool: "lookup", Scope: store.GrantUser, ToolCallID: "z1", CreatedBy: bob.ID, CreatedAt: now.Add(2 * time.Second), ExpiresAt: now.Add(time.Hour),
+			ArgsScope: store.GrantArgsExact, ArgsHash: argsB}},
+	}))(t)
+	all := must(s.AllGrants(ctx, now.Add(3*time.Second), 0))(t)
+	if len(all) != 3 || all[0].ID != "g-bob" || all[0].UserID != bob.ID || all[1].ID != "g-user" || all[2].ID != "g-conv" {
+		t.Fatalf("AllGrants = %+v", all)
+	}
+	if got := must(s.AllGrants(ctx, now.Add(3*time.Second), 1))(t); len(got) != 1 || got[0].ID != "g-bob" {
+		t.Fatalf("AllGrants with a limit = %+v", got)
+	}
+	if g := must(s.GrantByID(ctx, "g-old"))(t); g.UserID != ana.ID || g.Tool != "lookup" || g.ArgsScope != store.GrantArgsAny {
+		t.Fatalf("GrantByID of an expired grant = %+v", g)
 	}
 
 	audit := store.AuditRecord{Tool: "lookup", ActorID: ana.ID, Action: "grant_revoke", Detail: json.RawMessage(`{"grant_id":"g-user"}`)}
@@ -166,8 +207,14 @@ func testGrants(t *testing.T, open Opener) {
 		t.Fatalf("RevokeGrant: %v", err)
 	}
 	wantErr(t, s.RevokeGrant(ctx, ana.ID, "g-user", now.Add(4*time.Second), audit), store.ErrNotFound, "revoking twice")
-	_, err = s.ActiveGrant(ctx, ana.ID, c1.ID, "lookup", now.Add(4*time.Second))
+	_, err = s.ActiveGrant(ctx, ana.ID, c1.ID, "lookup", argsA, now.Add(4*time.Second))
 	wantErr(t, err, store.ErrNotFound, "a revoked grant")
+	if g := must(s.GrantByID(ctx, "g-user"))(t); g.RevokedAt == nil || !g.RevokedAt.Equal(now.Add(3*time.Second)) {
+		t.Fatalf("GrantByID of a revoked grant = %+v", g)
+	}
+	if got := must(s.AllGrants(ctx, now.Add(4*time.Second), 0))(t); len(got) != 2 || got[0].ID != "g-bob" || got[1].ID != "g-conv" {
+		t.Fatalf("AllGrants after a revocation = %+v", got)
+	}
 	if got := must(s.ListAudit(ctx, store.AuditFilter{Action: "grant_revoke"}))(t); len(got) != 1 || got[0].ActorID != ana.ID || got[0].Hash == "" {
 		t.Fatalf("revocation audit = %+v", got)
 	}

@@ -16,11 +16,11 @@ import (
 
 const (
 	auditCols    = `id, conversation_id, tool_call_id, tool, actor_id, action, reason, args_hash, detail, at, COALESCE(chain_seq, 0), prev_hash, hash`
-	grantCols    = `id, user_id, tool, scope, conversation_id, tool_call_id, created_by, created_at, expires_at, revoked_at`
+	grantCols    = `id, user_id, tool, scope, conversation_id, tool_call_id, created_by, created_at, expires_at, revoked_at, args_scope, args_hash`
 	grantsInsert = `INSERT INTO grants (` + grantCols + `)`
 )
 
-var grantTypes = []string{"text", "text", "text", "text", "text", "text", "text", "timestamptz", "timestamptz", "timestamptz"}
+var grantTypes = []string{"text", "text", "text", "text", "text", "text", "text", "timestamptz", "timestamptz", "timestamptz", "text", "text"}
 
 func grantRow(g store.Grant, conv string, now time.Time) []any {
 	if g.ID == "" {
@@ -33,7 +33,8 @@ func grantRow(g store.Grant, conv string, now time.Time) []any {
 	if conv == "" {
 		conv = g.ConversationID
 	}
-	return []any{g.ID, g.UserID, g.Tool, g.Scope, conv, g.ToolCallID, g.CreatedBy, created, ts(g.ExpiresAt), tsPtr(g.RevokedAt)}
+	return []any{g.ID, g.UserID, g.Tool, g.Scope, conv, g.ToolCallID, g.CreatedBy, created, ts(g.ExpiresAt), tsPtr(g.RevokedAt),
+		g.ArgsScope, g.ArgsHash}
 }
 
 func scanAudit(r Rows) (store.AuditRecord, error) {
@@ -49,7 +50,8 @@ func scanAudit(r Rows) (store.AuditRecord, error) {
 
 func scanGrant(r Rows) (store.Grant, error) {
 	var g store.Grant
-	err := r.Scan(&g.ID, &g.UserID, &g.Tool, &g.Scope, &g.ConversationID, &g.ToolCallID, &g.CreatedBy, &g.CreatedAt, &g.ExpiresAt, &g.RevokedAt)
+	err := r.Scan(&g.ID, &g.UserID, &g.Tool, &g.Scope, &g.ConversationID, &g.ToolCallID, &g.CreatedBy, &g.CreatedAt, &g.ExpiresAt, &g.RevokedAt,
+		&g.ArgsScope, &g.ArgsHash)
 	return g, err
 }
 
@@ -157,13 +159,16 @@ func (c *Core) writeAudit(ctx context.Context, tx Tx, recs []store.AuditRecord) 
 	return c.chainAudit(ctx, tx)
 }
 
-// ActiveGrant implements store.Store.
-func (c *Core) ActiveGrant(ctx context.Context, userID, conversationID, tool string, now time.Time) (store.Grant, error) {
+// ActiveGrant implements store.Store. An exact grant covers only the arguments it was made for;
+// an empty argsHash (no arguments to compare) matches no exact grant.
+func (c *Core) ActiveGrant(ctx context.Context, userID, conversationID, tool, argsHash string, now time.Time) (store.Grant, error) {
 	gs, err := queryAll(ctx, c.DB, `SELECT `+grantCols+` FROM grants
 		WHERE user_id = $1 AND tool = $2 AND revoked_at IS NULL AND expires_at > $3
 		  AND (scope = $4 OR (scope = $5 AND conversation_id = $6))
+		  AND (args_scope = $7 OR (args_scope = $8 AND args_hash = $9 AND args_hash <> ''))
 		ORDER BY created_at DESC, id LIMIT 1`,
-		[]any{userID, tool, ts(now), store.GrantUser, store.GrantConversation, conversationID}, scanGrant)
+		[]any{userID, tool, ts(now), store.GrantUser, store.GrantConversation, conversationID,
+			store.GrantArgsAny, store.GrantArgsExact, argsHash}, scanGrant)
 	if err != nil {
 		return store.Grant{}, fmt.Errorf("find a grant of %s for %s: %w", tool, userID, err)
 	}
@@ -181,6 +186,28 @@ func (c *Core) ListGrants(ctx context.Context, userID string, now time.Time) ([]
 		return nil, fmt.Errorf("list grants of %s: %w", userID, err)
 	}
 	return gs, nil
+}
+
+// AllGrants implements store.Store.
+func (c *Core) AllGrants(ctx context.Context, now time.Time, limit int) ([]store.Grant, error) {
+	gs, err := queryAll(ctx, c.DB, `SELECT `+grantCols+` FROM grants WHERE revoked_at IS NULL AND expires_at > $1
+		ORDER BY created_at DESC, id LIMIT $2`, []any{ts(now), int64(limitOrAll(limit))}, scanGrant)
+	if err != nil {
+		return nil, fmt.Errorf("list every grant: %w", err)
+	}
+	return gs, nil
+}
+
+// GrantByID implements store.Store.
+func (c *Core) GrantByID(ctx context.Context, id string) (store.Grant, error) {
+	gs, err := queryAll(ctx, c.DB, `SELECT `+grantCols+` FROM grants WHERE id = $1`, []any{id}, scanGrant)
+	if err != nil {
+		return store.Grant{}, fmt.Errorf("read grant %q: %w", id, err)
+	}
+	if len(gs) == 0 {
+		return store.Grant{}, fmt.Errorf("grant %q: %w", id, store.ErrNotFound)
+	}
+	return gs[0], nil
 }
 
 // RevokeGrant implements store.Store.
