@@ -31,7 +31,7 @@ func (s *Server) apiAllGrants(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"grants": list})
+	return c.JSON(http.StatusOK, grantListJSON{Grants: list})
 }
 
 // apiRevokeGrant: DELETE /api/v1/grants/{id} → 200; later calls suspend again. The grant's
