@@ -673,13 +673,24 @@ func TestRepliesAreSentWhileTheQueueStaysFull(t *testing.T) {
 	if !waitFor(func() bool { return a.stats.notifications.Load() > sent }, 2*time.Second) {
 		t.Fatal("the sender sent nothing within 2 s")
 	}
+	packed := a.stats.packed.Load()
 	if !a.packReply(packedReply{To: b.id, ID: 7, Body: json.RawMessage(`{"posted":{}}`)}) {
 		t.Fatal("not packed")
 	}
+	// The reply is due once the sender took the events queued before it (at most due): it goes
+	// with that batch, so by the time the sender took two batches more it was sent.
+	due := a.queued.Load()
+	taken := func() int64 { return a.queued.Load() - int64(len(a.out)) }
+	for a.stats.packed.Load() == packed {
+		if n := taken(); n > due+2*sendBatch {
+			t.Fatalf("the sender took %d events past the reply's while the queue stayed full, and the reply was not sent", n-due)
+		}
+		time.Sleep(time.Millisecond)
+	}
 	select {
 	case <-rep:
-	case <-time.After(5 * time.Second):
-		t.Errorf("a packed reply was not sent within 5 s while the event queue stayed full (%d notifications sent)", a.stats.notifications.Load())
+	case <-time.After(30 * time.Second):
+		t.Errorf("a packed reply, sent, did not reach b within 30 s (%d notifications sent)", a.stats.notifications.Load())
 	}
 	a.cancel()
 	a.wg.Wait()
