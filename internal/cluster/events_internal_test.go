@@ -681,9 +681,13 @@ func TestRepliesAreSentWhileTheQueueStaysFull(t *testing.T) {
 	// with that batch, so by the time the sender took two batches more it was sent.
 	due := a.queued.Load()
 	taken := func() int64 { return a.queued.Load() - int64(len(a.out)) }
+	stalled := time.Now().Add(30 * time.Second)
 	for a.stats.packed.Load() == packed {
 		if n := taken(); n > due+2*sendBatch {
 			t.Fatalf("the sender took %d events past the reply's while the queue stayed full, and the reply was not sent", n-due)
+		}
+		if time.Now().After(stalled) {
+			t.Fatalf("the sender took %d events in 30 s and sent no reply", taken()-due)
 		}
 		time.Sleep(time.Millisecond)
 	}
