@@ -175,12 +175,6 @@ func TestClusterAndTokenMetrics(t *testing.T) {
 	a := startIn(t, dbURL, t.TempDir(), true, map[string]string{"PARLEY_NODE_TTL": "1500ms", "PARLEY_ORPHAN_SCAN": "200ms"})
 	b := startIn(t, dbURL, t.TempDir(), false, map[string]string{"PARLEY_NODE_TTL": "1500ms", "PARLEY_ORPHAN_SCAN": "200ms"})
 	before := scrape(t, a)
-	for _, name := range []string{"parley_cluster_forwards_total", "parley_cluster_served_total", "parley_cluster_notifications_total",
-		"parley_cluster_takeovers_total", "parley_cluster_peers", "parley_cluster_fences_total", "parley_llm_tokens_total"} {
-		if !strings.Contains(before, "# TYPE "+name+" ") {
-			t.Errorf("/metrics does not export %s", name)
-		}
-	}
 	waitMetric(t, b, "each process counts the other as a peer", func(m string) bool { return metricValue(m, "parley_cluster_peers") == 1 })
 
 	// A turn on a that waits for an approval, looked at through b: b forwards, a serves.
@@ -191,6 +185,12 @@ func TestClusterAndTokenMetrics(t *testing.T) {
 	}
 	waitConv(t, b, conv, "awaiting the approval (seen through b)", func(v convJSON) bool { return len(v.Pending) == 1 && v.Status == "awaiting" })
 	after := scrape(t, a)
+	for _, name := range []string{"parley_cluster_forwards_total", "parley_cluster_served_total", "parley_cluster_notifications_total",
+		"parley_cluster_takeovers_total", "parley_cluster_peers", "parley_cluster_fences_total", "parley_llm_tokens_total"} {
+		if !strings.Contains(after, "# TYPE "+name+" ") {
+			t.Errorf("/metrics does not export %s", name)
+		}
+	}
 	for _, c := range []struct {
 		name   string
 		labels []string
