@@ -361,7 +361,9 @@ func TestClientToolFromAnotherProcess(t *testing.T) {
 	if err := a.m.Send(context.Background(), conv2, w.ann, "where am I?"); err != nil {
 		t.Fatal(err)
 	}
-	v := b.await(conv2, w.ann, "finished without a page", saying("I could not tell."))
+	v := b.await(conv2, w.ann, "g2 failed without a page", func(v agent.View) bool {
+		return len(v.Calls) == 1 && v.Calls[0].Status != store.CallAwaiting && v.Calls[0].Status != store.CallRunning
+	})
 	if v.Calls[0].Status != store.CallErrored || !strings.Contains(string(v.Calls[0].Result), "no_client") {
 		t.Fatalf("g2 = %+v %s", v.Calls[0], v.Calls[0].Result)
 	}
@@ -370,6 +372,7 @@ func TestClientToolFromAnotherProcess(t *testing.T) {
 	if v := a.view(conv, w.ann); v.Status != store.StatusAwaiting || len(v.Calls) != 1 || v.Calls[0].Status != store.CallAwaiting {
 		t.Fatalf("g1 past the grace with b's page open: status %s, calls %+v; want it awaiting", v.Status, v.Calls)
 	}
+	b.await(conv2, w.ann, "finished without a page", saying("I could not tell."))
 	w.model.Push(llmtest.Reply("You are in Paris."))
 	if _, err := b.m.Resolve(context.Background(), conv, "g1", agent.Resolution{Result: json.RawMessage(`{"latitude":48.85,"longitude":2.29,"accuracy":10}`)}, w.ann); err != nil {
 		t.Fatalf("client result on b: %v", err)
