@@ -566,14 +566,29 @@ func TestNothingStartsAfterTheConversationMoved(t *testing.T) {
 			mu.Lock()
 			n := len(ran)
 			mu.Unlock()
-			if n == 1 || time.Now().After(deadline) {
+			if n == 1 {
 				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("s0 did not start within 10 s (ran %d)", n)
 			}
 			time.Sleep(2 * time.Millisecond)
 		}
 		taken.Store(true)
 		close(release)
-		time.Sleep(300 * time.Millisecond)
+		// s0's result is refused and the actor stops. It stops only once every run and model
+		// call it started reported back, and no other actor starts: after this, whatever it
+		// started after the move has run.
+		deadline = time.Now().Add(10 * time.Second)
+		for e.m.Stats().LiveActors != 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the actor did not stop within 10 s after its append was refused")
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		if n := e.m.Stats().ActorStarts; n != 1 {
+			t.Fatalf("%d actors started, want 1 (none after the conversation moved)", n)
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		if len(ran) != 1 {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -8,9 +9,11 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -234,6 +237,11 @@ func TestMCPGateReadOnlyAndIdempotencyKey(t *testing.T) {
 	})
 }
 
+// TestMCPHostileServerCannotBreakTheConversation: a server that answers a huge result with NUL
+// bytes and invalid UTF-8, offers a tool whose schema does not compile, and fails a call leaves
+// a conversation that works: what reached the model is bounded, clean text or a typed error,
+// every call finished, the next turn runs on the whole history, and the conversation as stored
+// is read back the same by a fresh process.
 func TestMCPHostileServerCannotBreakTheConversation(t *testing.T) {
 	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
 		prov := newScripted(callTools(tc{"h1", "m__huge", `{}`}, tc{"b1", "m__bad_schema", `{}`}, tc{"f1", "m__fail", `{}`}), say("Done."))
@@ -241,8 +249,23 @@ func TestMCPHostileServerCannotBreakTheConversation(t *testing.T) {
 		e.send("misbehave")
 		e.waitStatus(store.StatusIdle)
 		msgs := toolMessages(prov.requests()[1])
+		if len(msgs) != 3 {
+			t.Fatalf("the model got %d tool results, want 3", len(msgs))
+		}
 		if len(msgs[0].Content) > tools.DefaultMaxOutputBytes || !strings.Contains(msgs[0].Content, "truncated") {
 			t.Fatalf("huge result of %d bytes reached the model: %.200s", len(msgs[0].Content), msgs[0].Content)
+		}
+		// NUL (even escaped: PostgreSQL refuses it) and invalid UTF-8 reach neither the model nor the log.
+		clean := func(s string) bool {
+			return utf8.ValidString(s) && !strings.ContainsRune(s, 0) && !strings.Contains(s, `\u0000`)
+		}
+		for _, m := range msgs {
+			if !clean(m.Content) {
+				t.Fatalf("%s: a NUL byte or invalid UTF-8 reached the model: %.200q", m.ToolCallID, m.Content)
+			}
+			if c := e.call(m.ToolCallID); !clean(string(c.Result)) {
+				t.Fatalf("%s: a NUL byte or invalid UTF-8 was recorded: %.200q", m.ToolCallID, c.Result)
+			}
 		}
 		if errKind(t, envelope(t, msgs[1].Content)) != string(fault.KindUnknownTool) {
 			t.Fatalf("a tool with an invalid schema: %s", msgs[1].Content)
@@ -250,10 +273,50 @@ func TestMCPHostileServerCannotBreakTheConversation(t *testing.T) {
 		if errKind(t, envelope(t, msgs[2].Content)) != string(fault.KindCommandFailed) {
 			t.Fatalf("isError: %s", msgs[2].Content)
 		}
-		// Still usable: the next turn runs.
+		for id, want := range map[string]string{"h1": store.CallResolved, "b1": store.CallErrored, "f1": store.CallErrored} {
+			if c := e.call(id); c.Status != want {
+				t.Fatalf("call %s: %s, want %s", id, c.Status, want)
+			}
+		}
+		if v := e.view(); len(v.Pending) != 0 || v.LastError != "" {
+			t.Fatalf("after the turn: pending %v, last error %q", v.Pending, v.LastError)
+		}
+
+		// Still usable: the next turn runs, and the model gets the whole history.
 		prov.add(say("still here"))
 		e.send("hello")
 		e.waitStatus(store.StatusIdle)
+		before := e.view()
+		if n := len(before.Messages); n == 0 || before.Messages[n-1].Content != "still here" {
+			t.Fatalf("the next turn did not answer: messages %+v", before.Messages)
+		}
+		reqs := prov.requests()
+		if len(reqs) != 3 {
+			t.Fatalf("%d model calls, want 3", len(reqs))
+		}
+		if got := toolMessages(reqs[2]); len(got) != 3 || got[0].Content != msgs[0].Content || got[2].Content != msgs[2].Content {
+			t.Fatalf("the next turn's model call lost the first turn's results: %d tool messages", len(got))
+		}
+
+		// What the store holds is read back the same by a fresh process.
+		e.crash()
+		e.startManager()
+		after := e.view()
+		said := func(v View) (out []string) {
+			for _, m := range v.Messages {
+				out = append(out, fmt.Sprint(m.Seq, m.Role, m.Content))
+			}
+			return out
+		}
+		if after.Status != store.StatusIdle || !reflect.DeepEqual(said(after), said(before)) || len(after.Calls) != len(before.Calls) {
+			t.Fatalf("after a restart: status %s, messages %+v, %d calls; before: %+v, %d calls",
+				after.Status, after.Messages, len(after.Calls), before.Messages, len(before.Calls))
+		}
+		for i := range after.Calls {
+			if a, b := after.Calls[i], before.Calls[i]; a.ID != b.ID || a.Status != b.Status || !bytes.Equal(a.Result, b.Result) {
+				t.Fatalf("call %s after a restart: %s %.200s; before: %s %.200s", b.ID, a.Status, a.Result, b.Status, b.Result)
+			}
+		}
 	})
 }
 

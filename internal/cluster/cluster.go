@@ -164,7 +164,7 @@ type Node struct {
 	listenedAt    atomic.Int64 // when the listener last began to listen (Unix ms)
 
 	stats struct {
-		notifications, forwarded, served, packed, direct, heartbeats, claims, deafRestarts, undecoded, replays atomic.Int64
+		notifications, forwarded, served, packed, direct, heartbeats, claims, deafRestarts, undecoded, replays, departures atomic.Int64
 	}
 
 	// The heartbeat pings the node's own channel with each beat (pingSent, in the same
@@ -229,13 +229,15 @@ type Stats struct {
 	DeafRestarts  int64 // listener restarts because it stopped hearing the node's own pings
 	Undecoded     int64 // notifications of events left undecoded: nobody here followed their conversations
 	Replays       int64 // notifications refused as heard before, too old, or moved from another channel
+	Departures    int64 // departures ("left") heard from other processes and acted on (hints dropped, a scan asked)
 }
 
 // Stats returns the node's counters.
 func (n *Node) Stats() Stats {
 	return Stats{Notifications: n.stats.notifications.Load(), Forwarded: n.stats.forwarded.Load(),
 		Served: n.stats.served.Load(), PackedReplies: n.stats.packed.Load(), DirectReplies: n.stats.direct.Load(), Heartbeats: n.stats.heartbeats.Load(), Claims: n.stats.claims.Load(),
-		DeafRestarts: n.stats.deafRestarts.Load(), Undecoded: n.stats.undecoded.Load(), Replays: n.stats.replays.Load()}
+		DeafRestarts: n.stats.deafRestarts.Load(), Undecoded: n.stats.undecoded.Load(), Replays: n.stats.replays.Load(),
+		Departures: n.stats.departures.Load()}
 }
 
 // Self implements agent.Cluster.
@@ -894,6 +896,7 @@ func (n *Node) receive(note *pgconn.Notification) {
 		if in != nil && in.Rescan != nil {
 			in.Rescan(msg.From)
 		}
+		n.stats.departures.Add(1)
 	case "hello":
 	}
 }

@@ -469,7 +469,10 @@ func TestReplayedRequestIsNotServedAgain(t *testing.T) {
 	}
 	s.replay(t, ch, captured)
 	s.replay(t, ch, captured)
-	waitFor(func() bool { return b.Stats().Replays >= 2 || served.Load() > 1 }, 3*time.Second)
+	// Both replays heard (refused: counted), or one of them served: either way the outcome is in.
+	if !waitFor(func() bool { return b.Stats().Replays >= 2 || served.Load() > 1 }, 3*time.Second) {
+		t.Fatalf("the two replays were neither refused nor served within 3 s (%d refused)", b.Stats().Replays)
+	}
 	if n := served.Load(); n != 1 {
 		t.Errorf("one forwarded request, replayed twice from the channel, was served %d times", n)
 	}
@@ -491,18 +494,37 @@ func TestReplayedReplyAnswersNoOtherRequest(t *testing.T) {
 	}
 	captured := s.next(t, oldNode)
 
-	// b's first forwarded request (id 1), for rita's conversation, to a node that is slow to answer.
+	// b's first forwarded request (id 1), for rita's conversation, to a node that is slow to
+	// answer: a hears nothing, and its row says it is alive, so b waits for the reply until ctx
+	// ends rather than finding a gone after TTL/3.
+	if _, err := a.pool.Exec(context.Background(), `INSERT INTO cluster_nodes (id, host, heartbeat_at) VALUES ($1, 'test', now() + interval '1 hour')`, a.id); err != nil {
+		t.Fatal(err)
+	}
 	got := make(chan []byte, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
 		out, _ := b.Forward(ctx, a.id, []byte(`{"conv":"rita-conv","kind":"view"}`))
 		got <- out
 	}()
-	waitFor(func() bool { b.waitMu.Lock(); defer b.waitMu.Unlock(); _, ok := b.waiting[1]; return ok }, 2*time.Second)
+	if !waitFor(func() bool { b.waitMu.Lock(); defer b.waitMu.Unlock(); _, ok := b.waiting[1]; return ok }, 2*time.Second) {
+		cancel()
+		<-got
+		t.Fatal("b's request 1 was not waiting for its reply within 2 s: the replay would answer nothing anyway")
+	}
 	s.replay(t, nodeChannel(b.id), captured)
+	// The listener heard the replay when it refused it, or when it answered the request with it.
+	if !waitFor(func() bool { return b.Stats().Replays >= 1 || len(got) > 0 }, 3*time.Second) {
+		t.Fatal("b's listener neither refused the replayed reply nor answered with it within 3 s")
+	}
+	if len(got) == 0 {
+		// Refused while the request still waited (nothing else ends it before ctx): it answered nothing.
+		cancel()
+	}
 	if out := <-got; strings.Contains(string(out), "ann's secret") {
 		t.Errorf("b's request for rita's conversation was answered with a replayed reply meant for another node: %s", out)
+	} else if ctx.Err() == nil {
+		t.Errorf("b's request ended (%q) before the replay was heard: nothing was tested", out)
 	}
 }
 
@@ -634,21 +656,42 @@ func TestRepliesAreSentWhileTheQueueStaysFull(t *testing.T) {
 		}
 	}()
 	defer func() { close(stop); <-flooded }()
-	waitFor(func() bool { return len(a.out) == outQueue }, 2*time.Second)
+	if !waitFor(func() bool { return len(a.out) == outQueue }, 2*time.Second) {
+		t.Fatalf("the event queue did not fill within 2 s (%d of %d): the reply would not wait behind full batches", len(a.out), outQueue)
+	}
 	rep := make(chan message, 1)
 	b.waitMu.Lock()
 	b.waiting[7] = waiter{node: a.id, c: rep}
 	b.waitMu.Unlock()
+	sent := a.stats.notifications.Load()
 	a.wg.Add(1)
 	go a.send()
-	time.Sleep(50 * time.Millisecond)
+	// The sender is taking full batches when the reply is queued.
+	if !waitFor(func() bool { return a.stats.notifications.Load() > sent }, 2*time.Second) {
+		t.Fatal("the sender sent nothing within 2 s")
+	}
+	packed := a.stats.packed.Load()
 	if !a.packReply(packedReply{To: b.id, ID: 7, Body: json.RawMessage(`{"posted":{}}`)}) {
 		t.Fatal("not packed")
 	}
+	// The reply is due once the sender took the events queued before it (at most due): it goes
+	// with that batch, so by the time the sender took two batches more it was sent.
+	due := a.queued.Load()
+	taken := func() int64 { return a.queued.Load() - int64(len(a.out)) }
+	stalled := time.Now().Add(30 * time.Second)
+	for a.stats.packed.Load() == packed {
+		if n := taken(); n > due+2*sendBatch {
+			t.Fatalf("the sender took %d events past the reply's while the queue stayed full, and the reply was not sent", n-due)
+		}
+		if time.Now().After(stalled) {
+			t.Fatalf("the sender took %d events in 30 s and sent no reply", taken()-due)
+		}
+		time.Sleep(time.Millisecond)
+	}
 	select {
 	case <-rep:
-	case <-time.After(5 * time.Second):
-		t.Errorf("a packed reply was not sent within 5 s while the event queue stayed full (%d notifications sent)", a.stats.notifications.Load())
+	case <-time.After(30 * time.Second):
+		t.Errorf("a packed reply, sent, did not reach b within 30 s (%d notifications sent)", a.stats.notifications.Load())
 	}
 	a.cancel()
 	a.wg.Wait()

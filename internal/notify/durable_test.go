@@ -204,7 +204,15 @@ func TestDurableDeliveryTwoProcesses(t *testing.T) {
 		senders = append(senders, w)
 	}
 	eventually(t, "every notification delivered", func() bool { ok, _, _ := rcv.counts(); return len(ok) == n })
-	time.Sleep(100 * time.Millisecond) // a duplicate would be posted within a few polls
+	// Nothing is posted after this: both senders stopped, and the receiver finished every post
+	// that reached it (Close waits for them). Then no row is left to be posted again.
+	for _, w := range senders {
+		w.Close()
+	}
+	rcv.srv.Close()
+	if left, err := handles[0].ClaimNotify(context.Background(), time.Now().Add(time.Hour), time.Millisecond, n); err != nil || len(left) != 0 {
+		t.Fatalf("the outbox after every notification was delivered: %d rows (%v), which would be posted again", len(left), err)
+	}
 	ok, seen, bad := rcv.counts()
 	if len(bad) > 0 {
 		t.Fatalf("refused: %v", bad)

@@ -101,9 +101,12 @@ func jsonType(kind string) string {
 // checkKeys refuses a body in which an object holds two keys equal but for case (a duplicate
 // key included), or whose top-level object holds a key that is one of fields in another case:
 // either would let one request say two things, and encoding/json would quietly keep one.
-// Malformed JSON is left to the decoder, which words it better.
+// Malformed JSON is left to the decoder, which words it better. Numbers are read as
+// json.Number: as float64 one beyond its range (1e400, valid JSON that a RawMessage field takes
+// as it is) would end the check there, and the keys after it would go unchecked.
 func checkKeys(body []byte, fields map[string]bool) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
 	type frame struct {
 		object bool
 		keys   map[string]string // folded → as written

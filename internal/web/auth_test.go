@@ -195,8 +195,10 @@ func TestTrustedProxy(t *testing.T) {
 	}
 }
 
-// TestSessionLifecycle: the cookie is HttpOnly and SameSite=Lax, its value is not what the
-// store holds, sign-out ends it, and an open redirect through ?next is refused.
+// TestSessionLifecycle: in production the session cookie is named __Host-parley_session and so
+// is Secure, for Path=/ and without a Domain (or a browser would drop it); it is HttpOnly and
+// SameSite=Lax, its value is not what the store holds, sign-out ends it, and an open redirect
+// through ?next is refused.
 func TestSessionLifecycle(t *testing.T) {
 	e := newTestEnv(t, openSQLite, Config{Production: true})
 	u := e.user("ada", store.RoleMember)
@@ -207,11 +209,26 @@ func TestSessionLifecycle(t *testing.T) {
 	}
 	var sess *http.Cookie
 	for _, ck := range res.Cookies() {
-		if ck.Name == e.srv.sessionCookie() {
+		if strings.Contains(ck.Name, "parley_session") {
+			if sess != nil {
+				t.Fatalf("two session cookies: %+v and %+v", sess, ck)
+			}
 			sess = ck
 		}
 	}
-	if sess == nil || !sess.HttpOnly || !sess.Secure || sess.SameSite != http.SameSiteLaxMode {
+	// The __Host- prefix binds the cookie to this host: the browser keeps it only when it is
+	// Secure, for Path=/, with no Domain.
+	raw := ""
+	for _, h := range res.Header.Values("Set-Cookie") {
+		if strings.Contains(h, "parley_session=") {
+			raw = h
+		}
+	}
+	if sess == nil || sess.Name != "__Host-parley_session" || !sess.Secure || sess.Path != "/" || sess.Domain != "" ||
+		strings.Contains(strings.ToLower(raw), "domain=") {
+		t.Fatalf("session cookie %+v (Set-Cookie %q): want __Host-parley_session, Secure, Path=/, no Domain", sess, res.Header.Values("Set-Cookie"))
+	}
+	if !sess.HttpOnly || sess.SameSite != http.SameSiteLaxMode {
 		t.Fatalf("session cookie %+v", sess)
 	}
 	if _, err := e.st.SessionByHash(t.Context(), []byte(sess.Value)); err == nil {
