@@ -81,9 +81,11 @@ const (
 // Config configures a Node.
 type Config struct {
 	// Pool is the store's pool. The node copies its settings and opens connections of its own
-	// (Conns, plus one that listens), so coordinating never waits behind the store's queries.
+	// (Conns, plus one that listens and one that beats), so coordinating never waits behind the
+	// store's queries.
 	Pool *pgxpool.Pool
-	// Conns bounds the node's own connections besides the listener (default DefaultConns).
+	// Conns bounds the node's own pool, besides the listener's and the heartbeat's connections
+	// (default DefaultConns).
 	Conns  int32
 	Logger *slog.Logger
 	// TTL is how long a heartbeat keeps a process alive (default DefaultTTL).
