@@ -278,6 +278,7 @@ func (n *Node) start(ctx context.Context) error {
 	return nil
 }
 
+// Leave stops the node's goroutines and leaves the cluster: its row (and so its conversations
 // and page sockets) is deleted and the others look for its conversations at once. Call it after
 // the agent's Manager closed; leaving twice is harmless.
 func (n *Node) Leave(ctx context.Context) error {

@@ -47,5 +47,3 @@ func (n *Node) open(payload string) ([]byte, error) {
 	}
 	return n.aead.Open(nil, b[:n.aead.NonceSize()], b[n.aead.NonceSize():], nil)
 }
-
-// Leave stops the node's goroutines and leaves the cluster: its row (and so its conversations
