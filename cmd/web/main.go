@@ -1,5 +1,6 @@
 // Command web is Parley's one binary: `web [serve]`, `web migrate`, `web user add`,
-// `web token create`, `web healthcheck` (package app holds the commands; this is only the process around them).
+// `web token create`, `web audit verify|export`, `web healthcheck` (package app holds the
+// commands; this is only the process around them).
 package main
 
 import (

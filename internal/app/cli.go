@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"parley/internal/auth"
+	"parley/internal/fault"
 	"parley/internal/store"
 	"parley/internal/store/pgstore"
 )
@@ -130,9 +131,8 @@ func userAdd(ctx context.Context, cfg Config, args []string, std IO) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	switch store.Role(*role) {
-	case store.RoleMember, store.RoleReviewer, store.RoleAdmin:
-	default:
+	r, err := auth.ParseRole(*role)
+	if err != nil {
 		return fmt.Errorf("--role must be member, reviewer or admin, not %q", *role)
 	}
 	if *name == "" {
@@ -145,8 +145,10 @@ func userAdd(ctx context.Context, cfg Config, args []string, std IO) error {
 	if err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("read password: %w", err)
 	}
-	password := strings.TrimRight(line, "\r\n")
-	hash, err := auth.HashPassword(password, 0)
+	u, err := auth.NewUser(time.Now(), *name, r, strings.TrimRight(line, "\r\n"), 0)
+	if errors.Is(err, auth.ErrBadName) {
+		return fmt.Errorf("--name: %w", err)
+	}
 	if err != nil {
 		return err
 	}
@@ -155,7 +157,7 @@ func userAdd(ctx context.Context, cfg Config, args []string, std IO) error {
 		return err
 	}
 	defer st.Close()
-	u, err := st.CreateUser(ctx, store.User{Name: *name, Role: store.Role(*role), PasswordHash: hash, CreatedAt: time.Now()})
+	u, err = st.CreateUser(ctx, u)
 	if errors.Is(err, store.ErrConflict) {
 		return fmt.Errorf("a user named %q exists already", *name)
 	}
@@ -189,7 +191,11 @@ func tokenCreate(ctx context.Context, cfg Config, args []string, std IO) error {
 	if err != nil {
 		return err
 	}
-	secret, _, err := auth.CreateToken(ctx, st, time.Now(), u.ID, *label)
+	secret, _, err := auth.CreateToken(ctx, st, time.Now(), auth.TokenSpec{UserID: u.ID, Label: *label})
+	var refused *fault.Error
+	if errors.As(err, &refused) && refused.Kind == fault.KindInvalidArgs {
+		return fmt.Errorf("--label: %s", refused.Message)
+	}
 	if err != nil {
 		return err
 	}

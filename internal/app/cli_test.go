@@ -91,10 +91,12 @@ func testCommands(t *testing.T, getenv func(string) string) {
 		{"pw\n", []string{"user", "add", "--name", "ada", "--role", "admin"}, 1, "--password-stdin"},
 		{"long enough\n", []string{"user", "add", "--name", "ada", "--role", "root", "--password-stdin"}, 1, "--role must be"},
 		{"short\n", []string{"user", "add", "--name", "ada", "--password-stdin"}, 1, "8 to 72"},
+		{"long enough\n", []string{"user", "add", "--name", "ada lovelace", "--password-stdin"}, 1, "--name: a name has 1 to 64"},
 		{"long enough\n", []string{"user", "add", "--name", "ada", "--role", "admin", "--password-stdin"}, 0, "created user ada (admin"},
 		{"long enough\n", []string{"user", "add", "--name", "ada", "--password-stdin"}, 1, "exists already"},
 		{"", []string{"token", "create", "--user", "nobody"}, 1, `no user named "nobody"`},
 		{"", []string{"token", "create", "--user", "ada"}, 0, "pt_"},
+		{"", []string{"token", "create", "--user", "ada", "--label", " "}, 1, "--label: a token needs a name"},
 		{"", []string{"frobnicate"}, 1, `unknown command "frobnicate"`},
 		{"", []string{"help"}, 0, "web user add"},
 	} {

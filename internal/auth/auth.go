@@ -1,6 +1,8 @@
 // Package auth holds the primitives of signing in: password hashing (bcrypt), random secrets
 // whose SHA-256 alone is stored (session cookies, API tokens, CSRF tokens), and the login
-// throttle.
+// throttle; and the account rules (account.go) that the web and the commands both ask: what
+// names, roles, token labels, scopes and expiries may be, and how tokens and invitations are
+// made.
 package auth
 
 import (

@@ -47,10 +47,14 @@ const (
 // Approvers says who may decide a gated call.
 type Approvers string
 
-// Approver policies.
+// Approver policies. Who may decide is agent.DecideRight's to say; in short:
 const (
-	ByOwner    Approvers = "owner"    // the conversation's owner (reviewers and admins too)
-	ByReviewer Approvers = "reviewer" // a reviewer or admin; the owner alone cannot approve it
+	// ByOwner: the conversation's owner. A reviewer may not; an admin may, in someone else's
+	// conversation, as an override.
+	ByOwner Approvers = "owner"
+	// ByReviewer: a reviewer or an admin who is not the owner (no self-approval, admins
+	// included).
+	ByReviewer Approvers = "reviewer"
 )
 
 // PendingKind is what the page switches on for a suspended call.

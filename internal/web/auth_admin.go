@@ -7,6 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"parley/internal/auth"
 	"parley/internal/fault"
 	"parley/internal/store"
 	"parley/views"
@@ -34,17 +35,15 @@ func (s *Server) adminUsers(c echo.Context) error {
 // setRole changes another user's role. An admin cannot change their own, so the app always
 // keeps at least the admin who is acting.
 func (s *Server) setRole(c echo.Context) error {
-	role := store.Role(c.FormValue("role"))
-	switch role {
-	case store.RoleMember, store.RoleReviewer, store.RoleAdmin:
-	default:
-		return fault.Errorf(fault.KindInvalidArgs, "role must be member, reviewer or admin")
+	role, err := auth.ParseRole(c.FormValue("role"))
+	if err != nil {
+		return err
 	}
 	id := c.Param("user")
 	if id == currentUser(c).ID {
 		return fault.New(fault.KindPermissionDenied, "you cannot change your own role", nil)
 	}
-	err := s.store.SetUserRole(c.Request().Context(), id, role)
+	err = s.store.SetUserRole(c.Request().Context(), id, role)
 	if errors.Is(err, store.ErrNotFound) {
 		return errNotFound
 	}

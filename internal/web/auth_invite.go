@@ -5,14 +5,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"parley/internal/auth"
-	"parley/internal/fault"
 	"parley/internal/store"
 	"parley/views"
 )
@@ -22,15 +19,8 @@ import (
 // whether or not sign-up is open. The link is shown once (post-redirect-get through a short
 // cookie, as for API tokens), listed without its secret, and revocable until used.
 
-const (
-	// invitePrefix starts every invitation token, so a leaked one is recognisable.
-	invitePrefix = "pi_"
-	// newInviteCookie carries a just-created link from the POST to the page it redirects to.
-	newInviteCookie = "parley_new_invite"
-	// defaultInviteDays and maxInviteDays bound an invitation's life.
-	defaultInviteDays = 7
-	maxInviteDays     = 30
-)
+// newInviteCookie carries a just-created link from the POST to the page it redirects to.
+const newInviteCookie = "parley_new_invite"
 
 // InvitePath is the link of an invitation token.
 func InvitePath(token string) string { return "/invite?token=" + url.QueryEscape(token) }
@@ -87,36 +77,17 @@ func (s *Server) adminInvitations(c echo.Context) error {
 	return s.render(c, http.StatusOK, views.AdminInvitationsPage(s.layoutData(c, "Invitations"), rows, link, role))
 }
 
-// createInvitation: POST /admin/invitations (role, expires_days) → a new link, shown once.
+// createInvitation: POST /admin/invitations (role, expires_days) → a new link, shown once
+// (auth.CreateInvitation says what each field may be).
 func (s *Server) createInvitation(c echo.Context) error {
-	role := store.Role(c.FormValue("role"))
-	switch role {
-	case "":
-		role = store.RoleMember
-	case store.RoleMember, store.RoleReviewer:
-	default:
-		return fault.New(fault.KindInvalidArgs, "an invitation's role is member or reviewer", map[string]any{"field": "role"})
-	}
-	days := defaultInviteDays
-	if v := strings.TrimSpace(c.FormValue("expires_days")); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxInviteDays {
-			return fault.New(fault.KindInvalidArgs, fmt.Sprintf("expires_days must be a whole number of days from 1 to %d", maxInviteDays),
-				map[string]any{"field": "expires_days"})
-		}
-		days = n
-	}
 	ctx := c.Request().Context()
-	token := auth.NewSecret(invitePrefix)
-	now := s.now()
-	// The store stamps CreatedAt (its stamps are strictly increasing: the list's order is total).
-	inv, err := s.store.CreateInvitation(ctx, store.Invitation{Hash: auth.Hash(token), Role: role, CreatedBy: currentUser(c).ID,
-		ExpiresAt: now.Add(time.Duration(days) * 24 * time.Hour)})
+	token, inv, err := auth.CreateInvitation(ctx, s.store, s.now(), auth.InvitationSpec{CreatedBy: currentUser(c).ID,
+		Role: c.FormValue("role"), ExpiresDays: c.FormValue("expires_days")})
 	if err != nil {
-		return fmt.Errorf("create invitation: %w", err)
+		return err
 	}
-	s.log.InfoContext(ctx, "invitation created", "by", currentUser(c).ID, "invitation_id", inv.ID, "role", string(role), "expires_at", inv.ExpiresAt)
-	c.SetCookie(&http.Cookie{Name: newInviteCookie, Value: currentUser(c).ID + "." + string(role) + "." + token,
+	s.log.InfoContext(ctx, "invitation created", "by", currentUser(c).ID, "invitation_id", inv.ID, "role", string(inv.Role), "expires_at", inv.ExpiresAt)
+	c.SetCookie(&http.Cookie{Name: newInviteCookie, Value: currentUser(c).ID + "." + string(inv.Role) + "." + token,
 		Path: "/admin/invitations", MaxAge: 120, HttpOnly: true, Secure: s.cfg.Production, SameSite: http.SameSiteStrictMode})
 	return c.Redirect(http.StatusSeeOther, "/admin/invitations")
 }
@@ -138,7 +109,7 @@ func (s *Server) revokeInvitation(c echo.Context) error {
 // usableInvitation finds the invitation of token and says, when it cannot be used, why (a page
 // for the person holding the link: 404 when it is unknown, 410 when used, revoked or expired).
 func (s *Server) usableInvitation(c echo.Context, token string) (store.Invitation, error) {
-	if !strings.HasPrefix(token, invitePrefix) || len(token) > 200 {
+	if !strings.HasPrefix(token, auth.InvitationPrefix) || len(token) > 200 {
 		return store.Invitation{}, s.inviteRefused(c, http.StatusNotFound, "This invitation link is not valid. Ask an administrator for a new one.")
 	}
 	inv, err := s.store.InvitationByHash(c.Request().Context(), auth.Hash(token))

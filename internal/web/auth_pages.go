@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -21,9 +20,6 @@ import (
 	"parley/internal/store"
 	"parley/views"
 )
-
-// validName is what a user name may look like: short, and safe to show anywhere.
-var validName = regexp.MustCompile(`^[A-Za-z0-9_.\-]{1,64}$`)
 
 // safeNext keeps a post-sign-in redirect on this site: a local absolute path, never "//host"
 // or a scheme. Control characters are refused too: a browser drops tabs and newlines from a
@@ -192,7 +188,7 @@ func (s *Server) newPassword(ctx context.Context, password string) (hash []byte,
 // newAccount checks a new account's name and hashes its password (newPassword); problem is
 // what the form shows when either is refused. Sign-up, the setup link and invitations share it.
 func (s *Server) newAccount(ctx context.Context, name, password string) (hash []byte, problem string, err error) {
-	if !validName.MatchString(name) {
+	if auth.CheckName(name) != nil {
 		return nil, badName, nil
 	}
 	return s.newPassword(ctx, password)

@@ -5,15 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
-	"parley/internal/agent"
 	"parley/internal/auth"
-	"parley/internal/fault"
 	"parley/internal/store"
 	"parley/views"
 )
@@ -66,55 +62,21 @@ func (s *Server) renderTokens(c echo.Context, status int, created, createdName s
 	return s.render(c, status, views.TokensPage(s.layoutData(c, "API tokens"), rows, created, createdName))
 }
 
-// maxTokenDays bounds a token's expiry (ten years; none at all is "never").
-const maxTokenDays = 3650
-
 // createToken makes a token and shows it once; only its hash is stored. The form gives a name,
-// a scope (full, the default, or resolve) and optionally an expiry in days.
+// a scope (full, the default, or resolve) and optionally an expiry in days (auth.NewToken says
+// what each may be).
 func (s *Server) createToken(c echo.Context) error {
-	name := strings.TrimSpace(c.FormValue("name"))
-	if name == "" || len(name) > 100 || !agent.Storable(name) {
-		return fault.New(fault.KindInvalidArgs, "a token needs a name of at most 100 characters", nil)
-	}
-	scope := c.FormValue("scope")
-	switch scope {
-	case "":
-		scope = store.ScopeFull
-	case store.ScopeFull, store.ScopeResolve:
-	default:
-		return fault.New(fault.KindInvalidArgs, "scope must be full or resolve", map[string]any{"field": "scope"})
-	}
-	var expires *time.Time
-	if v := strings.TrimSpace(c.FormValue("expires_days")); v != "" {
-		days, err := strconv.Atoi(v)
-		if err != nil || days < 1 || days > maxTokenDays {
-			return fault.New(fault.KindInvalidArgs, fmt.Sprintf("expires_days must be a whole number of days from 1 to %d, or empty for never", maxTokenDays),
-				map[string]any{"field": "expires_days"})
-		}
-		at := s.now().Add(time.Duration(days) * 24 * time.Hour)
-		expires = &at
-	}
-	secret, err := s.newToken(c, store.APIToken{UserID: currentUser(c).ID, Name: name, Scope: scope, ExpiresAt: expires})
+	ctx := c.Request().Context()
+	secret, t, err := auth.CreateToken(ctx, s.store, s.now(), auth.TokenSpec{UserID: currentUser(c).ID,
+		Label: c.FormValue("name"), Scope: c.FormValue("scope"), ExpiresDays: c.FormValue("expires_days")})
 	if err != nil {
 		return err
 	}
+	s.log.InfoContext(ctx, "API token created", "user_id", t.UserID, "token_id", t.ID, "scope", t.Scope, "expires_at", t.ExpiresAt)
 	// Post-redirect-get: the page shows the token once; reloading it makes nothing.
-	c.SetCookie(&http.Cookie{Name: newTokenCookie, Value: currentUser(c).ID + "." + base64.RawURLEncoding.EncodeToString([]byte(name)) + "." + secret,
+	c.SetCookie(&http.Cookie{Name: newTokenCookie, Value: currentUser(c).ID + "." + base64.RawURLEncoding.EncodeToString([]byte(t.Name)) + "." + secret,
 		Path: "/tokens", MaxAge: 120, HttpOnly: true, Secure: s.cfg.Production, SameSite: http.SameSiteStrictMode})
 	return c.Redirect(http.StatusSeeOther, "/tokens")
-}
-
-// newToken stores t (its hash from a fresh secret) and returns the secret, which exists nowhere
-// else.
-func (s *Server) newToken(c echo.Context, t store.APIToken) (string, error) {
-	secret := auth.NewSecret(auth.TokenPrefix)
-	t.Hash, t.CreatedAt = auth.Hash(secret), s.now()
-	t, err := s.store.CreateAPIToken(c.Request().Context(), t)
-	if err != nil {
-		return "", fmt.Errorf("create API token: %w", err)
-	}
-	s.log.InfoContext(c.Request().Context(), "API token created", "user_id", t.UserID, "token_id", t.ID, "scope", t.Scope, "expires_at", t.ExpiresAt)
-	return secret, nil
 }
 
 // revokeToken revokes one of the user's tokens; someone else's token is not found.

@@ -270,7 +270,7 @@ func as(u store.User) agent.Principal {
 // token creates an API token for u.
 func (e *testEnv) token(u store.User) string {
 	e.t.Helper()
-	secret, _, err := auth.CreateToken(context.Background(), e.st, e.clk.Now(), u.ID, "test")
+	secret, _, err := auth.CreateToken(context.Background(), e.st, e.clk.Now(), auth.TokenSpec{UserID: u.ID, Label: "test"})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
 
 	"parley/internal/agent"
@@ -263,107 +262,111 @@ func (s *Server) inboxSocket(c echo.Context) error {
 	k := newSocket(s, conn, s.log.With("socket", "inbox", "user", u.ID), cancel)
 	// ?count=1 is the count-only socket every reviewer's page opens for the pending count on its
 	// Inbox link and tab title: it sends count frames and never the list.
-	countOnly := c.QueryParam("count") == "1"
-	last, lastCount := "", -1
-	render := func(ctx context.Context) bool {
-		if countOnly {
-			n := d.Total
-			if n == lastCount {
-				return true
-			}
-			grew := n > lastCount && lastCount >= 0
-			lastCount = n
-			f := frame{Type: "count", Count: &n}
-			if grew && len(d.Entries) > 0 {
-				// What a browser notification of the new approval may say: the tool and who asked.
-				f.Tool, f.Requester = d.Entries[0].Call.Name, d.Entries[0].Requester
-			}
-			return k.enqueue(f)
-		}
-		var buf bytes.Buffer
-		if err := views.InboxList(d).Render(ctx, &buf); err != nil {
-			k.log.Error("socket: render inbox", "err", err)
-			return false
-		}
-		if buf.String() == last {
+	ic := &inboxConn{socket: k, guard: guard, countOnly: c.QueryParam("count") == "1", by: by, d: d, lastCount: -1}
+	k.start(ctx, ic.readLoop, ic.pump, cancel, guard.leave, release)
+	return nil
+}
+
+// inboxConn is the state of one inbox socket, owned by its pump.
+type inboxConn struct {
+	*socket
+	guard     *liveGuard
+	countOnly bool // ?count=1: count frames, never the list
+
+	by        agent.Principal // the viewer, as last re-checked
+	d         views.InboxPage // the inbox as last filtered for by
+	feed      *inboxSub       // the socket's place in the inbox feed, joined by pump
+	snap      *inboxSnapshot  // the latest the feed gave this socket; nil before the first
+	last      string          // the list's HTML last sent
+	lastCount int             // the count last sent; -1 before the first
+}
+
+var _ liveSink[*inboxSnapshot] = (*inboxConn)(nil)
+
+// pump joins the inbox feed, sends the inbox as the page was rendered with, and keeps it
+// current (runLive).
+func (ic *inboxConn) pump(ctx context.Context) {
+	feed, leave := ic.s.inbox.join()
+	defer leave()
+	ic.feed = feed
+	if !ic.render(ctx) {
+		return
+	}
+	runLive[*inboxSnapshot](ctx, ic.guard, ic.log, ic)
+}
+
+// updates is the feed's snapshots (the channel is never closed).
+func (ic *inboxConn) updates() <-chan *inboxSnapshot { return ic.feed.c }
+
+func (ic *inboxConn) update(ctx context.Context, snap *inboxSnapshot, _ bool) bool {
+	ic.snap = snap
+	return ic.show(ctx)
+}
+
+// reauthorized: a changed role changes what the inbox lists, filtered again from the latest
+// snapshot (no query); before the first, the feed's first snapshot is filtered for it.
+func (ic *inboxConn) reauthorized(ctx context.Context, by agent.Principal) bool {
+	if by == ic.by {
+		return true
+	}
+	ic.by = by
+	if ic.snap == nil {
+		return true
+	}
+	return ic.show(ctx)
+}
+
+// due: an inbox socket has no wait of its own.
+func (ic *inboxConn) due() <-chan time.Time { return nil }
+
+func (ic *inboxConn) fire(context.Context) bool { return true }
+
+// show filters the latest snapshot for the viewer and sends what changed.
+func (ic *inboxConn) show(ctx context.Context) bool {
+	ic.d = inboxView(ic.d, ic.by, ic.snap, ic.s.agent.Now())
+	if !ic.countOnly {
+		ic.s.addNames(ctx, ic.d.Names, inboxCalls(ic.d))
+	}
+	return ic.render(ctx)
+}
+
+// render sends the page the count (count-only) or the list, when it differs from what the page
+// has (the list carries its count, data-count).
+func (ic *inboxConn) render(ctx context.Context) bool {
+	d := ic.d
+	if ic.countOnly {
+		n := d.Total
+		if n == ic.lastCount {
 			return true
 		}
-		last = buf.String()
-		h := last
-		return k.enqueue(frame{Type: "html", Op: "replace", Target: "inbox", HTML: &h})
+		grew := n > ic.lastCount && ic.lastCount >= 0
+		ic.lastCount = n
+		f := frame{Type: "count", Count: &n}
+		if grew && len(d.Entries) > 0 {
+			// What a browser notification of the new approval may say: the tool and who asked.
+			f.Tool, f.Requester = d.Entries[0].Call.Name, d.Entries[0].Requester
+		}
+		return ic.enqueue(f)
 	}
-	pump := func(ctx context.Context) {
-		feed, leave := s.inbox.join()
-		defer leave()
-		if !render(ctx) {
-			return
-		}
-		var snap *inboxSnapshot // the latest the feed gave this socket
-		recheck := guard.timer()
-		defer recheck.Stop()
-		// reauthorize re-checks the credential and the right to an inbox; a changed role
-		// changes what the inbox lists (filtered again from the snapshot: no query).
-		reauthorize := func() bool {
-			now, err := guard.check(ctx)
-			switch {
-			case ended(err):
-				k.finish(websocket.StatusPolicyViolation, "signed out or no longer allowed")
-				return false
-			case err != nil:
-				if ctx.Err() == nil {
-					k.log.Warn("socket: re-check the credential", "err", err)
-				}
-				return true
-			case now == by:
-				return true
-			}
-			by = now
-			if snap == nil {
-				return true // the feed's first snapshot is filtered for the new role
-			}
-			d = inboxView(d, by, snap, s.agent.Now())
-			if !countOnly {
-				s.addNames(ctx, d.Names, inboxCalls(d))
-			}
-			return render(ctx)
-		}
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-s.stopping:
-				k.finish(websocket.StatusGoingAway, "server shutting down")
-				return
-			case <-k.keepalive():
-				k.sendPing()
-			case <-recheck.C():
-				if !reauthorize() {
-					return
-				}
-				recheck.Reset(guard.every())
-			case <-guard.bell:
-				if !reauthorize() {
-					return
-				}
-			case snap = <-feed.c:
-				d = inboxView(d, by, snap, s.agent.Now())
-				if !countOnly {
-					s.addNames(ctx, d.Names, inboxCalls(d))
-				}
-				if !render(ctx) {
-					return
-				}
-			}
+	var buf bytes.Buffer
+	if err := views.InboxList(d).Render(ctx, &buf); err != nil {
+		ic.log.Error("socket: render inbox", "err", err)
+		return false
+	}
+	if buf.String() == ic.last {
+		return true
+	}
+	ic.last = buf.String()
+	h := ic.last
+	return ic.enqueue(frame{Type: "html", Op: "replace", Target: "inbox", HTML: &h})
+}
+
+// readLoop keeps the socket reading: the inbox page sends nothing, but reading keeps pings,
+// pongs and the close handshake working.
+func (ic *inboxConn) readLoop(ctx context.Context) error {
+	for {
+		if _, _, err := ic.read(ctx); err != nil {
+			return err
 		}
 	}
-	readLoop := func(ctx context.Context) error {
-		// The inbox page sends nothing; reading keeps pings, pongs and the close handshake working.
-		for {
-			if _, _, err := k.read(ctx); err != nil {
-				return err
-			}
-		}
-	}
-	k.start(ctx, readLoop, pump, cancel, guard.leave, release)
-	return nil
 }

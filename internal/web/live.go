@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -298,3 +299,92 @@ func (lg *liveGuard) timer() clock.Timer { return lg.s.clock.NewTimer(lg.every()
 
 // every is how often the guard re-checks.
 func (lg *liveGuard) every() time.Duration { return lg.s.cfg.LiveRecheck - lg.s.recheckShare() }
+
+// liveEnd is why runLive ends a connection, which its sink tells the client.
+type liveEnd int
+
+const (
+	liveSignedOut liveEnd = iota // a re-check found the credential or the right gone
+	liveShutdown                 // the server is stopping
+)
+
+// liveSink is one live connection as runLive drives it: a conversation's page socket, the
+// inbox socket or an event stream. runLive calls its methods on its own goroutine only, and a
+// method returning false ends the connection.
+type liveSink[T any] interface {
+	// updates is what the connection follows, read again each round (a resubscription
+	// replaces it); update brings the client up to date with u (ok false: updates closed).
+	updates() <-chan T
+	update(ctx context.Context, u T, ok bool) bool
+	// keepalive fires when a heartbeat is due; heartbeat sends one (a WebSocket ping, an SSE
+	// comment) and sets the next.
+	keepalive() <-chan time.Time
+	heartbeat() bool
+	// due fires when the sink's own wait ends (a page socket's render window; nil while none
+	// is armed); fire acts on it.
+	due() <-chan time.Time
+	fire(ctx context.Context) bool
+	// reauthorized takes the principal a re-check found, which may differ from the one before
+	// (a role changed): what the client is shown follows it.
+	reauthorized(ctx context.Context, by agent.Principal) bool
+	// ending tells the client why runLive ends the connection.
+	ending(why liveEnd)
+}
+
+// runLive is the one loop of every live connection: it waits and dispatches — updates,
+// heartbeats, the sink's own wait, and the guard's re-checks (every LiveRecheck, and at once
+// when the bell rings) — until ctx ends, the server stops or the sink ends the connection. The
+// work is in the sink's methods, so an idle connection's goroutine uses little of its stack
+// (the runtime then shrinks it back after a render grew it: socket.serve).
+func runLive[T any](ctx context.Context, guard *liveGuard, log *slog.Logger, sink liveSink[T]) {
+	recheck := guard.timer()
+	defer recheck.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-guard.s.stopping:
+			sink.ending(liveShutdown)
+			return
+		case <-sink.keepalive():
+			if !sink.heartbeat() {
+				return
+			}
+		case <-recheck.C():
+			if !reauthorize(ctx, guard, log, sink) {
+				return
+			}
+			recheck.Reset(guard.every())
+		case <-guard.bell:
+			if !reauthorize(ctx, guard, log, sink) {
+				return
+			}
+		case <-sink.due():
+			if !sink.fire(ctx) {
+				return
+			}
+		case u, ok := <-sink.updates():
+			if !sink.update(ctx, u, ok) {
+				return
+			}
+		}
+	}
+}
+
+// reauthorize re-checks a live connection's credential and right (liveGuard.check): the sink
+// gets the principal as it stands, or is ended when the credential or the right is gone. A
+// failure to read is logged and the connection stays: the next check tries again.
+func reauthorize[T any](ctx context.Context, guard *liveGuard, log *slog.Logger, sink liveSink[T]) bool {
+	by, err := guard.check(ctx)
+	switch {
+	case err == nil:
+		return sink.reauthorized(ctx, by)
+	case ended(err):
+		sink.ending(liveSignedOut)
+		return false
+	}
+	if ctx.Err() == nil {
+		log.Warn("live connection: re-check the credential", "err", err)
+	}
+	return true
+}

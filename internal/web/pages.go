@@ -18,31 +18,6 @@ import (
 	"parley/views"
 )
 
-// pageRoutes registers the pages (conversations, the conversation page and its socket, the
-// inbox). It runs last in the route table, after authentication and CSRF middleware are in place.
-//
-// Every page handler has the same shape: load → check → act → render or redirect. Without
-// JavaScript every form is a plain POST answered with a redirect (or the page re-rendered with
-// its errors); hooks.js sends the same forms over fetch with X-Parley-Fetch and gets JSON.
-func (s *Server) pageRoutes(e *echo.Echo) {
-	g := e.Group("", s.requireUser, s.limitPages, noStore)
-	g.GET("/conversations", s.conversationsPage)
-	g.POST("/conversations", s.createConversationPage)
-	g.GET("/conversations/:id", s.conversationPage)
-	g.POST("/conversations/:id/messages", s.postMessagePage)
-	g.POST("/conversations/:id/cancel", s.cancelPage)
-	g.POST("/conversations/:id/rename", s.renamePage)
-	g.POST("/conversations/:id/delete", s.deletePage)
-	g.POST("/conversations/:id/calls/:call/resolve", s.resolvePage)
-	g.GET("/conversations/:id/ws", s.conversationSocket)
-	g.GET("/inbox", s.inboxPage)
-	g.GET("/inbox/ws", s.inboxSocket)
-	g.POST("/inbox/bulk", s.inboxBulkPage)
-	g.POST("/inbox/claim", s.inboxClaimPage)
-	// A plan preview spends the previews budget, not the page budget (plan.go).
-	e.POST("/conversations/:id/calls/:call/plan", s.planPage, s.requireUser, s.limitPreviews, noStore)
-}
-
 // conversationsPage: GET /conversations[?q=…] → the user's conversations (those whose title or
 // messages match q, when it is given: agent.Search, each message match with its excerpt) and the
 // new-conversation form. A search the agent refuses (too long, control characters) is a 400 page

@@ -47,16 +47,34 @@ func (s *Server) routes() *echo.Echo {
 	e.POST("/logout", s.logout)
 	e.GET("/", s.home)
 
-	// Account pages.
-	acct := e.Group("", s.requireUser, s.limitPages, noStore)
-	acct.GET("/tokens", s.tokensPage)
-	acct.POST("/tokens", s.createToken)
-	acct.POST("/tokens/:token/revoke", s.revokeToken)
-	acct.GET("/account", s.accountPage)
-	acct.POST("/account/password", s.changePassword)
-	acct.POST("/account/signout-all", s.signOutEverywhere)
-	acct.GET("/grants", s.grantsPage)
-	acct.POST("/grants/:grant/revoke", s.revokeGrantPage)
+	// The pages of a signed-in user. Every page handler has the same shape: load → check → act →
+	// render or redirect. Without JavaScript every form is a plain POST answered with a redirect
+	// (or the page re-rendered with its errors); hooks.js sends the same forms over fetch with
+	// X-Parley-Fetch and gets JSON.
+	pages := e.Group("", s.requireUser, s.limitPages, noStore)
+	pages.GET("/conversations", s.conversationsPage)
+	pages.POST("/conversations", s.createConversationPage)
+	pages.GET("/conversations/:id", s.conversationPage)
+	pages.POST("/conversations/:id/messages", s.postMessagePage)
+	pages.POST("/conversations/:id/cancel", s.cancelPage)
+	pages.POST("/conversations/:id/rename", s.renamePage)
+	pages.POST("/conversations/:id/delete", s.deletePage)
+	pages.POST("/conversations/:id/calls/:call/resolve", s.resolvePage)
+	pages.GET("/conversations/:id/ws", s.conversationSocket)
+	pages.GET("/inbox", s.inboxPage)
+	pages.GET("/inbox/ws", s.inboxSocket)
+	pages.POST("/inbox/bulk", s.inboxBulkPage)
+	pages.POST("/inbox/claim", s.inboxClaimPage)
+	pages.GET("/tokens", s.tokensPage)
+	pages.POST("/tokens", s.createToken)
+	pages.POST("/tokens/:token/revoke", s.revokeToken)
+	pages.GET("/account", s.accountPage)
+	pages.POST("/account/password", s.changePassword)
+	pages.POST("/account/signout-all", s.signOutEverywhere)
+	pages.GET("/grants", s.grantsPage)
+	pages.POST("/grants/:grant/revoke", s.revokeGrantPage)
+	// A plan preview spends the previews budget, not the page budget (plan.go).
+	e.POST("/conversations/:id/calls/:call/plan", s.planPage, s.requireUser, s.limitPreviews, noStore)
 	admin := e.Group("/admin", s.requireUser, s.requireRole(store.RoleAdmin), noStore)
 	admin.GET("/users", s.adminUsers)
 	admin.POST("/users/:user/role", s.setRole)
@@ -89,8 +107,6 @@ func (s *Server) routes() *echo.Echo {
 	api.GET("/admin/grants", s.apiAllGrants)
 	api.GET("/audit", s.apiAudit)
 	api.Any("/*", func(echo.Context) error { return errUnknownAction })
-
-	s.pageRoutes(e)
 	return e
 }
 

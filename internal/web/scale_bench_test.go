@@ -69,7 +69,7 @@ func BenchmarkScaleSockets(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	token, _, err := auth.CreateToken(ctx, st, clk.Now(), u.ID, "bench")
+	token, _, err := auth.CreateToken(ctx, st, clk.Now(), auth.TokenSpec{UserID: u.ID, Label: "bench"})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -22,9 +22,9 @@
 //   - errors: return a *fault.Error (or any error) from a handler; errorHandler maps its kind to the
 //     status in one place (errors.go) and renders JSON for the API, HTML for pages.
 //
-// Authentication runs globally (session cookie, or a Bearer token on /api/ and paths ending in
-// /ws only); CSRF is checked globally on every unsafe method except Bearer-authenticated requests. pageRoutes (pages.go) is called last from the
-// route table, so a page route may replace the placeholder "/" redirect.
+// Every route is in the one route table (routes.go). Authentication runs globally (session
+// cookie, or a Bearer token on /api/ and paths ending in /ws only); CSRF is checked globally on
+// every unsafe method except Bearer-authenticated requests.
 package web
 
 import (

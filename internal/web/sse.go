@@ -1,9 +1,11 @@
 package web
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"parley/internal/agent"
+	"parley/internal/clock"
 	"parley/internal/fault"
 	"parley/internal/store"
 )
@@ -75,129 +78,146 @@ func (s *Server) apiEvents(c echo.Context) error {
 		return nil // the client is gone
 	}
 	ctx := c.Request().Context()
-	catchUp := func() error {
-		entries, err := sub.Log(ctx, st.last)
-		if err != nil {
-			return fmt.Errorf("read log of %s: %w", id, err)
-		}
-		for _, e := range entries {
-			if err := st.entry(e); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
+	es := &eventStream{s: s, id: id, sub: sub, st: st, guard: guard, log: s.log.With("conversation_id", id)}
 	if sub.LastSeq > st.last { // nothing to replay (a new conversation, an up-to-date resume): no read
-		if err := catchUp(); err != nil {
-			s.log.InfoContext(ctx, "event stream ended", "conversation_id", id, "err", err)
+		if err := es.catchUp(ctx); err != nil {
+			es.log.InfoContext(ctx, "event stream ended", "err", err)
 			return nil
 		}
 	}
-	hb := s.clock.NewTimer(s.cfg.SSEHeartbeat)
-	defer hb.Stop()
-	recheck := guard.timer()
-	defer recheck.Stop()
-	// reauthorize re-checks the stream's token or session (liveGuard); a stream whose credential
-	// or right is gone ends with a "signed_out" event.
-	reauthorize := func() bool {
-		_, err := guard.check(ctx)
-		switch {
-		case ended(err):
-			_ = st.event("", "signed_out", []byte(`{}`))
-			return false
-		case err != nil && ctx.Err() == nil:
-			s.log.WarnContext(ctx, "event stream: re-check the credential", "conversation_id", id, "err", err)
-		}
-		return true
+	es.hb = s.clock.NewTimer(s.cfg.SSEHeartbeat)
+	defer es.hb.Stop()
+	runLive[agent.Event](ctx, guard, es.log, es)
+	return nil
+}
+
+// eventStream is one conversation's event stream as runLive drives it.
+type eventStream struct {
+	s   *Server
+	id  string
+	sub *agent.Subscription
+	st  *sseStream
+	hb  clock.Timer // the heartbeat
+	// guard asks the policy again before a change of the conversation's calls is passed on
+	guard *liveGuard
+	log   *slog.Logger // with the conversation's id
+}
+
+var _ liveSink[agent.Event] = (*eventStream)(nil)
+
+// catchUp writes the log's entries after the last one sent, read from the store.
+func (es *eventStream) catchUp(ctx context.Context) error {
+	entries, err := es.sub.Log(ctx, es.st.last)
+	if err != nil {
+		return fmt.Errorf("read log of %s: %w", es.id, err)
 	}
-	// live writes one event of the subscription (ok false: it closed); false ends the stream.
-	live := func(ev agent.Event, ok bool) bool {
-		for ok && ev.Type == agent.EventTextDelta {
-			// Deltas that queued up while this stream was writing go out as one event: fewer
-			// writes when the server is busy, no added delay when it is not.
-			var next *agent.Event
-			ev, next, ok = coalesceDeltas(ev, sub.C)
-			if err := st.liveEvent(ev); err != nil {
-				return false
-			}
-			if !ok {
-				break // closed while draining: handled below
-			}
-			if next == nil {
-				return true
-			}
-			ev = *next // another event, or a delta that does not continue this one
+	for _, e := range entries {
+		if err := es.st.entry(e); err != nil {
+			return err
 		}
-		if !ok || ev.Type == agent.EventResync {
-			if err := catchUp(); err == nil {
-				_ = st.event("", string(agent.EventResync), []byte(`{}`))
-			}
-			return false
-		}
-		if err := guard.mayStillFollow(ctx, ev); err != nil {
-			// A decider's right ended (their decision, or another's): nothing more of the
-			// conversation is theirs.
-			_ = st.event("", "signed_out", []byte(`{}`))
-			return false
-		}
-		if len(ev.Entries) > 0 {
-			if err := st.carried(ev.Entries); err != nil {
-				return false // the client is gone
-			}
-		}
-		if ev.Seq > st.last {
-			// The event did not carry what it follows (this stream subscribed in between,
-			// or the commit published nothing): read the log.
-			if err := catchUp(); err != nil {
-				s.log.InfoContext(ctx, "event stream ended", "conversation_id", id, "err", err)
-				return false
-			}
-		}
-		if ev.Type == agent.EventMessage {
-			return true // the log entry carries it
-		}
-		return st.liveEvent(ev) == nil
 	}
-	for {
+	return nil
+}
+
+// updates is the conversation's events.
+func (es *eventStream) updates() <-chan agent.Event { return es.sub.C }
+
+// update writes ev and the events already queued after it (up to maxBatched) in a single flush:
+// one write to the socket instead of one per event; nothing waits for more to arrive.
+func (es *eventStream) update(ctx context.Context, ev agent.Event, ok bool) bool {
+	st := es.st
+	st.hold = true
+	more := es.live(ctx, ev, ok)
+	for n := 1; more && n < maxBatched; n++ {
 		select {
-		case <-ctx.Done():
-			return nil
-		case <-recheck.C():
-			if !reauthorize() {
-				return nil
-			}
-			recheck.Reset(guard.every())
-		case <-guard.bell:
-			if !reauthorize() {
-				return nil
-			}
-		case <-s.stopping:
-			_ = st.event("", "shutdown", []byte(`{}`))
-			return nil
-		case <-hb.C():
-			if err := st.comment("ping"); err != nil {
-				return nil
-			}
-			hb.Reset(s.cfg.SSEHeartbeat)
-		case ev, ok := <-sub.C:
-			// Events already queued go out with this one in a single flush (one write to the
-			// socket instead of one per event); nothing waits for more to arrive.
-			st.hold = true
-			more := live(ev, ok)
-			for n := 1; more && n < maxBatched; n++ {
-				select {
-				case ev, ok = <-sub.C:
-					more = live(ev, ok)
-				default:
-					n = maxBatched
-				}
-			}
-			st.hold = false
-			if err := st.flush(); err != nil || !more {
-				return nil
-			}
+		case ev, ok = <-es.sub.C:
+			more = es.live(ctx, ev, ok)
+		default:
+			n = maxBatched
 		}
 	}
+	st.hold = false
+	return st.flush() == nil && more
+}
+
+// live writes one event of the subscription (ok false: it closed); false ends the stream.
+func (es *eventStream) live(ctx context.Context, ev agent.Event, ok bool) bool {
+	st := es.st
+	for ok && ev.Type == agent.EventTextDelta {
+		// Deltas that queued up while this stream was writing go out as one event: fewer
+		// writes when the server is busy, no added delay when it is not.
+		var next *agent.Event
+		ev, next, ok = coalesceDeltas(ev, es.sub.C)
+		if err := st.liveEvent(ev); err != nil {
+			return false
+		}
+		if !ok {
+			break // closed while draining: handled below
+		}
+		if next == nil {
+			return true
+		}
+		ev = *next // another event, or a delta that does not continue this one
+	}
+	if !ok || ev.Type == agent.EventResync {
+		if err := es.catchUp(ctx); err == nil {
+			_ = st.event("", string(agent.EventResync), []byte(`{}`))
+		}
+		return false
+	}
+	if err := es.guard.mayStillFollow(ctx, ev); err != nil {
+		// A decider's right ended (their decision, or another's): nothing more of the
+		// conversation is theirs.
+		_ = st.event("", "signed_out", []byte(`{}`))
+		return false
+	}
+	if len(ev.Entries) > 0 {
+		if err := st.carried(ev.Entries); err != nil {
+			return false // the client is gone
+		}
+	}
+	if ev.Seq > st.last {
+		// The event did not carry what it follows (this stream subscribed in between,
+		// or the commit published nothing): read the log.
+		if err := es.catchUp(ctx); err != nil {
+			es.log.InfoContext(ctx, "event stream ended", "err", err)
+			return false
+		}
+	}
+	if ev.Type == agent.EventMessage {
+		return true // the log entry carries it
+	}
+	return st.liveEvent(ev) == nil
+}
+
+// keepalive is the heartbeat's channel; heartbeat writes a comment and sets the next.
+func (es *eventStream) keepalive() <-chan time.Time { return es.hb.C() }
+
+func (es *eventStream) heartbeat() bool {
+	if err := es.st.comment("ping"); err != nil {
+		return false
+	}
+	es.hb.Reset(es.s.cfg.SSEHeartbeat)
+	return true
+}
+
+// due: an event stream has no wait of its own.
+func (es *eventStream) due() <-chan time.Time { return nil }
+
+func (es *eventStream) fire(context.Context) bool { return true }
+
+// reauthorized: the stream is the conversation's log whoever follows it; guard.check has asked
+// whether the principal, as it now stands, may still follow it.
+func (es *eventStream) reauthorized(context.Context, agent.Principal) bool { return true }
+
+// ending tells the client why the stream ends: "signed_out" when its credential or right is
+// gone, "shutdown" when the server stops.
+func (es *eventStream) ending(why liveEnd) {
+	name := "signed_out"
+	if why == liveShutdown {
+		name = "shutdown"
+	}
+	_ = es.st.event("", name, []byte(`{}`))
 }
 
 // maxBatched bounds the events written to a stream between two flushes.

@@ -97,7 +97,7 @@ type socket struct {
 	conn   *websocket.Conn
 	log    *slog.Logger
 	cancel context.CancelFunc
-	ping   clock.Timer // keepalive, set by begin; the pump selects on keepalive()
+	ping   clock.Timer // keepalive, set by begin; the pump's runLive selects on keepalive()
 
 	mu       sync.Mutex
 	queue    [][]byte        // frames waiting for the writer, oldest first; nil when empty (guarded by mu)
@@ -153,17 +153,29 @@ func (k *socket) enqueue(f frame) bool {
 	return true
 }
 
-// keepalive is the ping timer's channel; the pump calls sendPing when it fires.
+// keepalive is the ping timer's channel; the pump's runLive calls heartbeat when it fires.
 func (k *socket) keepalive() <-chan time.Time { return k.ping.C() }
 
-// sendPing asks the writer for a ping (one at most waits; it does not count against the queue)
-// and sets the next one. A ping that gets no pong within writeTimeout ends the socket.
-func (k *socket) sendPing() {
+// heartbeat asks the writer for a ping (one at most waits; it does not count against the
+// queue) and sets the next one. A ping that gets no pong within writeTimeout ends the socket.
+func (k *socket) heartbeat() bool {
 	k.mu.Lock()
 	k.pingDue = true
 	k.startWriterLocked()
 	k.mu.Unlock()
 	k.ping.Reset(pingInterval)
+	return true
+}
+
+// ending closes the socket for why runLive ends it: a policy violation when the viewer was
+// signed out or lost the right, going away when the server stops.
+func (k *socket) ending(why liveEnd) {
+	switch why {
+	case liveSignedOut:
+		k.finish(websocket.StatusPolicyViolation, "signed out or no longer allowed")
+	case liveShutdown:
+		k.finish(websocket.StatusGoingAway, "server shutting down")
+	}
 }
 
 // startWriterLocked starts a writer when there is work, none runs, serve is running and the
@@ -419,10 +431,9 @@ type convSocket struct {
 	status     string            // status line HTML last sent
 	clientSent map[string]bool   // client_exec frames sent on this socket
 
-	sub     *agent.Subscription // the conversation's events, subscribed again after a resync
-	detach  func()              // ends the socket's attachment as a client (the owner's sockets)
-	recheck clock.Timer         // the guard's re-check
-	resync  bool                // the subscription lagged: subscribe again when it closes
+	sub    *agent.Subscription // the conversation's events, subscribed again after a resync
+	detach func()              // ends the socket's attachment as a client (the owner's sockets)
+	resync bool                // the subscription lagged: subscribe again when it closes
 
 	// The streaming answer (stream.go): the conversation's shared stream renders it for every
 	// socket of this process; the socket sends its page the renders that move it on.
@@ -434,43 +445,34 @@ type convSocket struct {
 	over     int64            // answers before this seq are over: their renders are not shown
 }
 
-// pump follows the conversation's events and keeps the page current until ctx ends, the
-// server stops, or the subscription ends for good. Its loop only waits and dispatches (the work
-// is in methods it calls): an idle socket's pump then uses little enough of its stack for the
-// runtime to shrink it back after the renders grew it (socket.serve).
+// pump follows the conversation's events and keeps the page current (runLive) until ctx ends,
+// the server stops, or the subscription ends for good.
 func (cs *convSocket) pump(ctx context.Context) {
 	defer cs.leave()
 	if !cs.join(ctx) {
 		return
 	}
-	s, recheck := cs.s, cs.recheck
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.stopping:
-			cs.finish(websocket.StatusGoingAway, "server shutting down")
-			return
-		case <-cs.keepalive():
-			cs.sendPing()
-		case <-recheck.C():
-			if !cs.reauthorize(ctx) {
-				return
-			}
-			recheck.Reset(cs.guard.every())
-		case <-cs.guard.bell:
-			if !cs.reauthorize(ctx) {
-				return
-			}
-		case <-cs.flush:
-			cs.flush = nil
-			cs.flushText(ctx, false)
-		case ev, ok := <-cs.sub.C:
-			if !cs.events(ctx, ev, ok) {
-				return
-			}
-		}
-	}
+	runLive[agent.Event](ctx, cs.guard, cs.log, cs)
+}
+
+var _ liveSink[agent.Event] = (*convSocket)(nil)
+
+// updates is the conversation's events, of the subscription taken last.
+func (cs *convSocket) updates() <-chan agent.Event { return cs.sub.C }
+
+// due is the socket's render window: when it ends, the text waiting is rendered.
+func (cs *convSocket) due() <-chan time.Time { return cs.flush }
+
+func (cs *convSocket) fire(ctx context.Context) bool {
+	cs.flush = nil
+	cs.flushText(ctx, false)
+	return true
+}
+
+// reauthorized: a changed role shows in the cards the socket renders next.
+func (cs *convSocket) reauthorized(_ context.Context, by agent.Principal) bool {
+	cs.page.Viewer.Principal = by
+	return true
 }
 
 // join subscribes to the conversation's events, attaches the socket as a client of its
@@ -488,18 +490,11 @@ func (cs *convSocket) join(ctx context.Context) bool {
 	}
 	cs.clientSent = map[string]bool{}
 	cs.shared = cs.s.streams.join(cs.id)
-	if !cs.sync(ctx, true) {
-		return false
-	}
-	cs.recheck = cs.guard.timer()
-	return true
+	return cs.sync(ctx, true)
 }
 
 // leave stops what join started.
 func (cs *convSocket) leave() {
-	if cs.recheck != nil {
-		cs.recheck.Stop()
-	}
 	if cs.shared != nil {
 		cs.s.streams.leave(cs.id, cs.shared)
 	}
@@ -511,9 +506,9 @@ func (cs *convSocket) leave() {
 	}
 }
 
-// events takes ev from the subscription (ok false: its channel closed) and whatever else is
+// update takes ev from the subscription (ok false: its channel closed) and whatever else is
 // already queued, and brings the page up to date; false ends the socket.
-func (cs *convSocket) events(ctx context.Context, ev agent.Event, ok bool) bool {
+func (cs *convSocket) update(ctx context.Context, ev agent.Event, ok bool) bool {
 	s := cs.s
 	if !ok {
 		if !cs.resync {
@@ -571,27 +566,8 @@ func (cs *convSocket) events(ctx context.Context, ev agent.Event, ok bool) bool 
 		}
 		break
 	}
-	// A channel closed during the drain yields !ok again in the pump's next select.
+	// A channel closed during the drain yields !ok again in runLive's next select.
 	return !dirty || cs.sync(ctx, false)
-}
-
-// reauthorize re-checks the socket's credential and right (liveGuard); a socket whose session
-// ended, token was revoked or right to the conversation is gone closes with a policy violation.
-// A changed role shows in the cards it renders next.
-func (cs *convSocket) reauthorize(ctx context.Context) bool {
-	by, err := cs.guard.check(ctx)
-	switch {
-	case err == nil:
-		cs.page.Viewer.Principal = by
-		return true
-	case ended(err):
-		cs.finish(websocket.StatusPolicyViolation, "signed out or no longer allowed")
-		return false
-	}
-	if ctx.Err() == nil {
-		cs.log.Warn("socket: re-check the credential", "err", err)
-	}
-	return true
 }
 
 // streamGap is the shortest gap between two renders of n bytes of streamed text: deltaFlush,
