@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"strconv"
 	"time"
 )
 
@@ -54,70 +53,105 @@ type NotifyMessage struct {
 // resolution).
 const AuditTimeFormat = "2006-01-02T15:04:05.000000Z"
 
-// AuditHash is the hash that chains r after the record whose hash is prev (empty for the first):
-// the hex SHA-256 of prev and r's fields, each written as its length in bytes, a colon, the
-// bytes and a newline, so no two records write alike. PostgreSQL computes the same in
-// parley_chain_audit (migration 008); the conformance suite checks that they agree.
+// AuditHash is the unkeyed hash of the records written before the chain was keyed (their
+// KeyID is empty; auditkey.go): the hex SHA-256 of prev and r's fields, each written as its
+// length in bytes, a colon, the bytes and a newline, so no two records write alike. Anyone can
+// compute it, so it shows accidents, not tampering: new records are linked with AuditKey.Link.
 func AuditHash(prev string, r AuditRecord) string {
 	var buf [512]byte
-	b := buf[:0]
-	field := func(f string) {
-		b = strconv.AppendInt(b, int64(len(f)), 10)
-		b = append(b, ':')
-		b = append(b, f...)
-		b = append(b, '\n')
-	}
-	var seq [20]byte
-	field(prev)
-	field(string(strconv.AppendInt(seq[:0], r.Seq, 10)))
-	field(r.ConversationID)
-	field(r.ToolCallID)
-	field(r.Tool)
-	field(r.ActorID)
-	field(r.Action)
-	field(r.Reason)
-	field(r.ArgsHash)
-	field(string(r.Detail))
-	var at [32]byte
-	field(string(r.At.UTC().Truncate(time.Microsecond).AppendFormat(at[:0], AuditTimeFormat)))
-	sum := sha256.Sum256(b)
+	sum := sha256.Sum256(auditFields(buf[:0], prev, r))
 	return hex.EncodeToString(sum[:])
 }
 
 // ChainBreak says where a chain stops being intact: the first record that does not follow from
-// the one before it, and why.
+// the one before it (or, for a truncated chain, the first one missing), and why.
 type ChainBreak struct {
 	Seq    int64
-	ID     int64
+	ID     int64 // 0 when the record is missing
 	Reason string
 }
 
 func (b *ChainBreak) Error() string {
+	if b.ID == 0 {
+		return fmt.Sprintf("audit record %d breaks the chain: %s", b.Seq, b.Reason)
+	}
 	return fmt.Sprintf("audit record %d (id %d) breaks the chain: %s", b.Seq, b.ID, b.Reason)
 }
 
 // ChainVerifier checks records in chain order, one at a time, so a chain of any length is
-// verified in constant memory. The zero value expects the chain's first record.
+// verified in constant memory, then (End) that the chain reaches its anchor. Key is the chain's
+// key: without it only unkeyed records can be checked. Anchor, when set, is the newest head
+// signed outside the database (already checked with the key: AuditKey.CheckHead): the record at
+// its place must have its hash, the chain must reach it, and only its first Legacy records may
+// be unkeyed. Without an anchor, a cut-off tail cannot be told from a chain that ends there.
+// The zero value checks an unkeyed chain from its first record.
 type ChainVerifier struct {
-	seq  int64
-	hash string
-	n    int64
+	Key    *AuditKey
+	Anchor *AuditHead
+
+	seq    int64
+	hash   string
+	n      int64
+	legacy int64
+	keyed  bool
 }
 
 // Next checks the record that follows those seen so far; a *ChainBreak when it does not follow.
 func (v *ChainVerifier) Next(r AuditRecord) error {
+	brk := func(format string, args ...any) error {
+		return &ChainBreak{Seq: r.Seq, ID: r.ID, Reason: fmt.Sprintf(format, args...)}
+	}
 	switch {
 	case r.Seq != v.seq+1:
-		return &ChainBreak{Seq: r.Seq, ID: r.ID, Reason: fmt.Sprintf("place %d follows place %d (a record is missing or out of order)", r.Seq, v.seq)}
+		if r.Seq > v.seq+1 {
+			return &ChainBreak{Seq: v.seq + 1, Reason: fmt.Sprintf("it is missing: record %d follows record %d", r.Seq, v.seq)}
+		}
+		return brk("place %d follows place %d (out of order)", r.Seq, v.seq)
 	case r.PrevHash != v.hash:
-		return &ChainBreak{Seq: r.Seq, ID: r.ID, Reason: "its prev_hash is not the previous record's hash"}
-	case AuditHash(v.hash, r) != r.Hash:
-		return &ChainBreak{Seq: r.Seq, ID: r.ID, Reason: "its contents do not match its hash (the record was changed)"}
+		return brk("its prev_hash is not the previous record's hash")
+	}
+	if r.KeyID == "" {
+		switch {
+		case v.keyed:
+			return brk("it is unkeyed (the hash scheme from before the chain was keyed) but follows keyed records: the chain was rewritten from here")
+		case v.Anchor != nil && r.Seq > v.Anchor.Legacy:
+			return brk("it is unkeyed but the anchor says only the first %d records are: the chain was rewritten from here", v.Anchor.Legacy)
+		case AuditHash(v.hash, r) != r.Hash:
+			return brk("its contents do not match its hash (the record was changed)")
+		}
+		v.legacy++
+	} else {
+		switch {
+		case v.Key == nil:
+			return brk("it is keyed (key %s) and no audit key was given to check it", r.KeyID)
+		case r.KeyID != v.Key.ID():
+			return brk("it is keyed with key %s, not the configured key %s (another key, or a forged record)", r.KeyID, v.Key.ID())
+		case v.Key.Link(v.hash, r) != r.Hash:
+			return brk("its contents do not match its keyed hash (the record was changed, or the chain re-hashed without the key)")
+		}
+		v.keyed = true
+	}
+	if a := v.Anchor; a != nil && r.Seq == a.Seq && r.Hash != a.Hash {
+		return brk("its hash is not the one the anchor written at %s records", a.At.Format(time.RFC3339))
 	}
 	v.seq, v.hash = r.Seq, r.Hash
 	v.n++
 	return nil
 }
 
+// End reports a chain that stops before its anchor's head: the newest records were removed. The
+// break names the first record missing.
+func (v *ChainVerifier) End() error {
+	if a := v.Anchor; a != nil && v.seq < a.Seq {
+		return &ChainBreak{Seq: v.seq + 1, Reason: fmt.Sprintf(
+			"it is missing: the chain ends at record %d but the anchor written at %s records a head at %d (the newest records were removed)",
+			v.seq, a.At.Format(time.RFC3339), a.Seq)}
+	}
+	return nil
+}
+
 // Verified is how many records have been checked so far, and the newest one's hash.
 func (v *ChainVerifier) Verified() (n int64, head string) { return v.n, v.hash }
+
+// Unkeyed is how many of the records checked so far are unkeyed (from before the chain was keyed).
+func (v *ChainVerifier) Unkeyed() int64 { return v.legacy }

@@ -140,13 +140,25 @@ CREATE TABLE audit (
 	detail          TEXT NOT NULL DEFAULT '',
 	chain_seq       INTEGER,
 	prev_hash       TEXT NOT NULL DEFAULT '',
-	hash            TEXT NOT NULL DEFAULT ''
+	hash            TEXT NOT NULL DEFAULT '',
+	key_id          TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX audit_conversation ON audit (conversation_id, at);
 CREATE INDEX audit_actor ON audit (actor_id, at);
 CREATE UNIQUE INDEX audit_chain_seq ON audit (chain_seq);
-CREATE INDEX audit_unchained ON audit (id) WHERE chain_seq IS NULL;
 CREATE INDEX audit_action ON audit (action, chain_seq);
+-- The audit trail is a keyed hash chain (store/auditkey.go; PostgreSQL's twin is migration 019):
+-- key_id names the key a record was linked with, empty for the unkeyed records of a file from
+-- before version 9. The file refuses to change or remove a record (a conversation's deletion
+-- leaves its records); whoever can write the file can drop these triggers, and the key and the
+-- anchor are what show that.
+CREATE INDEX audit_unkeyed ON audit (chain_seq) WHERE key_id = '';
+CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit BEGIN
+	SELECT RAISE(ABORT, 'the audit trail is append-only: UPDATE on audit refused');
+END;
+CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit BEGIN
+	SELECT RAISE(ABORT, 'the audit trail is append-only: DELETE on audit refused');
+END;
 
 CREATE TABLE grants (
 	id              TEXT PRIMARY KEY,

@@ -37,7 +37,7 @@ import (
 //go:embed schema.sql
 var schema string
 
-const schemaVersion = 8
+const schemaVersion = 9
 
 // upgrades bring a file from the version before each (the key) to that version; each runs in the
 // migration's transaction.
@@ -154,6 +154,65 @@ CREATE INDEX notify_outbox_due ON notify_outbox (next_attempt_at);`,
 	8: `DROP TRIGGER entries_search_ai;
 ALTER TABLE conversations ADD COLUMN indexed_seq INTEGER NOT NULL DEFAULT 0;
 UPDATE conversations SET indexed_seq = last_seq;`,
+	// 8 → 9: the audit chain is keyed (migration 019): records remember their key's id, and the
+	// file refuses to change or remove one. The records left unchained (written before version 5
+	// and not chained since) are chained first, unkeyed (chainUnkeyed).
+	9: `DROP INDEX audit_unchained;
+ALTER TABLE audit ADD COLUMN key_id TEXT NOT NULL DEFAULT '';
+CREATE INDEX audit_unkeyed ON audit (chain_seq) WHERE key_id = '';
+CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit BEGIN
+	SELECT RAISE(ABORT, 'the audit trail is append-only: UPDATE on audit refused');
+END;
+CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit BEGIN
+	SELECT RAISE(ABORT, 'the audit trail is append-only: DELETE on audit refused');
+END;`,
+}
+
+// beforeUpgrade runs Go steps of an upgrade before its SQL, in the migration's transaction.
+var beforeUpgrade = map[int]func(ctx context.Context, tx *sql.Tx) error{
+	9: chainUnkeyed,
+}
+
+// chainUnkeyed chains the audit records still unchained, in id order, after the chain's head,
+// with the unkeyed hash they would have got from the next write before version 9
+// (store.AuditHash): from version 9 on, no record can be updated.
+func chainUnkeyed(ctx context.Context, tx *sql.Tx) error {
+	var seq int64
+	var head string
+	err := tx.QueryRowContext(ctx, `SELECT chain_seq, hash FROM audit WHERE chain_seq IS NOT NULL ORDER BY chain_seq DESC LIMIT 1`).Scan(&seq, &head)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("read the audit chain's head: %w", err)
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT id, conversation_id, tool_call_id, tool, actor_id, action, reason, args_hash, detail, at
+		FROM audit WHERE chain_seq IS NULL ORDER BY id`)
+	if err != nil {
+		return fmt.Errorf("read unchained audit records: %w", err)
+	}
+	var todo []store.AuditRecord
+	for rows.Next() {
+		var r store.AuditRecord
+		var detail string
+		var at int64
+		if err := rows.Scan(&r.ID, &r.ConversationID, &r.ToolCallID, &r.Tool, &r.ActorID, &r.Action, &r.Reason, &r.ArgsHash, &detail, &at); err != nil {
+			_ = rows.Close()
+			return fmt.Errorf("read unchained audit records: %w", err)
+		}
+		r.Detail, r.At = []byte(detail), time.UnixMicro(at).UTC()
+		todo = append(todo, r)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read unchained audit records: %w", err)
+	}
+	for _, r := range todo {
+		seq++
+		r.Seq = seq
+		h := store.AuditHash(head, r)
+		if _, err := tx.ExecContext(ctx, `UPDATE audit SET chain_seq = ?, prev_hash = ?, hash = ? WHERE id = ?`, seq, head, h, r.ID); err != nil {
+			return fmt.Errorf("chain audit record %d: %w", r.ID, err)
+		}
+		head = h
+	}
+	return nil
 }
 
 // busyTimeout is how long a statement waits for another handle's write lock.
@@ -179,6 +238,13 @@ type Option func(*Store)
 
 // WithClock sets the clock that stamps rows and decides session expiry (default: the wall clock).
 func WithClock(c clock.Clock) Option { return func(s *Store) { s.Clock = c } }
+
+// WithAuditKey sets the key the audit chain is linked with (store/auditkey.go). Without it the
+// store links with a random key of its own: its records cannot be verified once it is closed.
+func WithAuditKey(k *store.AuditKey) Option { return func(s *Store) { s.ChainKey = k } }
+
+// WithAuditAnchor sets where the audit chain's head goes after each commit that moves it.
+func WithAuditAnchor(a store.AuditAnchor) Option { return func(s *Store) { s.Anchor = a } }
 
 // WithLogger sets where the background search indexer reports a failed round (default:
 // nowhere; the entries stay pending and the next search indexes them or reports the error).
@@ -227,6 +293,10 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		log: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		o(s)
+	}
+	if err := s.InitAudit(ctx); err != nil {
+		_ = d.Close()
+		return nil, fmt.Errorf("open embedded store %s: %w", path, err)
 	}
 	s.ix = newIndexer(d, s.Clock, s.log)
 	s.ix.start()
@@ -315,6 +385,11 @@ func migrate(ctx context.Context, w *sql.DB) (err error) {
 		}
 	default:
 		for next := v + 1; next <= schemaVersion; next++ {
+			if before := beforeUpgrade[next]; before != nil {
+				if err := before(ctx, tx); err != nil {
+					return fmt.Errorf("upgrade schema to version %d: %w", next, err)
+				}
+			}
 			step, ok := upgrades[next]
 			if !ok {
 				return fmt.Errorf("file is at schema version %d, which has no upgrade path", v)

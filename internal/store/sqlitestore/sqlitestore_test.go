@@ -194,16 +194,37 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	if list, err := s.ListInvitations(ctx); err != nil || len(list) != 0 {
 		t.Fatalf("invitations after the upgrade: %v %v", err, list)
 	}
-	// An audit record from before the chain joins it, first, with the next record written.
+	// An audit record from before the chain is chained by the upgrade, unkeyed, first; the next
+	// record written is keyed.
 	if err := s.AppendAudit(ctx, store.AuditRecord{Tool: "t", ActorID: "u", Action: "deny"}); err != nil {
 		t.Fatalf("audit after the upgrade: %v", err)
 	}
 	chain, err := s.AuditChain(ctx, 0, 0)
-	var v store.ChainVerifier
-	if err != nil || len(chain) != 2 || chain[0].Action != "approve" || v.Next(chain[0]) != nil || v.Next(chain[1]) != nil {
+	v := store.ChainVerifier{Key: s.AuditKey()}
+	if err != nil || len(chain) != 2 || chain[0].Action != "approve" || chain[0].KeyID != "" || chain[1].KeyID != s.AuditKey().ID() ||
+		v.Next(chain[0]) != nil || v.Next(chain[1]) != nil || v.Unkeyed() != 1 {
 		t.Fatalf("the chain after the upgrade: %v %+v", err, chain)
 	}
+	// The store anchors heads with the unkeyed prefix's length, and verification holds the
+	// chain to it.
+	v = store.ChainVerifier{Key: s.AuditKey(), Anchor: &store.AuditHead{Seq: 2, Hash: chain[1].Hash, Legacy: 0}}
+	if err := v.Next(chain[0]); err == nil {
+		t.Fatal("an unkeyed record past the anchor's unkeyed prefix verified")
+	}
+	a := &headSink{}
+	s.SetAuditAnchor(a)
+	if err := s.AppendAudit(ctx, store.AuditRecord{Tool: "t", ActorID: "u", Action: "approve"}); err != nil {
+		t.Fatal(err)
+	}
+	if a.head.Seq != 3 || a.head.Legacy != 1 || s.AuditKey().CheckHead(a.head) != nil {
+		t.Fatalf("anchored head = %+v", a.head)
+	}
 }
+
+// headSink keeps the last head anchored.
+type headSink struct{ head store.AuditHead }
+
+func (h *headSink) Anchor(a store.AuditHead) { h.head = a }
 
 // TestSearchIndexFollowsDeletes: the FTS5 index loses a conversation's messages with it (the
 // cascade reaches message_text, whose trigger updates the index), not only in what a search
