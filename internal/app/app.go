@@ -55,6 +55,9 @@ type App struct {
 	listener net.Listener
 	console  io.Writer // where the setup link goes (Options.Console)
 
+	// closeAnchors stops the audit chain's anchors (audit.go), after the store: nil until opened.
+	closeAnchors func()
+
 	closeOnce sync.Once
 	closeErr  error
 
@@ -94,7 +97,12 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 			return nil, err
 		}
 	}
-	if a.store, err = OpenStore(ctx, cfg, a.log); err != nil {
+	anchor, closeAnchors, err := openAuditAnchors(cfg, a.clock, a.log)
+	if err != nil {
+		return nil, err
+	}
+	a.closeAnchors = closeAnchors
+	if a.store, err = openStore(ctx, cfg, a.log, anchor); err != nil {
 		return nil, err
 	}
 	if a.tracer, err = newTracer(ctx, cfg); err != nil {
@@ -172,15 +180,40 @@ func NewLogger(production bool, w io.Writer) *slog.Logger {
 
 // OpenStore opens PostgreSQL when cfg.DatabaseURL is set (its errors name host and database,
 // never the password), else the embedded file under cfg.DataDir. Both apply their migrations.
+// The store links audit records with cfg's audit key (audit.go; in development one is
+// generated when there is none) and anchors nothing: what serves anchors through New.
 func OpenStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, error) {
+	return openStore(ctx, cfg, log, nil)
+}
+
+// openStore is OpenStore with the chain's heads going to anchor (nil: nowhere).
+func openStore(ctx context.Context, cfg Config, log *slog.Logger, anchor store.AuditAnchor) (store.Store, error) {
+	key, err := loadAuditKey(cfg, log, true)
+	if err != nil {
+		return nil, err
+	}
+	return openStoreKeyed(ctx, cfg, log, key, anchor)
+}
+
+// openStoreKeyed is openStore with key (nil: a random key, for a store that writes no audit
+// record).
+func openStoreKeyed(ctx context.Context, cfg Config, log *slog.Logger, key *store.AuditKey, anchor store.AuditAnchor) (store.Store, error) {
 	if cfg.DatabaseURL != "" {
-		st, err := pgstore.Open(ctx, cfg.DatabaseURL, log)
+		opts := []pgstore.Option{pgstore.WithAuditKey(key)}
+		if anchor != nil {
+			opts = append(opts, pgstore.WithAuditAnchor(anchor))
+		}
+		st, err := pgstore.Open(ctx, cfg.DatabaseURL, log, opts...)
 		if err != nil {
 			return nil, err
 		}
 		return st, nil
 	}
-	st, err := sqlitestore.Open(ctx, cfg.sqlitePath(), sqlitestore.WithLogger(log))
+	opts := []sqlitestore.Option{sqlitestore.WithLogger(log), sqlitestore.WithAuditKey(key)}
+	if anchor != nil {
+		opts = append(opts, sqlitestore.WithAuditAnchor(anchor))
+	}
+	st, err := sqlitestore.Open(ctx, cfg.sqlitePath(), opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -397,6 +430,9 @@ func (a *App) Close() error {
 			if err := a.store.Close(); err != nil {
 				a.closeErr = fmt.Errorf("close store: %w", err)
 			}
+		}
+		if a.closeAnchors != nil {
+			a.closeAnchors() // after the store: its last heads are written
 		}
 		if a.unlock != nil {
 			a.unlock()

@@ -21,15 +21,17 @@ const usage = `usage:
   web user add --name N --role member|reviewer|admin --password-stdin
                                                 create a user; the password is a line on stdin
   web token create --user N [--label L]         print a new API token for that user, once
-  web audit verify                              walk the audit trail's hash chain: exit 0 when intact,
-                                                1 naming the first broken record
+  web audit verify [--anchor FILE]...           walk the audit trail's keyed hash chain and check it
+                                                against its anchors: exit 0 when intact, 1 naming the
+                                                first record changed, missing or cut off
   web audit export [--out FILE]                 write the audit trail as JSON Lines, in chain order
   web healthcheck                               GET /healthz on PARLEY_ADDR; exit 0 when healthy
                                                 (the Docker HEALTHCHECK: the image has no curl)
 Configuration comes from the environment: PARLEY_ADDR, DATABASE_URL, PARLEY_DATA_DIR,
 PARLEY_MODEL, OPENAI_API_KEY, OPENAI_BASE_URL, ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL,
 PARLEY_TOOLS, PARLEY_ENV, PARLEY_DEMO_PACE, PARLEY_MESSAGES_PER_MINUTE, PARLEY_MESSAGE_BURST,
-PARLEY_API_PER_MINUTE, PARLEY_API_BURST, PARLEY_SHUTDOWN_TIMEOUT (see the README).
+PARLEY_API_PER_MINUTE, PARLEY_API_BURST, PARLEY_SHUTDOWN_TIMEOUT, PARLEY_AUDIT_KEY,
+PARLEY_AUDIT_KEY_FILE, PARLEY_AUDIT_ANCHOR_FILE, PARLEY_AUDIT_ANCHOR_WEBHOOK (see the README).
 `
 
 // IO is where a command reads and writes.
@@ -108,8 +110,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, std IO)
 		return userAdd(ctx, cfg, args[1:], std)
 	case cmd == "token" && len(args) > 0 && args[0] == "create":
 		return tokenCreate(ctx, cfg, args[1:], std)
-	case cmd == "audit" && len(args) == 1 && args[0] == "verify":
-		return auditVerify(ctx, cfg, log, std)
+	case cmd == "audit" && len(args) > 0 && args[0] == "verify":
+		return auditVerify(ctx, cfg, log, args[1:], std)
 	case cmd == "audit" && len(args) > 0 && args[0] == "export":
 		return auditExport(ctx, cfg, log, args[1:], std)
 	}

@@ -1,9 +1,11 @@
 package store
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -78,22 +80,72 @@ func (b *ChainBreak) Error() string {
 	return fmt.Sprintf("audit record %d (id %d) breaks the chain: %s", b.Seq, b.ID, b.Reason)
 }
 
+// Anchors are the chain's heads anchored outside the database (AuditHead), each already checked
+// with the key (AuditKey.CheckHead): every one is a place the chain must pass through with that
+// hash. Add them, in any order, then verify.
+type Anchors struct {
+	points []anchorPoint
+	sorted bool
+	legacy int64
+	newest AuditHead
+}
+
+type anchorPoint struct {
+	seq  int64
+	hash [sha256.Size]byte // decoded: an anchor file of a million heads is read in 48 MB
+	at   int64             // Unix microseconds
+	bad  bool              // hash was not 64 hex digits
+}
+
+// Add records h, whose signature the caller checked.
+func (a *Anchors) Add(h AuditHead) {
+	p := anchorPoint{seq: h.Seq, at: h.At.UnixMicro()}
+	if n, err := hex.Decode(p.hash[:], []byte(h.Hash)); err != nil || n != sha256.Size {
+		p.bad = true
+	}
+	if len(a.points) == 0 || h.Legacy < a.legacy {
+		a.legacy = h.Legacy
+	}
+	if len(a.points) == 0 || h.Seq > a.newest.Seq {
+		a.newest = h
+	}
+	a.points = append(a.points, p)
+	a.sorted = false
+}
+
+// Len is how many heads were added.
+func (a *Anchors) Len() int { return len(a.points) }
+
+// Newest is the head with the highest place (the zero head when there is none).
+func (a *Anchors) Newest() AuditHead { return a.newest }
+
+// Legacy is the shortest unkeyed prefix an anchor records: records after it must be keyed.
+func (a *Anchors) Legacy() int64 { return a.legacy }
+
+func (a *Anchors) sort() {
+	if !a.sorted {
+		slices.SortStableFunc(a.points, func(x, y anchorPoint) int { return cmp.Compare(x.seq, y.seq) })
+		a.sorted = true
+	}
+}
+
 // ChainVerifier checks records in chain order, one at a time, so a chain of any length is
-// verified in constant memory, then (End) that the chain reaches its anchor. Key is the chain's
-// key: without it only unkeyed records can be checked. Anchor, when set, is the newest head
-// signed outside the database (already checked with the key: AuditKey.CheckHead): the record at
-// its place must have its hash, the chain must reach it, and only its first Legacy records may
-// be unkeyed. Without an anchor, a cut-off tail cannot be told from a chain that ends there.
-// The zero value checks an unkeyed chain from its first record.
+// verified in constant memory (its anchors aside), then (End) that the chain reaches its newest
+// anchor. Key is the chain's key: without it only unkeyed records can be checked. Anchors, when
+// set, are the heads anchored outside the database: the record at each one's place must have its
+// hash, the chain must reach the newest, and only the first Anchors.Legacy records may be
+// unkeyed. Without anchors, a cut-off tail cannot be told from a chain that ends there. The zero
+// value checks an unkeyed chain from its first record.
 type ChainVerifier struct {
-	Key    *AuditKey
-	Anchor *AuditHead
+	Key     *AuditKey
+	Anchors *Anchors
 
 	seq    int64
 	hash   string
 	n      int64
 	legacy int64
 	keyed  bool
+	next   int // the first anchor not passed yet
 }
 
 // Next checks the record that follows those seen so far; a *ChainBreak when it does not follow.
@@ -114,8 +166,8 @@ func (v *ChainVerifier) Next(r AuditRecord) error {
 		switch {
 		case v.keyed:
 			return brk("it is unkeyed (the hash scheme from before the chain was keyed) but follows keyed records: the chain was rewritten from here")
-		case v.Anchor != nil && r.Seq > v.Anchor.Legacy:
-			return brk("it is unkeyed but the anchor says only the first %d records are: the chain was rewritten from here", v.Anchor.Legacy)
+		case v.Anchors != nil && v.Anchors.Len() > 0 && r.Seq > v.Anchors.Legacy():
+			return brk("it is unkeyed but the anchors say only the first %d records are: the chain was rewritten from here", v.Anchors.Legacy())
 		case AuditHash(v.hash, r) != r.Hash:
 			return brk("its contents do not match its hash (the record was changed)")
 		}
@@ -131,21 +183,32 @@ func (v *ChainVerifier) Next(r AuditRecord) error {
 		}
 		v.keyed = true
 	}
-	if a := v.Anchor; a != nil && r.Seq == a.Seq && r.Hash != a.Hash {
-		return brk("its hash is not the one the anchor written at %s records", a.At.Format(time.RFC3339))
+	if a := v.Anchors; a != nil {
+		a.sort()
+		for ; v.next < len(a.points) && a.points[v.next].seq <= r.Seq; v.next++ {
+			p := a.points[v.next]
+			if p.seq < r.Seq {
+				continue // a place before the first record read (a chain read from the middle)
+			}
+			var h [sha256.Size]byte
+			if n, err := hex.Decode(h[:], []byte(r.Hash)); p.bad || err != nil || n != sha256.Size || h != p.hash {
+				return brk("its hash is not the one the anchor written at %s records for it (the chain was cut here and written again?)",
+					time.UnixMicro(p.at).UTC().Format(time.RFC3339))
+			}
+		}
 	}
 	v.seq, v.hash = r.Seq, r.Hash
 	v.n++
 	return nil
 }
 
-// End reports a chain that stops before its anchor's head: the newest records were removed. The
-// break names the first record missing.
+// End reports a chain that stops before its newest anchor: the newest records were removed.
+// The break names the first record missing.
 func (v *ChainVerifier) End() error {
-	if a := v.Anchor; a != nil && v.seq < a.Seq {
+	if a := v.Anchors; a != nil && a.Len() > 0 && v.seq < a.newest.Seq {
 		return &ChainBreak{Seq: v.seq + 1, Reason: fmt.Sprintf(
 			"it is missing: the chain ends at record %d but the anchor written at %s records a head at %d (the newest records were removed)",
-			v.seq, a.At.Format(time.RFC3339), a.Seq)}
+			v.seq, a.newest.At.UTC().Format(time.RFC3339), a.newest.Seq)}
 	}
 	return nil
 }

@@ -142,8 +142,8 @@ func TestAuditChainAcrossMigration019(t *testing.T) {
 	if heads.h.Seq != 3 || heads.h.Legacy != 2 || s.AuditKey().CheckHead(heads.h) != nil {
 		t.Fatalf("anchored head = %+v", heads.h)
 	}
-	verify := func(anchor *store.AuditHead) error {
-		v := store.ChainVerifier{Key: s.AuditKey(), Anchor: anchor}
+	verify := func(anchors *store.Anchors) error {
+		v := store.ChainVerifier{Key: s.AuditKey(), Anchors: anchors}
 		recs, err := s.AuditChain(ctx, 0, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -158,7 +158,9 @@ func TestAuditChainAcrossMigration019(t *testing.T) {
 		}
 		return v.End()
 	}
-	if err := verify(&heads.h); err != nil {
+	var anchors store.Anchors
+	anchors.Add(heads.h)
+	if err := verify(&anchors); err != nil {
 		t.Fatalf("the chain across the migration: %v", err)
 	}
 }

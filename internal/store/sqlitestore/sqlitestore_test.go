@@ -207,7 +207,9 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	}
 	// The store anchors heads with the unkeyed prefix's length, and verification holds the
 	// chain to it.
-	v = store.ChainVerifier{Key: s.AuditKey(), Anchor: &store.AuditHead{Seq: 2, Hash: chain[1].Hash, Legacy: 0}}
+	var anchors store.Anchors
+	anchors.Add(store.AuditHead{Seq: 2, Hash: chain[1].Hash, Legacy: 0})
+	v = store.ChainVerifier{Key: s.AuditKey(), Anchors: &anchors}
 	if err := v.Next(chain[0]); err == nil {
 		t.Fatal("an unkeyed record past the anchor's unkeyed prefix verified")
 	}

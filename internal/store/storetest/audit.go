@@ -50,31 +50,31 @@ func auditKey(t *testing.T, s store.Store) *store.AuditKey {
 	return k.AuditKey()
 }
 
-// anchors is an AuditAnchor that keeps the newest head it was given.
+// anchors is an AuditAnchor that keeps every head it was given.
 type anchors struct {
-	mu   sync.Mutex
-	head store.AuditHead
-	n    int
+	mu    sync.Mutex
+	heads []store.AuditHead
 }
 
 func (a *anchors) Anchor(h store.AuditHead) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.n++
-	if h.Seq > a.head.Seq {
-		a.head = h
-	}
+	a.heads = append(a.heads, h)
 }
 
-func (a *anchors) newest(t *testing.T, key *store.AuditKey) *store.AuditHead {
+// all checks every head's signature and returns them for verification.
+func (a *anchors) all(t *testing.T, key *store.AuditKey) *store.Anchors {
 	t.Helper()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err := key.CheckHead(a.head); err != nil {
-		t.Fatalf("the store's anchor %+v: %v", a.head, err)
+	var out store.Anchors
+	for _, h := range a.heads {
+		if err := key.CheckHead(h); err != nil {
+			t.Fatalf("the store's anchor %+v: %v", h, err)
+		}
+		out.Add(h)
 	}
-	h := a.head
-	return &h
+	return &out
 }
 
 func anchored(t *testing.T, s store.Store) *anchors {
@@ -90,9 +90,9 @@ func anchored(t *testing.T, s store.Store) *anchors {
 
 // verifyChain walks the whole chain in pages with s's key (and, when given, against anchor) and
 // returns how many records it checked, or the first break.
-func verifyChain(t *testing.T, s store.Store, anchor *store.AuditHead) (int64, error) {
+func verifyChain(t *testing.T, s store.Store, anchors *store.Anchors) (int64, error) {
 	t.Helper()
-	v := store.ChainVerifier{Key: auditKey(t, s), Anchor: anchor}
+	v := store.ChainVerifier{Key: auditKey(t, s), Anchors: anchors}
 	var after int64
 	for {
 		page, err := s.AuditChain(ctxT(t), after, 3) // small pages: paging is part of the test
@@ -258,12 +258,13 @@ func auditFixture(t *testing.T, s store.Store) *anchors {
 	if err := s.DeleteConversation(ctx, c.ID, store.AuditRecord{ActorID: "ana", Action: "delete_conversation"}); err != nil {
 		t.Fatal(err)
 	}
-	head := a.newest(t, auditKey(t, s))
+	all := a.all(t, auditKey(t, s))
+	head := all.Newest()
 	chain := must(s.AuditChain(ctx, 0, 0))(t)
-	if a.n != 4 || head.Seq != 5 || len(chain) != 5 || head.Hash != chain[4].Hash || head.KeyID != auditKey(t, s).ID() || head.Legacy != 0 {
-		t.Fatalf("after 4 commits of 5 records the anchor has %d heads, the newest %+v; the chain ends %+v", a.n, head, chain[len(chain)-1])
+	if all.Len() != 4 || head.Seq != 5 || len(chain) != 5 || head.Hash != chain[4].Hash || head.KeyID != auditKey(t, s).ID() || all.Legacy() != 0 {
+		t.Fatalf("after 4 commits of 5 records the anchor has %d heads, the newest %+v; the chain ends %+v", all.Len(), head, chain[len(chain)-1])
 	}
-	if n, err := verifyChain(t, s, head); err != nil || n != 5 {
+	if n, err := verifyChain(t, s, all); err != nil || n != 5 {
 		t.Fatalf("verify against the anchor = %d, %v; want 5 records, intact", n, err)
 	}
 	return a
@@ -278,11 +279,22 @@ func testAuditTruncated(t *testing.T, open Opener, tamper func(t *testing.T, s s
 	if n, err := verifyChain(t, s, nil); err != nil || n != 3 {
 		t.Fatalf("without an anchor, verify = %d, %v; want what is left (3 records) to verify", n, err)
 	}
-	_, err := verifyChain(t, s, a.newest(t, auditKey(t, s)))
+	_, err := verifyChain(t, s, a.all(t, auditKey(t, s)))
 	wantBreak(t, err, 4, "the newest records were removed", "deleting the newest records")
+	// The store goes on writing after the cut: the new head is anchored, and the anchors written
+	// before the cut still name the records that were removed.
+	if err := s.AppendAudit(ctxT(t), store.AuditRecord{Tool: "t", ActorID: "u", Action: "approve"}, store.AuditRecord{Tool: "t", ActorID: "u", Action: "deny"},
+		store.AuditRecord{Tool: "t", ActorID: "u", Action: "approve"}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := verifyChain(t, s, nil); err != nil || n != 6 {
+		t.Fatalf("without an anchor, verify = %d, %v; want 6 records to verify", n, err)
+	}
+	_, err = verifyChain(t, s, a.all(t, auditKey(t, s)))
+	wantBreak(t, err, 4, "the anchor written at", "deleting the newest records and writing more")
 	// Everything gone.
 	tamper(t, s, `DELETE FROM audit`)
-	_, err = verifyChain(t, s, a.newest(t, auditKey(t, s)))
+	_, err = verifyChain(t, s, a.all(t, auditKey(t, s)))
 	wantBreak(t, err, 1, "the newest records were removed", "deleting every record")
 }
 
@@ -331,9 +343,9 @@ func testAuditRechained(t *testing.T, open Opener, tamper func(t *testing.T, s s
 			s := open(t)
 			a := auditFixture(t, s)
 			rechain(t, s, tamper, tc.from, tc.downgrade)
-			var anchor *store.AuditHead
+			var anchor *store.Anchors
 			if tc.anchor {
-				anchor = a.newest(t, auditKey(t, s))
+				anchor = a.all(t, auditKey(t, s))
 			}
 			_, err := verifyChain(t, s, anchor)
 			wantBreak(t, err, tc.from, tc.about, "rewriting the chain from record "+fmt.Sprint(tc.from))
