@@ -54,6 +54,8 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 export DATABASE_URL="$db_url"
 export PARLEY_ADDR="127.0.0.1:0"
 export PARLEY_ENV=production
+export PARLEY_AUDIT_KEY="loadtest audit key: a throwaway database, 32 bytes or more"
+export PARLEY_AUDIT_ANCHOR_FILE="$work/audit-anchors.jsonl"
 export PARLEY_MODEL=demo
 export PARLEY_DEMO_PACE=0
 export PARLEY_MESSAGES_PER_MINUTE=1000000 PARLEY_MESSAGE_BURST=100000
