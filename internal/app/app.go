@@ -180,13 +180,24 @@ func NewLogger(production bool, w io.Writer) *slog.Logger {
 
 // OpenStore opens PostgreSQL when cfg.DatabaseURL is set (its errors name host and database,
 // never the password), else the embedded file under cfg.DataDir. Both apply their migrations.
-// The store links audit records with cfg's audit key (audit.go; in development one is
-// generated when there is none) and anchors nothing: what serves anchors through New.
+// It is the store of the commands that write no audit record (user add, token create, audit
+// export): it links with cfg's audit key when there is one (audit.go) and a random key of its
+// own otherwise — even in production, where serving requires the key — and anchors nothing.
+// What serves opens its store with openStore.
 func OpenStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, error) {
-	return openStore(ctx, cfg, log, nil)
+	key, err := loadAuditKey(cfg, log, false)
+	if errors.Is(err, errNoAuditKey) {
+		key, err = nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return openStoreKeyed(ctx, cfg, log, key, nil)
 }
 
-// openStore is OpenStore with the chain's heads going to anchor (nil: nowhere).
+// openStore is the store that serves: linking audit records with cfg's audit key (required in
+// production; generated in development when there is none) and their heads going to anchor
+// (nil: nowhere).
 func openStore(ctx context.Context, cfg Config, log *slog.Logger, anchor store.AuditAnchor) (store.Store, error) {
 	key, err := loadAuditKey(cfg, log, true)
 	if err != nil {

@@ -49,8 +49,12 @@ type DB interface {
 }
 
 // ChainLockPG is PostgreSQL's Dialect.ChainLock: the advisory lock every writer of the audit
-// chain has taken since migration 008, held to the end of the transaction.
-const ChainLockPG = `SELECT pg_advisory_xact_lock(7283650918263001)`
+// chain has taken since migration 008, held to the end of the transaction. The holder links its
+// records in Go between two round trips, so a client that stalls there (a frozen process, a
+// partitioned network) would hold up every writer of every process: the server ends a
+// transaction left idle that long (SET LOCAL idle_in_transaction_session_timeout), which
+// releases the lock.
+const ChainLockPG = `SELECT set_config('idle_in_transaction_session_timeout', '10s', true), pg_advisory_xact_lock(7283650918263001)`
 
 // MinPrefix is the shortest search word also matched as a prefix (Dialect.Match): shorter words
 // match whole words only, so a one-letter query does not read every owner's index entries.
