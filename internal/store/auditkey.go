@@ -7,7 +7,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -33,6 +35,7 @@ const MinAuditKeyLen = 32
 type AuditKey struct {
 	record, anchor []byte
 	id             string
+	links          sync.Pool // of *linker: verifying a long chain allocates little
 }
 
 // NewAuditKey derives the chain's keys from secret (at least MinAuditKeyLen bytes).
@@ -94,12 +97,23 @@ func auditFields(b []byte, prev string, r AuditRecord) []byte {
 // the hex HMAC-SHA256, under the key, of a version tag, prev and r's fields (as AuditHash
 // writes them; r.Seq included, r.ID and r.KeyID not).
 func (k *AuditKey) Link(prev string, r AuditRecord) string {
-	var buf [512]byte
-	b := append(buf[:0], "parley-audit-record/v1\n"...)
-	b = auditFields(b, prev, r)
-	m := hmac.New(sha256.New, k.record)
-	m.Write(b)
-	return hex.EncodeToString(m.Sum(nil))
+	l, _ := k.links.Get().(*linker)
+	if l == nil {
+		l = &linker{mac: hmac.New(sha256.New, k.record), buf: make([]byte, 0, 512)}
+	}
+	l.buf = auditFields(append(l.buf[:0], "parley-audit-record/v1\n"...), prev, r)
+	l.mac.Reset()
+	l.mac.Write(l.buf)
+	link := hex.EncodeToString(l.mac.Sum(l.sum[:0]))
+	k.links.Put(l)
+	return link
+}
+
+// linker is an HMAC state and the buffer a record is written to for it.
+type linker struct {
+	mac hash.Hash
+	buf []byte
+	sum [sha256.Size]byte
 }
 
 // AuditHead is an anchor: the audit chain's head as a process committed it — the newest
