@@ -56,6 +56,8 @@ export PARLEY_ADDR="127.0.0.1:0"
 export PARLEY_ENV=production
 # Production on PostgreSQL needs the cluster key (one process here: any fresh one does).
 export PARLEY_CLUSTER_KEY="${PARLEY_CLUSTER_KEY:-$(head -c 32 /dev/urandom | base64)}"
+export PARLEY_AUDIT_KEY="loadtest audit key: a throwaway database, 32 bytes or more"
+export PARLEY_AUDIT_ANCHOR_FILE="$work/audit-anchors.jsonl"
 export PARLEY_MODEL=demo
 export PARLEY_DEMO_PACE=0
 export PARLEY_MESSAGES_PER_MINUTE=1000000 PARLEY_MESSAGE_BURST=100000

@@ -55,6 +55,9 @@ type App struct {
 	listener net.Listener
 	console  io.Writer // where the setup link goes (Options.Console)
 
+	// closeAnchors stops the audit chain's anchors (audit.go), after the store: nil until opened.
+	closeAnchors func()
+
 	closeOnce sync.Once
 	closeErr  error
 
@@ -100,7 +103,12 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 			return nil, err
 		}
 	}
-	if a.store, err = OpenStore(ctx, cfg, a.log); err != nil {
+	anchor, closeAnchors, err := openAuditAnchors(cfg, a.clock, a.log)
+	if err != nil {
+		return nil, err
+	}
+	a.closeAnchors = closeAnchors
+	if a.store, err = openStore(ctx, cfg, a.log, anchor); err != nil {
 		return nil, err
 	}
 	if a.tracer, err = newTracer(ctx, cfg); err != nil {
@@ -179,15 +187,51 @@ func NewLogger(production bool, w io.Writer) *slog.Logger {
 
 // OpenStore opens PostgreSQL when cfg.DatabaseURL is set (its errors name host and database,
 // never the password), else the embedded file under cfg.DataDir. Both apply their migrations.
+// It is the store of the commands that write no audit record (user add, token create, audit
+// export): it links with cfg's audit key when there is one (audit.go) and a random key of its
+// own otherwise — even in production, where serving requires the key — and anchors nothing.
+// What serves opens its store with openStore.
 func OpenStore(ctx context.Context, cfg Config, log *slog.Logger) (store.Store, error) {
+	key, err := loadAuditKey(cfg, log, false)
+	if errors.Is(err, errNoAuditKey) {
+		key, err = nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return openStoreKeyed(ctx, cfg, log, key, nil)
+}
+
+// openStore is the store that serves: linking audit records with cfg's audit key (required in
+// production; generated in development when there is none) and their heads going to anchor
+// (nil: nowhere).
+func openStore(ctx context.Context, cfg Config, log *slog.Logger, anchor store.AuditAnchor) (store.Store, error) {
+	key, err := loadAuditKey(cfg, log, true)
+	if err != nil {
+		return nil, err
+	}
+	return openStoreKeyed(ctx, cfg, log, key, anchor)
+}
+
+// openStoreKeyed is openStore with key (nil: a random key, for a store that writes no audit
+// record).
+func openStoreKeyed(ctx context.Context, cfg Config, log *slog.Logger, key *store.AuditKey, anchor store.AuditAnchor) (store.Store, error) {
 	if cfg.DatabaseURL != "" {
-		st, err := pgstore.Open(ctx, cfg.DatabaseURL, log)
+		opts := []pgstore.Option{pgstore.WithAuditKey(key)}
+		if anchor != nil {
+			opts = append(opts, pgstore.WithAuditAnchor(anchor))
+		}
+		st, err := pgstore.Open(ctx, cfg.DatabaseURL, log, opts...)
 		if err != nil {
 			return nil, err
 		}
 		return st, nil
 	}
-	st, err := sqlitestore.Open(ctx, cfg.sqlitePath(), sqlitestore.WithLogger(log))
+	opts := []sqlitestore.Option{sqlitestore.WithLogger(log), sqlitestore.WithAuditKey(key)}
+	if anchor != nil {
+		opts = append(opts, sqlitestore.WithAuditAnchor(anchor))
+	}
+	st, err := sqlitestore.Open(ctx, cfg.sqlitePath(), opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -404,6 +448,9 @@ func (a *App) Close() error {
 			if err := a.store.Close(); err != nil {
 				a.closeErr = fmt.Errorf("close store: %w", err)
 			}
+		}
+		if a.closeAnchors != nil {
+			a.closeAnchors() // after the store: its last heads are written
 		}
 		if a.unlock != nil {
 			a.unlock()

@@ -8,7 +8,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
+	"time"
 
+	"parley/internal/auditanchor"
 	"parley/internal/store"
 	"parley/internal/web"
 )
@@ -17,41 +21,110 @@ import (
 // memory however long it is.
 const auditPage = 5000
 
-// auditVerify: web audit verify. It walks the whole hash chain and exits 0 when every record
-// follows from the one before it; otherwise it fails naming the first broken record.
-func auditVerify(ctx context.Context, cfg Config, log *slog.Logger, std IO) error {
-	st, err := OpenStore(ctx, cfg, log)
+// auditVerify: web audit verify [--anchor FILE]…. It walks the whole chain, checking each
+// record's keyed link with the audit key and the chain against the anchors (PARLEY_AUDIT_ANCHOR_FILE,
+// or the files given), and exits 0 when every record follows from the one before it and the
+// chain passes through every anchored head; otherwise it fails naming the first record that
+// differs or is missing.
+func auditVerify(ctx context.Context, cfg Config, log *slog.Logger, args []string, std IO) error {
+	fs := newFlags("audit verify", std)
+	var files stringsFlag
+	fs.Var(&files, "anchor", "an anchor file to check the chain against (repeatable; default PARLEY_AUDIT_ANCHOR_FILE, in development the data directory's)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("audit verify takes no arguments besides --anchor")
+	}
+	key, err := loadAuditKey(cfg, log, false) // never a new key: it would verify nothing
+	if err != nil {
+		return err
+	}
+	warn := func(format string, args ...any) { fmt.Fprintf(std.Stderr, "web: warning: "+format+"\n", args...) }
+	if key == nil {
+		warn("no audit key (PARLEY_AUDIT_KEY, PARLEY_AUDIT_KEY_FILE, or %s): keyed records cannot be checked",
+			filepath.Join(cfg.DataDir, devAuditKeyFile))
+	}
+	if len(files) == 0 {
+		if f := auditAnchorFile(cfg); f != "" {
+			files = append(files, f)
+		}
+	}
+	var anchors *store.Anchors
+	if len(files) > 0 && key != nil {
+		var warnings []string
+		if anchors, warnings, err = auditanchor.Read(key, files...); err != nil {
+			return err
+		}
+		for _, w := range warnings {
+			warn("%s", w)
+		}
+	}
+	if anchors == nil || anchors.Len() == 0 {
+		warn("no audit anchor to check the chain against (PARLEY_AUDIT_ANCHOR_FILE, --anchor): " +
+			"records deleted from its end, or a chain rewritten whole in the unkeyed form of before, are not detected")
+	}
+	st, err := openStoreKeyed(ctx, cfg, log, key, nil)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	n, head, err := VerifyAudit(ctx, st)
+	rep, err := VerifyAudit(ctx, st, key, anchors)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(std.Stdout, "audit chain intact: %d records, head %s\n", n, head)
+	fmt.Fprintf(std.Stdout, "audit chain intact: %d records, head %s\n", rep.Records, rep.Head)
+	if rep.Unkeyed > 0 {
+		fmt.Fprintf(std.Stdout, "  the first %d are unkeyed (written before the chain was keyed; the keyed records after them vouch for them)\n", rep.Unkeyed)
+	}
+	if anchors != nil && anchors.Len() > 0 {
+		newest := anchors.Newest()
+		fmt.Fprintf(std.Stdout, "  checked against %d anchors; the newest, written at %s, is record %d\n",
+			anchors.Len(), newest.At.UTC().Format(time.RFC3339), newest.Seq)
+		if n := rep.Records - newest.Seq; n > 0 {
+			fmt.Fprintf(std.Stdout, "  %d records are newer than the newest anchor (not anchored yet)\n", n)
+		}
+	}
 	return nil
 }
 
-// VerifyAudit checks the store's audit chain from its first record; the error is a
-// *store.ChainBreak naming the first record that does not follow.
-func VerifyAudit(ctx context.Context, st store.Store) (n int64, head string, err error) {
-	var v store.ChainVerifier
+// stringsFlag is a repeatable string flag.
+type stringsFlag []string
+
+func (f *stringsFlag) String() string     { return strings.Join(*f, ",") }
+func (f *stringsFlag) Set(v string) error { *f = append(*f, v); return nil }
+
+// AuditReport is what VerifyAudit checked.
+type AuditReport struct {
+	Records int64  // records in the chain
+	Unkeyed int64  // of them, at its start, written before the chain was keyed
+	Head    string // the newest record's hash
+}
+
+// VerifyAudit checks the store's audit chain from its first record with key (nil: only
+// unkeyed records can be checked) and against anchors (nil: none); the error is a
+// *store.ChainBreak naming the first record that does not follow, differs from an anchor, or
+// is missing.
+func VerifyAudit(ctx context.Context, st store.Store, key *store.AuditKey, anchors *store.Anchors) (AuditReport, error) {
+	v := store.ChainVerifier{Key: key, Anchors: anchors}
 	var after int64
 	for {
 		page, err := st.AuditChain(ctx, after, auditPage)
 		if err != nil {
-			return 0, "", fmt.Errorf("read the audit chain: %w", err)
+			return AuditReport{}, fmt.Errorf("read the audit chain: %w", err)
 		}
 		for _, r := range page {
 			if err := v.Next(r); err != nil {
-				return 0, "", err
+				return AuditReport{}, err
 			}
 			after = r.Seq
 		}
 		if len(page) < auditPage {
-			n, head = v.Verified()
-			return n, head, nil
+			if err := v.End(); err != nil {
+				return AuditReport{}, err
+			}
+			n, head := v.Verified()
+			return AuditReport{Records: n, Unkeyed: v.Unkeyed(), Head: head}, nil
 		}
 	}
 }

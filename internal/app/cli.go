@@ -22,8 +22,9 @@ const usage = `usage:
   web user add --name N --role member|reviewer|admin --password-stdin
                                                 create a user; the password is a line on stdin
   web token create --user N [--label L]         print a new API token for that user, once
-  web audit verify                              walk the audit trail's hash chain: exit 0 when intact,
-                                                1 naming the first broken record
+  web audit verify [--anchor FILE]...           walk the audit trail's keyed hash chain and check it
+                                                against its anchors: exit 0 when intact, 1 naming the
+                                                first record changed, missing or cut off
   web audit export [--out FILE]                 write the audit trail as JSON Lines, in chain order
   web healthcheck                               GET /healthz on PARLEY_ADDR; exit 0 when healthy
                                                 (the Docker HEALTHCHECK: the image has no curl)
@@ -107,8 +108,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, std IO)
 		return userAdd(ctx, cfg, args[1:], std)
 	case cmd == "token" && len(args) > 0 && args[0] == "create":
 		return tokenCreate(ctx, cfg, args[1:], std)
-	case cmd == "audit" && len(args) == 1 && args[0] == "verify":
-		return auditVerify(ctx, cfg, log, std)
+	case cmd == "audit" && len(args) > 0 && args[0] == "verify":
+		return auditVerify(ctx, cfg, log, args[1:], std)
 	case cmd == "audit" && len(args) > 0 && args[0] == "export":
 		return auditExport(ctx, cfg, log, args[1:], std)
 	}

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -79,6 +80,18 @@ type Config struct {
 	// InboxClaimTTL is how long a reviewer's inbox claim lasts unless renewed or released
 	// (PARLEY_INBOX_CLAIM_TTL, a Go duration; agent.DefaultClaimTTL, 10 minutes).
 	InboxClaimTTL time.Duration
+	// The audit chain's key (store.AuditKey), kept outside the database: PARLEY_AUDIT_KEY (the
+	// key itself, at least 32 bytes) or PARLEY_AUDIT_KEY_FILE (a file holding it), not both. One
+	// of them is required in production; every process on one database needs the same key. In
+	// development without either, a key is generated once in PARLEY_DATA_DIR/audit.key (audit.go).
+	AuditKey, AuditKeyFile string
+	// AuditAnchorFile is PARLEY_AUDIT_ANCHOR_FILE: the file the chain's signed heads are appended
+	// to after each commit, which `web audit verify` checks the chain against (development
+	// default: PARLEY_DATA_DIR/audit-anchors.jsonl; none in production unless set).
+	// AuditAnchorWebhook (PARLEY_AUDIT_ANCHOR_WEBHOOK=true) also posts each head to
+	// PARLEY_NOTIFY_URL.
+	AuditAnchorFile    string
+	AuditAnchorWebhook bool
 	// Getenv reads other variables (webhook secrets named by the tools file).
 	Getenv func(string) string
 }
@@ -101,6 +114,9 @@ func FromEnv(rawGetenv func(string) string) (Config, error) {
 		NotifySecret:     getenv("PARLEY_NOTIFY_SECRET"),
 		ClusterKey:       getenv("PARLEY_CLUSTER_KEY"),
 		ClusterKeyFile:   getenv("PARLEY_CLUSTER_KEY_FILE"),
+		AuditKey:         getenv("PARLEY_AUDIT_KEY"),
+		AuditKeyFile:     getenv("PARLEY_AUDIT_KEY_FILE"),
+		AuditAnchorFile:  getenv("PARLEY_AUDIT_ANCHOR_FILE"),
 		ShutdownTimeout:  15 * time.Second,
 		Getenv:           rawGetenv,
 	}
@@ -182,6 +198,19 @@ func FromEnv(rawGetenv func(string) string) (Config, error) {
 			err = fmt.Errorf("PARLEY_TEST_TOOLS must be true or false, not %q", v)
 		}
 		c.TestTools = &b
+	}
+	if v := getenv("PARLEY_AUDIT_ANCHOR_WEBHOOK"); v != "" && err == nil {
+		b, perr := strconv.ParseBool(v)
+		if perr != nil {
+			err = fmt.Errorf("PARLEY_AUDIT_ANCHOR_WEBHOOK must be true or false, not %q", v)
+		}
+		c.AuditAnchorWebhook = b
+	}
+	if err == nil && c.AuditKey != "" && c.AuditKeyFile != "" {
+		err = errors.New("set PARLEY_AUDIT_KEY or PARLEY_AUDIT_KEY_FILE, not both")
+	}
+	if err == nil && c.AuditAnchorWebhook && c.NotifyURL == "" {
+		err = errors.New("PARLEY_AUDIT_ANCHOR_WEBHOOK posts to PARLEY_NOTIFY_URL, which is not set")
 	}
 	if v := getenv("PARLEY_DEMO_PACE"); v != "" && err == nil {
 		d, perr := time.ParseDuration(v)

@@ -93,15 +93,31 @@ var _ agent.Notifier = (*Webhook)(nil)
 
 // New checks cfg and starts the sender; Close stops it.
 func New(cfg Config) (*Webhook, error) {
+	cfg, err := checked(cfg)
+	if err != nil {
+		return nil, err
+	}
+	w := &Webhook{cfg: cfg, queue: make(chan agent.Notification, cfg.Queue), kick: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	if cfg.Store != nil {
+		go w.runDurable()
+	} else {
+		go w.run()
+	}
+	return w, nil
+}
+
+// checked is cfg checked, with its defaults.
+func checked(cfg Config) (Config, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("PARLEY_NOTIFY_URL %q is not an http(s) URL", cfg.URL)
+		return Config{}, fmt.Errorf("PARLEY_NOTIFY_URL %q is not an http(s) URL", cfg.URL)
 	}
 	if cfg.Production && u.Scheme != "https" {
-		return nil, errors.New("PARLEY_NOTIFY_URL must be https in production")
+		return Config{}, errors.New("PARLEY_NOTIFY_URL must be https in production")
 	}
 	if len(cfg.Secret) == 0 {
-		return nil, errors.New("PARLEY_NOTIFY_SECRET is required with PARLEY_NOTIFY_URL: notifications are signed")
+		return Config{}, errors.New("PARLEY_NOTIFY_SECRET is required with PARLEY_NOTIFY_URL: notifications are signed")
 	}
 	if cfg.Client == nil {
 		cfg.Client = &http.Client{Timeout: 10 * time.Second}
@@ -130,14 +146,7 @@ func New(cfg Config) (*Webhook, error) {
 	def(&cfg.Lease, 2*time.Minute)
 	def(&cfg.RetryBase, 2*time.Second)
 	def(&cfg.RetryMax, 5*time.Minute)
-	w := &Webhook{cfg: cfg, queue: make(chan agent.Notification, cfg.Queue), kick: make(chan struct{}, 1),
-		stop: make(chan struct{}), done: make(chan struct{})}
-	if cfg.Store != nil {
-		go w.runDurable()
-	} else {
-		go w.run()
-	}
-	return w, nil
+	return cfg, nil
 }
 
 // Notify queues n; it never blocks (a full queue drops n). With a Store, n is already in the

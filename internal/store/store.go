@@ -222,11 +222,14 @@ type AuditRecord struct {
 	// the approvals so far); empty when there are none. Stored as written.
 	Detail json.RawMessage
 	At     time.Time
-	// The hash chain (governance.go), set by the store when the record is appended: Seq is the
-	// record's place in the chain (from 1), Hash = AuditHash(PrevHash, the record).
+	// The hash chain (auditkey.go, governance.go), set by the store when the record is appended:
+	// Seq is the record's place in the chain (from 1), Hash = AuditKey.Link(PrevHash, the record)
+	// under the key KeyID names — or, for a record from before the chain was keyed (KeyID empty),
+	// AuditHash(PrevHash, the record).
 	Seq      int64
 	PrevHash string
 	Hash     string
+	KeyID    string
 }
 
 // AuditFilter selects audit records; zero fields match everything.
@@ -383,8 +386,10 @@ type Store interface {
 	AddUsage(ctx context.Context, userID string, day time.Time, tokens int64) error
 	UsageOn(ctx context.Context, userID string, day time.Time) (int64, error)
 
-	// Audit. Every record written (through Append, AppendAudit or RevokeGrant) joins the hash
-	// chain in the same transaction, appends serialized across processes (governance.go).
+	// Audit. Every record written (through Append, AppendAudit, RevokeGrant or
+	// DeleteConversation) joins the keyed hash chain in the same transaction, appends serialized
+	// across processes (auditkey.go); after the commit the new head goes to the store's anchor,
+	// if it has one. The database refuses to change or delete a record.
 	ListAudit(ctx context.Context, f AuditFilter) ([]AuditRecord, error) // newest first
 	// AuditChain returns up to limit chained records after the place afterSeq, in chain order.
 	AuditChain(ctx context.Context, afterSeq int64, limit int) ([]AuditRecord, error)

@@ -58,6 +58,9 @@ type auditJSON struct {
 	At             time.Time       `json:"at"`
 	PrevHash       string          `json:"prev_hash"`
 	Hash           string          `json:"hash"`
+	// KeyID names the key Hash is an HMAC under ("": an unkeyed record from before the chain was
+	// keyed); the key itself never leaves the server.
+	KeyID string `json:"key_id"`
 }
 
 // AuditJSON is the API's (and web audit export's) shape of a record.
@@ -65,7 +68,7 @@ func AuditJSON(r store.AuditRecord) any { return auditJSONOf(r) }
 
 func auditJSONOf(r store.AuditRecord) auditJSON {
 	a := auditJSON{ID: r.ID, Seq: r.Seq, ConversationID: r.ConversationID, ToolCallID: r.ToolCallID, Tool: r.Tool, ActorID: r.ActorID,
-		Action: r.Action, Reason: r.Reason, ArgsHash: r.ArgsHash, At: r.At.UTC(), PrevHash: r.PrevHash, Hash: r.Hash}
+		Action: r.Action, Reason: r.Reason, ArgsHash: r.ArgsHash, At: r.At.UTC(), PrevHash: r.PrevHash, Hash: r.Hash, KeyID: r.KeyID}
 	if json.Valid(r.Detail) {
 		a.Detail = r.Detail
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"parley/internal/store"
 	"parley/internal/store/internal/sqlcore"
@@ -272,12 +273,13 @@ func (s *Store) commitGroup(ctx context.Context, live []*appendReq) {
 // sendAppend writes the appends as one pipelined batch, which PostgreSQL runs as a single
 // implicit transaction: parley_append (migration 015) makes each append's sequence check (raising
 // on a conflict) and writes its entries, calls and expiries; steps, grants and notifications
-// follow, and the audit records go last; an error anywhere rolls back all of it. Appends to
-// distinct conversations share one call and one statement per table; otherwise each append's
-// statements run in turn.
+// follow; an error anywhere rolls back all of it. Appends to distinct conversations share one
+// call and one statement per table; otherwise each append's statements run in turn. Audit
+// records are linked into the chain under the store's key, which the database does not have:
+// appends that write some take a second round trip (sendChained).
 func (s *Store) sendAppend(ctx context.Context, rs []*appendReq) error {
 	var batch pgx.Batch
-	var audit [][]any // every append's audit records, inserted chained last
+	var audit [][]any // every append's audit records, linked and inserted last
 	queue := func(rs []*appendReq) {
 		n := len(rs)
 		convs, afters, lasts, ats, statuses := make([]string, n), make([]int64, n), make([]int64, n), make([]time.Time, n), make([]string, n)
@@ -301,21 +303,90 @@ func (s *Store) sendAppend(ctx context.Context, rs []*appendReq) error {
 			queue([]*appendReq{r})
 		}
 	}
-	if len(audit) > 0 {
-		// Last: the chain's lock is held from here to the commit (migration 008).
-		batch.Queue(auditAppendSQL, sqlcore.Columns(audit, 9)...)
-	}
 	pool := s.pool
 	if s.writePool != nil {
 		pool = s.writePool
 	}
-	if err := pool.SendBatch(ctx, &batch).Close(); err != nil {
+	var err error
+	if len(audit) == 0 {
+		err = pool.SendBatch(ctx, &batch).Close()
+	} else {
+		var seq int64
+		var head string
+		if seq, head, err = s.sendChained(ctx, pool, &batch, audit); err == nil {
+			s.Anchored(seq, head, s.Stamp())
+		}
+	}
+	if err != nil {
 		if len(rs) == 1 {
 			return fmt.Errorf("append to conversation %q: %w", rs[0].conv, mapErr(err))
 		}
 		return fmt.Errorf("append to %d conversations: %w", len(rs), mapErr(err))
 	}
 	return nil
+}
+
+// sendChained commits batch and the audit rows (sqlcore.Writes.Audit's) in one transaction of
+// two round trips: the first opens it, makes batch's writes, takes the chain's lock and reads the
+// chain's head; the rows are linked here, under the key, and the second inserts them and
+// commits. The lock is held from the first round trip's end to the commit, the one window in
+// which the chain's writers wait for each other. It returns the new head.
+func (s *Store) sendChained(ctx context.Context, pool *pgxpool.Pool, batch *pgx.Batch, audit [][]any) (seq int64, head string, err error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return 0, "", err
+	}
+	// A connection released inside a transaction (an error below) is closed, not reused: the
+	// server rolls the transaction back.
+	defer conn.Release()
+	defer func() {
+		if err != nil && !conn.Conn().IsClosed() && conn.Conn().PgConn().TxStatus() != 'I' {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_, _ = conn.Exec(rctx, "ROLLBACK")
+			cancel()
+		}
+	}()
+	first := &pgx.Batch{}
+	first.Queue("BEGIN")
+	first.QueuedQueries = append(first.QueuedQueries, batch.QueuedQueries...)
+	first.Queue(sqlcore.ChainLockPG)
+	first.Queue(sqlcore.AuditHeadSQL)
+	br := conn.SendBatch(ctx, first)
+	for range len(first.QueuedQueries) - 1 {
+		if _, err = br.Exec(); err != nil {
+			_ = br.Close()
+			return 0, "", err
+		}
+	}
+	if err = br.QueryRow().Scan(&seq, &head); errors.Is(err, pgx.ErrNoRows) {
+		err = nil // an empty chain
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, "", err
+	}
+	chained, seq, head := sqlcore.ChainAuditRows(s.ChainKey, seq, head, audit)
+	second := &pgx.Batch{}
+	second.Queue(sqlcore.AuditInsertUnnest, sqlcore.Columns(chained, len(sqlcore.AuditChainedTypes))...)
+	second.Queue("COMMIT")
+	br = conn.SendBatch(ctx, second)
+	_, err = br.Exec()
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && tag.String() != "COMMIT" {
+		err = fmt.Errorf("the transaction was not committed (%s)", tag.String())
+	}
+	if err != nil {
+		return 0, "", err
+	}
+	return seq, head, nil
 }
 
 // appendSQL calls parley_append (migrations 015, 016): the writer (Store.SetWriter) and the
@@ -330,11 +401,6 @@ var appendSQL = func() string {
 	b.WriteString(")")
 	return b.String()
 }()
-
-// auditAppendSQL inserts audit records already placed in the hash chain, one array per column
-// in the order of sqlcore's audit rows (migration 013): one row version each, where an insert
-// followed by parley_chain_audit wrote two.
-const auditAppendSQL = `SELECT parley_audit_append($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[])`
 
 func distinctConversations(rs []*appendReq) bool {
 	seen := make(map[string]bool, len(rs))

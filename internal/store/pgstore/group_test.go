@@ -12,6 +12,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"parley/internal/store"
 	"parley/internal/store/internal/sqlcore"
 	"parley/internal/store/pgtest"
@@ -222,8 +224,8 @@ func TestGroupCommitAbandonedAppendWritesNothing(t *testing.T) {
 func TestMergedGroupWritesWhatSingleAppendsWrite(t *testing.T) {
 	ctx := t.Context()
 	s, ids := groupFixture(t, 9, WithCommitters(0))
-	// reference writes an append as the statements both stores share (sqlcore.PlanBatch, as
-	// sqlcore.Core.Append runs them), which parley_append must match.
+	// reference writes an append as the statements both stores share (sqlcore.PlanBatch and the
+	// audit chain's, as sqlcore.Core.Append runs them), which parley_append must match.
 	reference := func(conv string, after int64, b store.Batch, now time.Time) {
 		t.Helper()
 		tx, err := s.pool.Begin(ctx)
@@ -240,8 +242,19 @@ func TestMergedGroupWritesWhatSingleAppendsWrite(t *testing.T) {
 				t.Fatalf("%s: %v", st.SQL, err)
 			}
 		}
-		if _, err := tx.Exec(ctx, chainSQL); err != nil {
-			t.Fatal(err)
+		if audit := sqlcore.PlanWrites(conv, after, now, b).Audit; len(audit) > 0 {
+			var seq int64
+			var head string
+			if _, err := tx.Exec(ctx, sqlcore.ChainLockPG); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.QueryRow(ctx, sqlcore.AuditHeadSQL).Scan(&seq, &head); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				t.Fatal(err)
+			}
+			chained, _, _ := sqlcore.ChainAuditRows(s.ChainKey, seq, head, audit)
+			if _, err := tx.Exec(ctx, sqlcore.AuditInsertUnnest, sqlcore.Columns(chained, len(sqlcore.AuditChainedTypes))...); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if err := tx.Commit(ctx); err != nil {
 			t.Fatal(err)
@@ -323,7 +336,7 @@ func TestMergedGroupWritesWhatSingleAppendsWrite(t *testing.T) {
 			`SELECT to_jsonb(x) - 'conversation_id' FROM expiries x WHERE conversation_id = $1 ORDER BY tool_call_id`,
 			`SELECT to_jsonb(st) - 'conversation_id' FROM steps st WHERE conversation_id = $1 ORDER BY key`,
 			// The chain's columns depend on what other conversations wrote before (AuditChain tests them).
-			`SELECT to_jsonb(a) - 'conversation_id' - 'id' - 'chain_seq' - 'prev_hash' - 'hash' FROM audit a WHERE conversation_id = $1 ORDER BY id`,
+			`SELECT to_jsonb(a) - 'conversation_id' - 'id' - 'chain_seq' - 'prev_hash' - 'hash' - 'key_id' FROM audit a WHERE conversation_id = $1 ORDER BY id`,
 		} {
 			rows, err := s.pool.Query(ctx, q, conv)
 			if err != nil {

@@ -79,6 +79,14 @@ func WithCommitters(n int) Option { return func(s *Store) { s.committers = max(n
 // WithClock sets the clock that stamps rows and decides session expiry (default: the wall clock).
 func WithClock(c clock.Clock) Option { return func(s *Store) { s.Clock = c } }
 
+// WithAuditKey sets the key the audit chain is linked with (store/auditkey.go). Every process on
+// one database must have the same key. Without it the store links with a random key of its own:
+// its records cannot be verified once it is closed.
+func WithAuditKey(k *store.AuditKey) Option { return func(s *Store) { s.ChainKey = k } }
+
+// WithAuditAnchor sets where the audit chain's head goes after each commit that moves it.
+func WithAuditAnchor(a store.AuditAnchor) Option { return func(s *Store) { s.Anchor = a } }
+
 // Open connects to databaseURL (failing within ConnectTimeout when the server does not answer,
 // with an error naming host and database but never the password), applies pending migrations
 // and returns the store. A database migrated by a newer binary is refused with
@@ -88,7 +96,7 @@ func Open(ctx context.Context, databaseURL string, logger *slog.Logger, opts ...
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{
-		Core:       sqlcore.Core{Dialect: sqlcore.Dialect{SkipLocked: "FOR UPDATE SKIP LOCKED", KeyShare: "FOR KEY SHARE", ChainSQL: chainSQL, FindSQL: findSQL, Match: tsMatch}, Clock: clock.Real{}},
+		Core:       sqlcore.Core{Dialect: sqlcore.Dialect{SkipLocked: "FOR UPDATE SKIP LOCKED", KeyShare: "FOR KEY SHARE", ChainLock: sqlcore.ChainLockPG, FindSQL: findSQL, Match: tsMatch}, Clock: clock.Real{}},
 		committers: -1, // half the pool, decided once its size is known
 	}
 	for _, o := range opts {
@@ -118,6 +126,10 @@ func Open(ctx context.Context, databaseURL string, logger *slog.Logger, opts ...
 		return nil, fmt.Errorf("migrate %s: %w", Redact(databaseURL), err)
 	}
 	s.DB, s.pool, s.want = &db{pool: pool}, pool, want
+	if err := s.InitAudit(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
 	if s.committers > 0 {
 		wcfg := cfg.Copy()
 		wcfg.MaxConns, wcfg.MinConns = int32(s.committers), 0
@@ -164,9 +176,6 @@ func Migrate(ctx context.Context, databaseURL string) error {
 	}
 	return nil
 }
-
-// chainSQL places a transaction's new audit records in the hash chain (migration 008).
-const chainSQL = `SELECT parley_chain_audit()`
 
 // findSQL finds an owner's conversations by title (LIKE, as SearchConversations) or by message
 // (the entries' tsvector, migration 009), naming each conversation's most recent matching message

@@ -205,7 +205,7 @@ func TestHotQueriesUseTheirIndexes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	s := &Store{Core: sqlcore.Core{DB: &db{pool: pool}, Dialect: sqlcore.Dialect{SkipLocked: "FOR UPDATE SKIP LOCKED", ChainSQL: chainSQL}, Clock: clock.Real{}}, pool: pool}
+	s := &Store{Core: sqlcore.Core{DB: &db{pool: pool}, Dialect: sqlcore.Dialect{SkipLocked: "FOR UPDATE SKIP LOCKED", ChainLock: sqlcore.ChainLockPG}, Clock: clock.Real{}, ChainKey: store.RandomAuditKey()}, pool: pool}
 
 	conn := connectT(t, url)
 	if _, err := conn.Exec(t.Context(), `

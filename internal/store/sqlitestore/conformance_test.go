@@ -14,13 +14,13 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.PerTest(
 		func(t *testing.T) string { return filepath.Join(t.TempDir(), "parley.db") },
 		func(t *testing.T, path string) store.Store {
-			s, err := sqlitestore.Open(t.Context(), path)
+			s, err := sqlitestore.Open(t.Context(), path, sqlitestore.WithAuditKey(storetest.AuditKey))
 			if err != nil {
 				t.Fatal(err)
 			}
 			return s
 		}),
-		storetest.WithFailingAudit(failAudit), storetest.WithExec(execSQL))
+		storetest.WithFailingAudit(failAudit), storetest.WithExec(execSQL), storetest.WithTamper(tamperSQL))
 }
 
 // failAudit makes the file refuse audit records with the given action.
@@ -34,9 +34,23 @@ func failAudit(t *testing.T, s store.Store, action string) {
 }
 
 // execSQL runs a statement on the file directly.
-func execSQL(t *testing.T, s store.Store, sql string, args ...any) {
+func execSQL(t *testing.T, s store.Store, sql string, args ...any) error {
 	t.Helper()
-	if _, err := s.(*sqlitestore.Store).DB.Exec(t.Context(), sql, args...); err != nil {
-		t.Fatalf("exec %q: %v", sql, err)
+	_, err := s.(*sqlitestore.Store).DB.Exec(t.Context(), sql, args...)
+	return err
+}
+
+// tamperSQL runs a statement on the file with the audit table's triggers dropped, as whoever can
+// write the file can.
+func tamperSQL(t *testing.T, s store.Store, sql string, args ...any) {
+	t.Helper()
+	db := s.(*sqlitestore.Store).DB
+	for _, q := range []string{`DROP TRIGGER IF EXISTS audit_no_update`, `DROP TRIGGER IF EXISTS audit_no_delete`} {
+		if _, err := db.Exec(t.Context(), q); err != nil {
+			t.Fatalf("tamper: %s: %v", q, err)
+		}
+	}
+	if _, err := db.Exec(t.Context(), sql, args...); err != nil {
+		t.Fatalf("tamper: %s: %v", sql, err)
 	}
 }

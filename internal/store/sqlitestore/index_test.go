@@ -246,6 +246,12 @@ func TestUpgradeFromVersion7KeepsTheIndex(t *testing.T) {
 	INSERT INTO message_text (conversation_id, seq, body) VALUES (new.conversation_id, new.seq,
 		substr(replace(replace(coalesce(json_extract(CAST(new.data AS TEXT), '$.text'), ''), char(2), ''), char(3), ''), 1, 100000));
 END`,
+		// The audit table as version 8 had it.
+		`DROP TRIGGER audit_no_update`,
+		`DROP TRIGGER audit_no_delete`,
+		`DROP INDEX audit_unkeyed`,
+		`ALTER TABLE audit DROP COLUMN key_id`,
+		`CREATE INDEX audit_unchained ON audit (id) WHERE chain_seq IS NULL`,
 		`PRAGMA user_version = 7`,
 	} {
 		if _, err := s.DB.Exec(ctx, q); err != nil {

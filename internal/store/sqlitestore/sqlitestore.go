@@ -46,6 +46,54 @@ func mustLoad(d migrations.Dialect) []migrations.Migration {
 	return ms
 }
 
+// beforeUpgrade runs Go steps of a migration before its SQL (by version), in the migration's
+// transaction.
+var beforeUpgrade = map[int]func(ctx context.Context, tx *sql.Tx) error{
+	20: chainUnkeyed,
+}
+
+// chainUnkeyed chains the audit records still unchained, in id order, after the chain's head,
+// with the unkeyed hash they would have got from the next write before migration 020
+// (store.AuditHash): from migration 020 on, no record can be updated.
+func chainUnkeyed(ctx context.Context, tx *sql.Tx) error {
+	var seq int64
+	var head string
+	err := tx.QueryRowContext(ctx, `SELECT chain_seq, hash FROM audit WHERE chain_seq IS NOT NULL ORDER BY chain_seq DESC LIMIT 1`).Scan(&seq, &head)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("read the audit chain's head: %w", err)
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT id, conversation_id, tool_call_id, tool, actor_id, action, reason, args_hash, detail, at
+		FROM audit WHERE chain_seq IS NULL ORDER BY id`)
+	if err != nil {
+		return fmt.Errorf("read unchained audit records: %w", err)
+	}
+	var todo []store.AuditRecord
+	for rows.Next() {
+		var r store.AuditRecord
+		var detail string
+		var at int64
+		if err := rows.Scan(&r.ID, &r.ConversationID, &r.ToolCallID, &r.Tool, &r.ActorID, &r.Action, &r.Reason, &r.ArgsHash, &detail, &at); err != nil {
+			_ = rows.Close()
+			return fmt.Errorf("read unchained audit records: %w", err)
+		}
+		r.Detail, r.At = []byte(detail), time.UnixMicro(at).UTC()
+		todo = append(todo, r)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read unchained audit records: %w", err)
+	}
+	for _, r := range todo {
+		seq++
+		r.Seq = seq
+		h := store.AuditHash(head, r)
+		if _, err := tx.ExecContext(ctx, `UPDATE audit SET chain_seq = ?, prev_hash = ?, hash = ? WHERE id = ?`, seq, head, h, r.ID); err != nil {
+			return fmt.Errorf("chain audit record %d: %w", r.ID, err)
+		}
+		head = h
+	}
+	return nil
+}
+
 // legacyVersions maps the PRAGMA user_version of a file written before the stores shared one
 // numbered line of migrations — when the embedded store kept a schema.sql and counted its own
 // versions, 1 to 8 — to the migration whose schema that version is (the count's step k is the
@@ -77,6 +125,13 @@ type Option func(*Store)
 
 // WithClock sets the clock that stamps rows and decides session expiry (default: the wall clock).
 func WithClock(c clock.Clock) Option { return func(s *Store) { s.Clock = c } }
+
+// WithAuditKey sets the key the audit chain is linked with (store/auditkey.go). Without it the
+// store links with a random key of its own: its records cannot be verified once it is closed.
+func WithAuditKey(k *store.AuditKey) Option { return func(s *Store) { s.ChainKey = k } }
+
+// WithAuditAnchor sets where the audit chain's head goes after each commit that moves it.
+func WithAuditAnchor(a store.AuditAnchor) Option { return func(s *Store) { s.Anchor = a } }
 
 // WithLogger sets where the background search indexer reports a failed round (default:
 // nowhere; the entries stay pending and the next search indexes them or reports the error).
@@ -125,6 +180,10 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		log: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		o(s)
+	}
+	if err := s.InitAudit(ctx); err != nil {
+		_ = d.Close()
+		return nil, fmt.Errorf("open embedded store %s: %w", path, err)
 	}
 	s.ix = newIndexer(d, s.Clock, s.log)
 	s.ix.start()
@@ -216,6 +275,11 @@ func migrate(ctx context.Context, w *sql.DB) (err error) {
 	for _, m := range schemaMigrations {
 		if m.Version <= current {
 			continue
+		}
+		if before := beforeUpgrade[m.Version]; before != nil {
+			if err := before(ctx, tx); err != nil {
+				return fmt.Errorf("migration %s: %w", m.Name, err)
+			}
 		}
 		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 			return fmt.Errorf("migration %s: %w", m.Name, err)

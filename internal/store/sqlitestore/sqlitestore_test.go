@@ -194,16 +194,39 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	if list, err := s.ListInvitations(ctx); err != nil || len(list) != 0 {
 		t.Fatalf("invitations after the upgrade: %v %v", err, list)
 	}
-	// An audit record from before the chain joins it, first, with the next record written.
+	// An audit record from before the chain is chained by the upgrade, unkeyed, first; the next
+	// record written is keyed.
 	if err := s.AppendAudit(ctx, store.AuditRecord{Tool: "t", ActorID: "u", Action: "deny"}); err != nil {
 		t.Fatalf("audit after the upgrade: %v", err)
 	}
 	chain, err := s.AuditChain(ctx, 0, 0)
-	var v store.ChainVerifier
-	if err != nil || len(chain) != 2 || chain[0].Action != "approve" || v.Next(chain[0]) != nil || v.Next(chain[1]) != nil {
+	v := store.ChainVerifier{Key: s.AuditKey()}
+	if err != nil || len(chain) != 2 || chain[0].Action != "approve" || chain[0].KeyID != "" || chain[1].KeyID != s.AuditKey().ID() ||
+		v.Next(chain[0]) != nil || v.Next(chain[1]) != nil || v.Unkeyed() != 1 {
 		t.Fatalf("the chain after the upgrade: %v %+v", err, chain)
 	}
+	// The store anchors heads with the unkeyed prefix's length, and verification holds the
+	// chain to it.
+	var anchors store.Anchors
+	anchors.Add(store.AuditHead{Seq: 2, Hash: chain[1].Hash, Legacy: 0})
+	v = store.ChainVerifier{Key: s.AuditKey(), Anchors: &anchors}
+	if err := v.Next(chain[0]); err == nil {
+		t.Fatal("an unkeyed record past the anchor's unkeyed prefix verified")
+	}
+	a := &headSink{}
+	s.SetAuditAnchor(a)
+	if err := s.AppendAudit(ctx, store.AuditRecord{Tool: "t", ActorID: "u", Action: "approve"}); err != nil {
+		t.Fatal(err)
+	}
+	if a.head.Seq != 3 || a.head.Legacy != 1 || s.AuditKey().CheckHead(a.head) != nil {
+		t.Fatalf("anchored head = %+v", a.head)
+	}
 }
+
+// headSink keeps the last head anchored.
+type headSink struct{ head store.AuditHead }
+
+func (h *headSink) Anchor(a store.AuditHead) { h.head = a }
 
 // TestSearchIndexFollowsDeletes: the FTS5 index loses a conversation's messages with it (the
 // cascade reaches message_text, whose trigger updates the index), not only in what a search
@@ -252,47 +275,36 @@ func TestSearchIndexFollowsDeletes(t *testing.T) {
 }
 
 // TestUpgradeKeepsOldGrantsForAnyArguments: a grant written before grants named their arguments
-// (schema version 8) covered any arguments, and still does after the upgrade (the grants pages
-// say so); grants written after it name theirs, and an exact one covers its arguments only.
+// (a file at migration 018) covered any arguments, and still does after the upgrade (the grants
+// pages say so); grants written after it name theirs, and an exact one covers its arguments only.
 func TestUpgradeKeepsOldGrantsForAnyArguments(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "parley.db")
-	s, err := Open(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ana, err := s.CreateUser(ctx, store.User{Name: "ana"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	conv, err := s.CreateConversation(ctx, store.Conversation{OwnerID: ana.ID, Title: "a"})
-	if err != nil {
-		t.Fatal(err)
+	db := rawFile(t, path)
+	for _, m := range schemaMigrations {
+		if m.Version > 18 {
+			break
+		}
+		execAll(t, db, m.SQL)
 	}
 	now := time.Now().UTC().Truncate(time.Second)
-	for _, q := range []string{
-		`DROP TABLE grants`,
-		`CREATE TABLE grants (id TEXT PRIMARY KEY, user_id TEXT NOT NULL REFERENCES users (id) ON DELETE CASCADE, tool TEXT NOT NULL,
-			scope TEXT NOT NULL, conversation_id TEXT NOT NULL, tool_call_id TEXT NOT NULL, created_by TEXT NOT NULL,
-			created_at INTEGER NOT NULL, expires_at INTEGER NOT NULL, revoked_at INTEGER)`,
-		`CREATE INDEX grants_user_tool ON grants (user_id, tool, expires_at)`,
-		fmt.Sprintf(`INSERT INTO grants VALUES ('g-old', '%s', 'pay', 'user', '%s', 'c1', '%s', %d, %d, NULL)`,
-			ana.ID, conv.ID, ana.ID, now.UnixMicro(), now.Add(time.Hour).UnixMicro()),
-		`PRAGMA user_version = 8`,
-	} {
-		if _, err := s.DB.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
+	execAll(t, db, `PRAGMA user_version = 18`,
+		`INSERT INTO users (id, name, role, created_at) VALUES ('ana', 'ana', 'admin', 0)`,
+		`INSERT INTO conversations (id, owner_id, title, status, last_seq, created_at, updated_at) VALUES ('c1', 'ana', 'a', 'idle', 0, 0, 0)`,
+		fmt.Sprintf(`INSERT INTO grants VALUES ('g-old', 'ana', 'pay', 'user', 'c1', 'c1', 'ana', %d, %d, NULL)`,
+			now.UnixMicro(), now.Add(time.Hour).UnixMicro()))
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
 	}
-	s.Close()
-	s, err = Open(ctx, path)
+	s, err := Open(ctx, path)
 	if err != nil {
-		t.Fatalf("open a version 8 file: %v", err)
+		t.Fatalf("open a file at migration 018: %v", err)
 	}
 	defer s.Close()
 	if err := store.Ready(ctx, s); err != nil {
 		t.Fatalf("after the upgrade: %v", err)
 	}
+	ana, conv := store.User{ID: "ana"}, store.Conversation{ID: "c1"}
 	g, err := s.ActiveGrant(ctx, ana.ID, conv.ID, "pay", "any-hash", now)
 	if err != nil || g.ID != "g-old" || g.ArgsScope != store.GrantArgsAny || g.ArgsHash != "" || !g.ExpiresAt.Equal(now.Add(time.Hour)) {
 		t.Fatalf("the old grant after the upgrade: %v %+v", err, g)

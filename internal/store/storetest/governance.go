@@ -3,119 +3,11 @@ package storetest
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"parley/internal/store"
 )
-
-// WithExec gives the suite exec, which runs a statement directly on the database behind s
-// (PostgreSQL placeholders): the audit chain's test changes a record behind the store's back
-// and checks that verification names it.
-func WithExec(exec func(t *testing.T, s store.Store, sql string, args ...any)) Option {
-	return func(c *suite) { c.exec = exec }
-}
-
-// verifyChain walks the whole chain in pages and returns how many records it checked, or the
-// first break.
-func verifyChain(t *testing.T, s store.Store) (int64, error) {
-	t.Helper()
-	var v store.ChainVerifier
-	var after int64
-	for {
-		page, err := s.AuditChain(ctxT(t), after, 3) // small pages: paging is part of the test
-		if err != nil {
-			t.Fatalf("AuditChain: %v", err)
-		}
-		if len(page) == 0 {
-			n, _ := v.Verified()
-			return n, nil
-		}
-		for _, r := range page {
-			if err := v.Next(r); err != nil {
-				return 0, err
-			}
-			after = r.Seq
-		}
-	}
-}
-
-func testAuditChain(t *testing.T, open Opener, exec func(t *testing.T, s store.Store, sql string, args ...any)) {
-	s, ctx := open(t), ctxT(t)
-	other := open(t) // a second process on the same database
-	c1 := newConv(t, s, "ana", "one")
-	must(s.Append(ctx, c1.ID, 0, store.Batch{Audit: []store.AuditRecord{
-		{ToolCallID: "x1", Tool: "send_email", ActorID: "ana", Action: "approve", ArgsHash: "h1", Detail: json.RawMessage(`{"rule":0, "b":"é"}`)},
-		{ToolCallID: "x2", Tool: "send_email", ActorID: "rev", Action: "deny", Reason: "no ✋\nreally", ArgsHash: "h2"},
-	}}))(t)
-	if err := s.AppendAudit(ctx, store.AuditRecord{Tool: "send_email", ActorID: "ana", Action: "grant_revoke", Detail: json.RawMessage(`{"grant_id":"g1"}`)}); err != nil {
-		t.Fatalf("AppendAudit: %v", err)
-	}
-	// Concurrent writers on two handles, to distinct conversations: each record gets one place.
-	const writers, each = 4, 5
-	var wg sync.WaitGroup
-	errs := make(chan error, writers*each)
-	for w := range writers {
-		h := s
-		if w%2 == 1 {
-			h = other
-		}
-		conv := newConv(t, s, "ana", fmt.Sprint("w", w))
-		wg.Go(func() {
-			var seq int64
-			for i := range each {
-				_, err := h.Append(ctx, conv.ID, seq, store.Batch{
-					Entries: []store.Entry{entry(store.EntryUserMessage, "", `{}`)},
-					Audit:   []store.AuditRecord{{ToolCallID: fmt.Sprint("c", i), Tool: "t", ActorID: "system", Action: "rule_allow", ArgsHash: "h"}},
-				})
-				if err != nil {
-					errs <- err
-					return
-				}
-				seq++
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatalf("concurrent append: %v", err)
-	}
-	want := int64(3 + writers*each)
-	n, err := verifyChain(t, s)
-	if err != nil || n != want {
-		t.Fatalf("verify = %d records, %v; want %d, intact", n, err, want)
-	}
-	recs := must(s.ListAudit(ctx, store.AuditFilter{Action: "approve"}))(t)
-	if len(recs) != 1 || recs[0].Seq != 1 || recs[0].PrevHash != "" || recs[0].Hash == "" || string(recs[0].Detail) != `{"rule":0, "b":"é"}` {
-		t.Fatalf("first record = %+v", recs)
-	}
-	if got := must(s.ListAudit(ctx, store.AuditFilter{Tool: "send_email", Limit: 2}))(t); len(got) != 2 || got[0].Action != "grant_revoke" {
-		t.Fatalf("ListAudit by tool = %+v", got)
-	}
-	if got := must(s.ListAudit(ctx, store.AuditFilter{BeforeSeq: 3}))(t); len(got) != 2 || got[0].Seq != 2 {
-		t.Fatalf("ListAudit before 3 = %+v", got)
-	}
-	if exec == nil {
-		t.Fatal("the suite needs WithExec to tamper with a record")
-	}
-	// Change a record's reason behind the store's back: verification names it.
-	exec(t, s, `UPDATE audit SET reason = $1 WHERE chain_seq = 2`, "fine by me")
-	_, err = verifyChain(t, s)
-	var br *store.ChainBreak
-	if !errors.As(err, &br) || br.Seq != 2 {
-		t.Fatalf("verify after tampering = %v, want a break at record 2", err)
-	}
-	// Remove a record: the next one no longer follows.
-	exec(t, s, `UPDATE audit SET reason = $1 WHERE chain_seq = 2`, "no ✋\nreally")
-	exec(t, s, `DELETE FROM audit WHERE chain_seq = 5`)
-	_, err = verifyChain(t, s)
-	if !errors.As(err, &br) || br.Seq != 6 {
-		t.Fatalf("verify after a deletion = %v, want a break at record 6", err)
-	}
-}
 
 func testGrants(t *testing.T, open Opener) {
 	s, ctx := open(t), ctxT(t)

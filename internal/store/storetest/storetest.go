@@ -56,7 +56,8 @@ type Option func(*suite)
 
 type suite struct {
 	failAudit func(t *testing.T, s store.Store, action string)
-	exec      func(t *testing.T, s store.Store, sql string, args ...any)
+	exec      func(t *testing.T, s store.Store, sql string, args ...any) error
+	tamper    func(t *testing.T, s store.Store, sql string, args ...any)
 }
 
 // WithFailingAudit gives the suite install, which makes the database behind s refuse every later
@@ -107,7 +108,10 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 		{"FirstAdmin", testFirstAdmin},
 		{"EndSessions", testEndSessions},
 		{"Audit", testAudit},
-		{"AuditChain", func(t *testing.T, open Opener) { testAuditChain(t, open, cfg.exec) }},
+		{"AuditChain", func(t *testing.T, open Opener) { testAuditChain(t, open, cfg.tamper) }},
+		{"AuditAppendOnly", func(t *testing.T, open Opener) { testAuditAppendOnly(t, open, cfg.exec) }},
+		{"AuditTruncated", func(t *testing.T, open Opener) { testAuditTruncated(t, open, cfg.tamper) }},
+		{"AuditRechained", func(t *testing.T, open Opener) { testAuditRechained(t, open, cfg.tamper) }},
 		{"Grants", testGrants},
 		{"Claims", testClaims},
 		{"NotifyOutbox", testNotifyOutbox},

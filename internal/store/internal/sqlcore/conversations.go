@@ -41,6 +41,8 @@ func (c *Core) DeleteConversation(ctx context.Context, id string, audit store.Au
 	if !audit.At.IsZero() {
 		at = ts(audit.At)
 	}
+	var seq int64
+	var head string
 	err := c.inTx(ctx, func(tx Tx) error {
 		n, err := tx.Exec(ctx, `DELETE FROM conversations WHERE id = $1`, id)
 		if err != nil {
@@ -50,11 +52,13 @@ func (c *Core) DeleteConversation(ctx context.Context, id string, audit store.Au
 			return store.ErrNotFound
 		}
 		audit.ConversationID, audit.At = id, at
-		return c.writeAudit(ctx, tx, []store.AuditRecord{audit}) // chained like every record
+		seq, head, err = c.writeAudit(ctx, tx, []store.AuditRecord{audit}) // chained like every record
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("delete conversation %q: %w", id, err)
 	}
+	c.Anchored(seq, head, c.now())
 	return nil
 }
 

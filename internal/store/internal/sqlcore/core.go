@@ -20,6 +20,11 @@ type Core struct {
 	DB      DB
 	Dialect Dialect
 	Clock   clock.Clock
+	// ChainKey links audit records (nil until InitAudit: a random key); Anchor, when set, takes
+	// the chain's head after each commit that moved it (governance.go).
+	ChainKey *store.AuditKey
+	Anchor   store.AuditAnchor
+	legacy   int64 // unkeyed records at the chain's start (InitAudit)
 
 	mu   sync.Mutex
 	last time.Time // the newest stamp handed out
@@ -641,6 +646,8 @@ const AdvanceSQL = `UPDATE conversations SET last_seq = $1, updated_at = $2, sta
 func (c *Core) Append(ctx context.Context, conversationID string, afterSeq int64, b store.Batch) (int64, error) {
 	now := c.now()
 	last := afterSeq + int64(len(b.Entries))
+	var seq int64
+	var head string
 	err := c.inTx(ctx, func(tx Tx) error {
 		n, err := tx.Exec(ctx, AdvanceSQL, last, now, b.Status, conversationID, afterSeq)
 		if err != nil {
@@ -658,14 +665,17 @@ func (c *Core) Append(ctx context.Context, conversationID string, afterSeq int64
 				return err
 			}
 		}
-		if len(b.Audit) > 0 {
-			return c.chainAudit(ctx, tx)
+		rows := make([][]any, len(b.Audit))
+		for i, a := range b.Audit {
+			rows[i] = auditRow(conversationID, a, now)
 		}
-		return nil
+		seq, head, err = c.chainAudit(ctx, tx, rows)
+		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("append to conversation %q: %w", conversationID, err)
 	}
+	c.Anchored(seq, head, now)
 	return last, nil
 }
 
@@ -682,7 +692,6 @@ const (
 	stepsInsert    = `INSERT INTO steps (conversation_id, key, attempts, next_attempt_at, last_error, updated_at)`
 	stepsUpsert    = `ON CONFLICT (conversation_id, key) DO UPDATE SET attempts = excluded.attempts, next_attempt_at = excluded.next_attempt_at,
 		last_error = excluded.last_error, updated_at = excluded.updated_at`
-	auditInsert  = `INSERT INTO audit (conversation_id, tool_call_id, tool, actor_id, action, reason, args_hash, at, detail)`
 	notifyInsert = `INSERT INTO notify_outbox (id, payload, created_at, next_attempt_at)`
 )
 
@@ -730,11 +739,7 @@ func PlanWrites(conv string, afterSeq int64, now time.Time, b store.Batch) Write
 		r.Steps = append(r.Steps, []any{conv, s.Key, int64(s.Attempts), tsPtr(s.NextAttemptAt), s.LastError, now})
 	}
 	for _, a := range b.Audit {
-		at := now
-		if !a.At.IsZero() {
-			at = ts(a.At)
-		}
-		r.Audit = append(r.Audit, []any{conv, a.ToolCallID, a.Tool, a.ActorID, a.Action, a.Reason, a.ArgsHash, at, string(a.Detail)})
+		r.Audit = append(r.Audit, auditRow(conv, a, now))
 	}
 	for _, g := range b.Grants {
 		r.Grants = append(r.Grants, grantRow(g, conv, now))
@@ -746,8 +751,8 @@ func PlanWrites(conv string, afterSeq int64, now time.Time, b store.Batch) Write
 }
 
 // PlanBatch returns the statements that write b after the log's sequence check (see Append for
-// the rules), stamped now, in the order they must run; its audit records are inserted last and
-// left for the caller to chain.
+// the rules), stamped now, in the order they must run; its audit records are left out, for the
+// caller to link and insert last (ChainAuditRows).
 func PlanBatch(conv string, afterSeq int64, now time.Time, b store.Batch) []Stmt {
 	r := PlanWrites(conv, afterSeq, now, b)
 	var out []Stmt
@@ -764,15 +769,15 @@ func PlanBatch(conv string, afterSeq int64, now time.Time, b store.Batch) []Stmt
 	}
 	out = insertMany(out, stepsInsert, stepsUpsert, r.Steps)
 	out = insertMany(out, grantsInsert, "", r.Grants)
-	out = insertMany(out, notifyInsert, "", r.Notify)
-	return insertMany(out, auditInsert, "", r.Audit)
+	return insertMany(out, notifyInsert, "", r.Notify)
 }
 
 // PlanMergedRest returns the statements that write what parley_append (migration 015) does not —
 // steps, grants and notifications — for the writes of several appends (MergeWrites), their
 // sequence checks already made: one statement per table whatever the number of rows, each
 // column travelling as one array that unnest turns back into rows, so the statements' text never
-// changes and stays prepared. The audit records are left out: the caller inserts them chained.
+// changes and stays prepared. The audit records are left out: the caller links and inserts them
+// (ChainAuditRows).
 // PostgreSQL only.
 func PlanMergedRest(m Writes) []Stmt {
 	var out []Stmt

@@ -48,6 +48,14 @@ type DB interface {
 	Close() error
 }
 
+// ChainLockPG is PostgreSQL's Dialect.ChainLock: the advisory lock every writer of the audit
+// chain has taken since migration 008, held to the end of the transaction. The holder links its
+// records in Go between two round trips, so a client that stalls there (a frozen process, a
+// partitioned network) would hold up every writer of every process: the server ends a
+// transaction left idle that long (SET LOCAL idle_in_transaction_session_timeout), which
+// releases the lock.
+const ChainLockPG = `SELECT set_config('idle_in_transaction_session_timeout', '10s', true), pg_advisory_xact_lock(7283650918263001)`
+
 // MinPrefix is the shortest search word also matched as a prefix (Dialect.Match): shorter words
 // match whole words only, so a one-letter query does not read every owner's index entries.
 const MinPrefix = 3
@@ -75,10 +83,10 @@ type Dialect struct {
 	// that a deletion of the conversation waits for the insert and then deletes its row; empty on
 	// SQLite, whose single writer serializes the two and whose key refuses the row anyway.
 	KeyShare string
-	// ChainSQL chains a transaction's new audit records (governance.go): "SELECT
-	// parley_chain_audit()" on PostgreSQL, whose function serializes writers with an advisory
-	// lock; empty on SQLite, where Core chains them in Go under the single writer's lock.
-	ChainSQL string
+	// ChainLock serializes the audit chain's writers before one reads its head (governance.go):
+	// a transaction-level advisory lock on PostgreSQL (ChainLockPG); empty on SQLite, whose
+	// write transaction holds the only write lock from its start.
+	ChainLock string
 	// FindSQL finds an owner's conversations by title or message text (conversations.go,
 	// FindConversations): $1 the owner, $2 the full-text query (Match), $3 the title's LIKE
 	// pattern, $4 the limit; it selects convCols, the matched message's seq (0 when none) and its

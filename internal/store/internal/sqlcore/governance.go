@@ -15,7 +15,7 @@ import (
 // ---- the audit trail's hash chain and grants ----
 
 const (
-	auditCols    = `id, conversation_id, tool_call_id, tool, actor_id, action, reason, args_hash, detail, at, COALESCE(chain_seq, 0), prev_hash, hash`
+	auditCols    = `id, conversation_id, tool_call_id, tool, actor_id, action, reason, args_hash, detail, at, COALESCE(chain_seq, 0), prev_hash, hash, key_id`
 	grantCols    = `id, user_id, tool, scope, conversation_id, tool_call_id, created_by, created_at, expires_at, revoked_at, args_scope, args_hash`
 	grantsInsert = `INSERT INTO grants (` + grantCols + `)`
 )
@@ -41,7 +41,7 @@ func scanAudit(r Rows) (store.AuditRecord, error) {
 	var a store.AuditRecord
 	var detail string
 	err := r.Scan(&a.ID, &a.ConversationID, &a.ToolCallID, &a.Tool, &a.ActorID, &a.Action, &a.Reason, &a.ArgsHash, &detail, &a.At,
-		&a.Seq, &a.PrevHash, &a.Hash)
+		&a.Seq, &a.PrevHash, &a.Hash, &a.KeyID)
 	if detail != "" {
 		a.Detail = []byte(detail)
 	}
@@ -55,37 +55,95 @@ func scanGrant(r Rows) (store.Grant, error) {
 	return g, err
 }
 
-// chainAudit places the audit records tx wrote (and any older unchained ones) in the chain, in
-// id order, after its head. On PostgreSQL a function does it (Dialect.ChainSQL; migration 008);
-// on SQLite the transaction holds the only write lock, so reading the head here is safe.
-func (c *Core) chainAudit(ctx context.Context, tx Tx) error {
-	if c.Dialect.ChainSQL != "" {
-		if _, err := tx.Exec(ctx, c.Dialect.ChainSQL); err != nil {
-			return fmt.Errorf("chain audit records: %w", err)
-		}
-		return nil
+// The audit chain (store/auditkey.go). Records are linked in Go, under the store's key, in the
+// transaction that inserts them, after the chain's head: on PostgreSQL the head is read under a
+// transaction-level advisory lock (Dialect.ChainLock), so writers from several processes chain
+// one after another — a writer waits there until the one before it commits, then reads its head
+// (READ COMMITTED: a statement sees what is committed when it starts); on SQLite the transaction
+// holds the only write lock. The database cannot link a record itself: it does not have the key.
+
+// AuditHeadSQL reads the chain's head: its newest record's place and hash (no row: empty chain).
+const AuditHeadSQL = `SELECT chain_seq, hash FROM audit WHERE chain_seq IS NOT NULL ORDER BY chain_seq DESC LIMIT 1`
+
+// auditChainedInsert inserts records already linked (ChainAuditRows' rows).
+const auditChainedInsert = `INSERT INTO audit (conversation_id, tool_call_id, tool, actor_id, action, reason, args_hash, at, detail, chain_seq, prev_hash, hash, key_id)`
+
+// AuditChainedTypes are the column types of ChainAuditRows' rows, in order.
+var AuditChainedTypes = []string{"text", "text", "text", "text", "text", "text", "text", "timestamptz", "text", "bigint", "text", "text", "text"}
+
+// AuditInsertUnnest inserts ChainAuditRows' rows as one array per column (PostgreSQL).
+var AuditInsertUnnest = auditChainedInsert + ` SELECT * FROM ` + unnest(AuditChainedTypes)
+
+// ChainAuditRows links audit rows (Writes.Audit's: conversation, call, tool, actor, action,
+// reason, args hash, time, detail) after the head at place seq with hash head, under key: each
+// row comes back with its chain_seq, prev_hash, hash and key_id appended (AuditChainedTypes).
+// It returns the new head.
+func ChainAuditRows(key *store.AuditKey, seq int64, head string, rows [][]any) (out [][]any, newSeq int64, newHead string) {
+	out = make([][]any, len(rows))
+	for i, row := range rows {
+		r := store.AuditRecord{ConversationID: row[0].(string), ToolCallID: row[1].(string), Tool: row[2].(string), ActorID: row[3].(string),
+			Action: row[4].(string), Reason: row[5].(string), ArgsHash: row[6].(string), At: row[7].(time.Time), Detail: []byte(row[8].(string))}
+		seq++
+		r.Seq = seq
+		h := key.Link(head, r)
+		out[i] = append(slices.Clip(row), seq, head, h, key.ID())
+		head = h
 	}
-	var head store.AuditRecord
-	heads, err := queryAll(ctx, tx, `SELECT `+auditCols+` FROM audit WHERE chain_seq IS NOT NULL ORDER BY chain_seq DESC LIMIT 1`, nil, scanAudit)
-	if err != nil {
-		return fmt.Errorf("read the audit chain's head: %w", err)
+	return out, seq, head
+}
+
+// AuditKey is the key the store links audit records with.
+func (c *Core) AuditKey() *store.AuditKey { return c.ChainKey }
+
+// SetAuditAnchor sets where the chain's heads go (the stores' WithAuditAnchor), before the store
+// is used.
+func (c *Core) SetAuditAnchor(a store.AuditAnchor) { c.Anchor = a }
+
+// InitAudit readies the chain's writing: a random key when the store was given none
+// (store.RandomAuditKey), and how many records at the chain's start are unkeyed, for the heads
+// it anchors. Both stores call it when they open.
+func (c *Core) InitAudit(ctx context.Context) error {
+	if c.ChainKey == nil {
+		c.ChainKey = store.RandomAuditKey()
 	}
-	if len(heads) > 0 {
-		head = heads[0]
+	var legacy int64
+	if err := queryRow(ctx, c.DB, `SELECT COALESCE(max(chain_seq), 0) FROM audit WHERE key_id = ''`, nil, &legacy); err != nil {
+		return fmt.Errorf("read the audit chain's unkeyed records: %w", err)
 	}
-	todo, err := queryAll(ctx, tx, `SELECT `+auditCols+` FROM audit WHERE chain_seq IS NULL ORDER BY id`, nil, scanAudit)
-	if err != nil {
-		return fmt.Errorf("read unchained audit records: %w", err)
-	}
-	for _, r := range todo {
-		r.Seq, r.PrevHash = head.Seq+1, head.Hash
-		r.Hash = store.AuditHash(r.PrevHash, r)
-		if _, err := tx.Exec(ctx, `UPDATE audit SET chain_seq = $1, prev_hash = $2, hash = $3 WHERE id = $4`, r.Seq, r.PrevHash, r.Hash, r.ID); err != nil {
-			return fmt.Errorf("chain audit record %d: %w", r.ID, err)
-		}
-		head = r
-	}
+	c.legacy = legacy
 	return nil
+}
+
+// Anchored gives the store's anchor the head a committed transaction left (seq 0: it wrote no
+// audit record), signed.
+func (c *Core) Anchored(seq int64, hash string, at time.Time) {
+	if seq == 0 || c.Anchor == nil {
+		return
+	}
+	c.Anchor.Anchor(c.ChainKey.SignHead(store.AuditHead{Seq: seq, Hash: hash, Legacy: c.legacy, At: at}))
+}
+
+// chainAudit links the audit rows and inserts them, in tx, after the chain's head; it returns
+// the new head.
+func (c *Core) chainAudit(ctx context.Context, tx Tx, rows [][]any) (seq int64, head string, err error) {
+	if len(rows) == 0 {
+		return 0, "", nil
+	}
+	if c.Dialect.ChainLock != "" {
+		if _, err := tx.Exec(ctx, c.Dialect.ChainLock); err != nil {
+			return 0, "", fmt.Errorf("lock the audit chain: %w", err)
+		}
+	}
+	if err := queryRow(ctx, tx, AuditHeadSQL, nil, &seq, &head); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return 0, "", fmt.Errorf("read the audit chain's head: %w", err)
+	}
+	chained, seq, head := ChainAuditRows(c.ChainKey, seq, head, rows)
+	for _, st := range insertMany(nil, auditChainedInsert, "", chained) {
+		if _, err := tx.Exec(ctx, st.SQL, st.Args...); err != nil {
+			return 0, "", err
+		}
+	}
+	return seq, head, nil
 }
 
 // ListAudit implements store.Store: newest first in chain order (unchained records, which only
@@ -136,27 +194,36 @@ func (c *Core) AppendAudit(ctx context.Context, recs ...store.AuditRecord) error
 	if len(recs) == 0 {
 		return nil
 	}
-	err := c.inTx(ctx, func(tx Tx) error { return c.writeAudit(ctx, tx, recs) })
+	var seq int64
+	var head string
+	err := c.inTx(ctx, func(tx Tx) (err error) {
+		seq, head, err = c.writeAudit(ctx, tx, recs)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("append audit records: %w", err)
 	}
+	c.Anchored(seq, head, c.now())
 	return nil
 }
 
-// writeAudit inserts recs and chains them, in tx.
-func (c *Core) writeAudit(ctx context.Context, tx Tx, recs []store.AuditRecord) error {
-	now := c.now()
-	for _, a := range recs {
-		at := now
-		if !a.At.IsZero() {
-			at = ts(a.At)
-		}
-		if _, err := tx.Exec(ctx, auditInsert+` VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)`,
-			a.ConversationID, a.ToolCallID, a.Tool, a.ActorID, a.Action, a.Reason, a.ArgsHash, at, string(a.Detail)); err != nil {
-			return err
-		}
+// auditRow is a record's row as Writes.Audit holds it, stamped now unless it has a time.
+func auditRow(conv string, a store.AuditRecord, now time.Time) []any {
+	at := now
+	if !a.At.IsZero() {
+		at = ts(a.At)
 	}
-	return c.chainAudit(ctx, tx)
+	return []any{conv, a.ToolCallID, a.Tool, a.ActorID, a.Action, a.Reason, a.ArgsHash, at, string(a.Detail)}
+}
+
+// writeAudit links recs into the chain and inserts them, in tx; it returns the new head.
+func (c *Core) writeAudit(ctx context.Context, tx Tx, recs []store.AuditRecord) (int64, string, error) {
+	now := c.now()
+	rows := make([][]any, len(recs))
+	for i, a := range recs {
+		rows[i] = auditRow(a.ConversationID, a, now)
+	}
+	return c.chainAudit(ctx, tx, rows)
 }
 
 // ActiveGrant implements store.Store. An exact grant covers only the arguments it was made for;
@@ -212,6 +279,8 @@ func (c *Core) GrantByID(ctx context.Context, id string) (store.Grant, error) {
 
 // RevokeGrant implements store.Store.
 func (c *Core) RevokeGrant(ctx context.Context, userID, id string, now time.Time, audit store.AuditRecord) error {
+	var seq int64
+	var head string
 	err := c.inTx(ctx, func(tx Tx) error {
 		n, err := tx.Exec(ctx, `UPDATE grants SET revoked_at = $1 WHERE id = $2 AND user_id = $3 AND revoked_at IS NULL AND expires_at > $1`,
 			ts(now), id, userID)
@@ -221,7 +290,8 @@ func (c *Core) RevokeGrant(ctx context.Context, userID, id string, now time.Time
 		if n == 0 {
 			return store.ErrNotFound
 		}
-		return c.writeAudit(ctx, tx, []store.AuditRecord{audit})
+		seq, head, err = c.writeAudit(ctx, tx, []store.AuditRecord{audit})
+		return err
 	})
 	if errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("revoke grant %q: %w", id, store.ErrNotFound)
@@ -229,6 +299,7 @@ func (c *Core) RevokeGrant(ctx context.Context, userID, id string, now time.Time
 	if err != nil {
 		return fmt.Errorf("revoke grant %q: %w", id, err)
 	}
+	c.Anchored(seq, head, c.now())
 	return nil
 }
 
