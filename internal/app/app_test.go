@@ -27,6 +27,9 @@ import (
 // testClusterKey is the cluster key of the tests' processes on PostgreSQL.
 var testClusterKey = base64.StdEncoding.EncodeToString(cluster.NewKey())
 
+// testAuditKey is the audit chain's key of the tests' production Apps (development makes one).
+var testAuditKey = "the tests' audit key: 32 bytes or more, not a secret"
+
 // running is an App started by a test, with a token of its member "ada".
 type running struct {
 	url, token string
@@ -52,6 +55,9 @@ func startIn(t *testing.T, databaseURL, dataDir string, newUser bool, extraEnv .
 		for k, v := range extra {
 			env[k] = v
 		}
+	}
+	if env["PARLEY_ENV"] == "production" && env["PARLEY_AUDIT_KEY"] == "" {
+		env["PARLEY_AUDIT_KEY"] = testAuditKey // production refuses to start without one
 	}
 	getenv := func(k string) string { return env[k] }
 	ctx := context.Background()

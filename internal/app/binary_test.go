@@ -74,8 +74,9 @@ func TestUnreachableDatabase(t *testing.T) {
 	for _, args := range [][]string{{}, {"serve"}, {"migrate"}} {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		cmd := exec.CommandContext(ctx, bin, args...)
+		// Configured as a deployment is (its keys given), so the one line is the failure's.
 		cmd.Env = append(os.Environ(), "DATABASE_URL=postgres://parley:s3cret-pw@127.0.0.1:1/parleydb?sslmode=disable",
-			"PARLEY_ADDR=127.0.0.1:0", "PARLEY_DATA_DIR="+t.TempDir())
+			"PARLEY_ADDR=127.0.0.1:0", "PARLEY_DATA_DIR="+t.TempDir(), "PARLEY_CLUSTER_KEY="+testClusterKey, "PARLEY_AUDIT_KEY="+testAuditKey)
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		began := time.Now()

@@ -81,7 +81,7 @@ func TestClusterKeySettings(t *testing.T) {
 // touches the database); with one it does.
 func TestProductionNeedsAClusterKey(t *testing.T) {
 	url := pgtest.NewURL(t)
-	cfg := Config{Addr: "127.0.0.1:0", DatabaseURL: url, DataDir: t.TempDir(), Model: "demo", Production: true,
+	cfg := Config{Addr: "127.0.0.1:0", DatabaseURL: url, DataDir: t.TempDir(), Model: "demo", Production: true, AuditKey: testAuditKey,
 		Getenv: func(string) string { return "" }}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if a, err := New(context.Background(), cfg, Options{Logger: log}); err == nil || !strings.Contains(err.Error(), "PARLEY_CLUSTER_KEY") {

@@ -137,7 +137,7 @@ func TestProductionRefusesPlainHTTPMCPServers(t *testing.T) {
 	open := func(production bool) (*App, error) {
 		env := map[string]string{"PARLEY_ADDR": "127.0.0.1:0", "PARLEY_DATA_DIR": t.TempDir(), "PARLEY_MODEL": "demo", "PARLEY_TOOLS": toolsPath}
 		if production {
-			env["PARLEY_ENV"] = "production"
+			env["PARLEY_ENV"], env["PARLEY_AUDIT_KEY"] = "production", testAuditKey
 		}
 		cfg, err := FromEnv(func(k string) string { return env[k] })
 		if err != nil {
