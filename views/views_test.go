@@ -14,7 +14,6 @@ import (
 	"golang.org/x/net/html"
 
 	"parley/internal/agent"
-	"parley/internal/fault"
 	"parley/internal/tools"
 	"parley/views/viewstest"
 )
@@ -412,45 +411,6 @@ func TestElicitationFieldsAreNamespaced(t *testing.T) {
 	}
 	if len(viewstest.In(form, `button[name="action"][value="accept"]`)) != 1 {
 		t.Errorf("no Submit button named action")
-	}
-}
-
-func TestFormContentAndFieldErrors(t *testing.T) {
-	fs, err := ParseFormSchema(json.RawMessage(formSchema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	content, errs := fs.FormContent(map[string]string{"name": " Ann ", "age": "41", "score": "2.5", "meet": "2026-11-22T10:30", "site": "", "subscribe": "on"})
-	want := map[string]any{"name": "Ann", "age": int64(41), "score": 2.5, "meet": "2026-11-22T10:30:00Z", "subscribe": true}
-	if len(errs) != 0 {
-		t.Errorf("errors = %v", errs)
-	}
-	for k, v := range want {
-		if content[k] != v {
-			t.Errorf("content[%s] = %#v, want %#v", k, content[k], v)
-		}
-	}
-	if _, ok := content["site"]; ok {
-		t.Errorf("empty optional field sent")
-	}
-	if _, ok := content["email"]; ok {
-		t.Errorf("missing field invented")
-	}
-	_, errs = fs.FormContent(map[string]string{"age": "4.5", "score": "many"})
-	if errs["age"] == "" || errs["score"] == "" {
-		t.Errorf("conversion errors = %v", errs)
-	}
-	if c, _ := fs.FormContent(map[string]string{}); c["subscribe"] != false {
-		t.Errorf("unchecked box = %#v, want false", c["subscribe"])
-	}
-
-	fe := fs.FieldErrors([]fault.Problem{
-		{Path: "", Message: "missing properties: 'name', 'email'"},
-		{Path: "/age", Message: "must be <= 150"},
-		{Path: "", Message: "something global"},
-	})
-	if fe["name"] != "This field is required." || fe["email"] != "This field is required." || fe["age"] != "must be <= 150" || fe[""] != "something global" {
-		t.Errorf("field errors = %v", fe)
 	}
 }
 

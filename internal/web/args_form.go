@@ -11,7 +11,7 @@ import (
 )
 
 // This file is the approval card's arguments edited as fields built from the tool's schema
-// (views.ArgsFromForm), for the page's resolve (pages.go: resolvePage).
+// (jsonform.Schema.Args), for the page's resolve (pages.go: resolvePage).
 
 // argsFromFields reads the approval card's argument fields (views.ArgFieldPrefix + a property
 // name) into values["args"], the JSON of the edited arguments, typed by the call's schema. It
@@ -36,12 +36,16 @@ func (s *Server) argsFromFields(c echo.Context, convID, callID string, values ma
 			fields[name] = val
 		}
 	}
-	args, errs, err := views.ArgsFromForm(call.Schema, call.Args, fields)
+	args, errs, err := fs.Args(call.Args, fields)
 	if err != nil {
 		return nil, nil, nil, fault.New(fault.KindBadRequest, "the arguments' fields could not be read", nil)
 	}
 	if len(errs) > 0 {
-		return call, &fs, errs, nil
+		byField := make(map[string]string, len(errs))
+		for name, msg := range errs {
+			byField[views.ArgFieldPrefix+name] = msg
+		}
+		return call, &fs, byField, nil
 	}
 	values["args"] = string(args)
 	return call, &fs, nil, nil

@@ -198,7 +198,7 @@ func (s *Server) resolvePage(c echo.Context) error {
 			return fault.New(fault.KindNotFound, "no such tool call", nil)
 		}
 	}
-	// Arguments edited as fields (views.ArgsFromForm) become the JSON an edit sends; the call's
+	// Arguments edited as fields (jsonform.Schema.Args) become the JSON an edit sends; the call's
 	// schema types them and its own arguments keep what the form does not show.
 	var argsForm *views.FormSchema
 	var argErrs map[string]string
@@ -326,7 +326,7 @@ func buildResolution(question *agent.CallView, values, answers map[string]string
 	if err != nil {
 		return nil, map[string]string{"": "This question's form cannot be read."}, nil
 	}
-	content, errs := fs.FormContent(answers)
+	content, errs := fs.Content(answers)
 	if len(errs) > 0 {
 		return nil, errs, &fs
 	}
