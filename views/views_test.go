@@ -416,9 +416,9 @@ func TestElicitationFieldsAreNamespaced(t *testing.T) {
 
 func TestInboxListsEachApproval(t *testing.T) {
 	mk := func(id, conv, title, who string) InboxEntry {
-		return InboxEntry{ConversationID: conv, ConversationTitle: title, Requester: who, OwnerID: "u-" + who,
+		return InboxEntry{Requester: who, PendingApproval: agent.PendingApproval{ConversationID: conv, Title: title, OwnerID: "u-" + who,
 			Call: agent.CallView{ID: id, Name: "send_email", Executor: tools.Server, Approval: tools.RequiresApproval, Approvers: tools.ByReviewer,
-				Status: "awaiting", PendingKind: tools.PendingApproval, Args: json.RawMessage(`{}`), Plan: &tools.Plan{Summary: "s"}}}
+				Status: "awaiting", PendingKind: tools.PendingApproval, Args: json.RawMessage(`{}`), Plan: &tools.Plan{Summary: "s"}}}}
 	}
 	d := InboxPage{CSRF: "tok", Viewer: reviewer(), Entries: []InboxEntry{mk("n2", "c2", "Newer", "bob"), mk("n1", "c1", "Older <b>", "ann")}}
 	_, doc := render(t, InboxBody(d))
@@ -613,11 +613,7 @@ func TestStatusLineSaysWhatTheTurnWaitsForAndOffersStop(t *testing.T) {
 	wire := agent.CallView{ID: "w", Name: "wire", Executor: tools.Server, Approval: tools.RequiresApproval, Approvers: tools.ByReviewer,
 		Status: "awaiting", PendingKind: tools.PendingApproval}
 	awaiting := func(calls ...agent.CallView) agent.View {
-		v := agent.View{Status: agent.StatusAwaiting, Pending: map[string]agent.PendingView{}, Calls: calls}
-		for _, c := range calls {
-			v.Pending[c.ID] = agent.PendingView{Kind: c.PendingKind}
-		}
-		return v
+		return agent.View{Status: agent.StatusAwaiting, Calls: calls} // each call awaits
 	}
 	tests := []struct {
 		name  string

@@ -57,11 +57,11 @@ const (
 	// business.
 	EventTextDelta EventType = "text_delta"
 	EventMessage   EventType = "message"    // a user or assistant message was logged
-	EventToolCall  EventType = "tool_call"  // a call started, progressed, became pending, or finished
+	EventToolCall  EventType = "tool_call"  // a call started, progressed, became pending, or finished (Call)
 	EventProgress  EventType = "progress"   // a streaming tool reported progress (Text)
 	EventStatus    EventType = "status"     // the conversation's status changed (Status)
 	EventError     EventType = "turn_error" // a turn ended with an error (Text)
-	// EventClientExec asks the owner's browsers to run a client tool (ToolCallID, Data: {"tool","args"}).
+	// EventClientExec asks the owner's browsers to run a client tool (ToolCallID, Call).
 	EventClientExec EventType = "client_exec"
 	// EventInbox says something only the inbox shows changed (a claim, claims.go). It is
 	// published with no conversation, so only inbox followers (Subscribe "") get it.
@@ -74,6 +74,9 @@ const (
 // Event is one change of a conversation. Seq is the log sequence the change was recorded at (0
 // for ephemeral events such as progress); a text delta's is the sequence its answer's model call
 // started after, shared by all the deltas of that answer and by no other answer's (View.StreamSeq).
+//
+// Its JSON is how events cross between Parley's processes (the cluster), never the API's: the
+// web layer writes its own shape of an event (web's apitypes.go).
 type Event struct {
 	ConversationID string    `json:"conversation_id"`
 	Seq            int64     `json:"seq"`
@@ -83,8 +86,13 @@ type Event struct {
 	Text           string    `json:"text,omitempty"`
 	// Offset is where a text delta's Text starts in its answer's text, in bytes: a follower
 	// that already has the text up to some point (View.Streaming) skips what it has.
-	Offset int             `json:"offset,omitempty"`
-	Data   json.RawMessage `json:"data,omitempty"`
+	Offset int `json:"offset,omitempty"`
+	// Call is the call a tool_call or client_exec event is about, as it stands after the change
+	// (without its tool's schema: a follower has the tool).
+	Call *CallView `json:"call,omitempty"`
+	// Data is the particulars of the other events: a message's role, a turn error's kind, a
+	// retry's time.
+	Data json.RawMessage `json:"data,omitempty"`
 	// Entries are the log entries committed since the previous message the actor published
 	// events for, in sequence order, carried by the first event published after them (nil on
 	// every other event, and on events a hub sends itself). A subscriber that follows the log
@@ -109,10 +117,30 @@ type View struct {
 	// call streams). The deltas a follower gets after reading the view continue Streaming when
 	// they carry this Seq: those whose Offset falls before len(Streaming) repeat text it has.
 	StreamSeq int64
-	Pending   map[string]PendingView
 	LastError string // the error that ended the last turn, if it ended with one
 	// Queued are the owner's messages that wait for the running turn to end, oldest first.
 	Queued []Message
+}
+
+// Pending are the calls that await an answer (an approval, a question, a browser), by id.
+func (v View) Pending() map[string]CallView {
+	out := map[string]CallView{}
+	for _, c := range v.Calls {
+		if c.Awaiting() {
+			out[c.ID] = c
+		}
+	}
+	return out
+}
+
+// Call is the call id of the view; ok false when it has none.
+func (v View) Call(id string) (CallView, bool) {
+	for _, c := range v.Calls {
+		if c.ID == id {
+			return c, true
+		}
+	}
+	return CallView{}, false
 }
 
 // Message is a user or assistant text message (role "error" for a turn error shown to the user,
@@ -127,7 +155,9 @@ type Message struct {
 	Queued bool
 }
 
-// CallView is one tool call.
+// CallView is one tool call: the one read model of a call, which the page, the inbox, the
+// events and the API all show (the API through web's own JSON of it). It is a copy: its holder
+// may keep it.
 type CallView struct {
 	Seq         int64
 	ID          string
@@ -137,7 +167,9 @@ type CallView struct {
 	Approvers   tools.Approvers
 	Status      string // running, awaiting, resolved, errored, denied, expired, cancelled
 	PendingKind tools.PendingKind
-	Args        json.RawMessage
+	Args        json.RawMessage // the arguments that run: an approver's edit, else the model's
+	ModelArgs   json.RawMessage // the arguments as the model gave them
+	CreatedAt   time.Time       // when the model made the call
 	Result      json.RawMessage // the envelope the model got, once finished
 	Plan        *tools.Plan     // the dry run shown on an approval card
 	Prompt      *tools.Prompt   // the question of an elicitation
@@ -164,34 +196,22 @@ type CallView struct {
 	Escalated       bool
 }
 
+// Awaiting reports whether the call waits for an answer: its PendingKind says which.
+func (c CallView) Awaiting() bool { return c.Status == CallAwaiting && c.Result == nil }
+
 // RuleView is the tools-file rule that decided a call (or would have, in shadow mode).
 type RuleView struct {
-	Index  int    `json:"index"`
-	When   string `json:"when"`
-	Action string `json:"action"`
-	Shadow bool   `json:"shadow,omitempty"`
-	Error  string `json:"error,omitempty"`
+	Index  int
+	When   string
+	Action string
+	Shadow bool
+	Error  string
 }
 
 // ApprovalView is one approve of an M-of-N call: who and when.
 type ApprovalView struct {
-	By string    `json:"by"`
-	At time.Time `json:"at"`
-}
-
-// PendingView is the API's "pending" entry of an awaiting call.
-type PendingView struct {
-	Executor  tools.Executor    `json:"executor"`
-	Kind      tools.PendingKind `json:"kind"`
-	Prompt    any               `json:"prompt"`
-	Schema    json.RawMessage   `json:"schema,omitempty"`
-	URL       string            `json:"url,omitempty"` // a URL-mode question's link (never fetched by Parley)
-	ExpiresAt *time.Time        `json:"expires_at,omitempty"`
-	// An approval's quorum (API.md "Approval governance"): the distinct approvals it needs and
-	// those given so far; Escalated when admins may now decide it.
-	ApprovalsNeeded int            `json:"approvals_needed,omitempty"`
-	Approvals       []ApprovalView `json:"approvals,omitempty"`
-	Escalated       bool           `json:"escalated,omitempty"`
+	By string
+	At time.Time
 }
 
 // Subscription receives a conversation's events (or every conversation's, for the inbox). C is
@@ -256,16 +276,13 @@ const (
 	SnippetEnd  = store.SnippetEnd
 )
 
-// PendingApproval is an approval that waits for a principal's decision (the inbox), with the
-// conversation it belongs to.
+// PendingApproval is an approval that waits for a principal's decision (the inbox): the call,
+// with the conversation it belongs to.
 type PendingApproval struct {
 	ConversationID string
 	Title          string
 	OwnerID        string
 	Call           CallView
-	// Prompt is the API's "prompt" of the approval: {"tool", "args", "plan"}.
-	Prompt    json.RawMessage
-	CreatedAt time.Time
 }
 
 // Conversation statuses, as View and Summary report them.

@@ -35,14 +35,14 @@ type grantData struct {
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
-// Grant is a remembered approval as the door lists it.
+// Grant is a remembered approval as the door lists it (the API's JSON of it is web's).
 type Grant struct {
-	ID             string    `json:"id"`
-	Tool           string    `json:"tool"`
-	Scope          string    `json:"scope"`
-	ConversationID string    `json:"conversation_id"`
-	ExpiresAt      time.Time `json:"expires_at"`
-	CreatedAt      time.Time `json:"created_at"`
+	ID             string
+	Tool           string
+	Scope          string
+	ConversationID string
+	ExpiresAt      time.Time
+	CreatedAt      time.Time
 }
 
 // grantFrom checks an approve's remember and returns the grant it makes (nil when it asks for

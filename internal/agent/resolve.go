@@ -116,7 +116,7 @@ func (a *actor) resolveApproval(c *call, r Resolution, by Principal, key string)
 		if !final {
 			return a.approvePartly(c, by, right, key)
 		}
-		audit.Detail = mustJSON(map[string]any{"approvals": append(c.approvalViews(), ApprovalView{By: by.UserID, At: now})})
+		audit.Detail = mustJSON(map[string]any{"approvals": append(c.approvalsMade(), approval{By: by.UserID, At: now})})
 	}
 	edited, err := a.editOf(c, r)
 	if err != nil {

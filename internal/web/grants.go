@@ -21,7 +21,7 @@ func (s *Server) apiGrants(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"grants": list})
+	return c.JSON(http.StatusOK, map[string]any{"grants": grantsOf(list)})
 }
 
 // apiRevokeGrant: DELETE /api/v1/grants/{id} → 200; later calls suspend again.

@@ -705,9 +705,8 @@ func (cs *convSocket) sync(ctx context.Context, connect bool) bool {
 	}
 	if connect {
 		for _, c := range v.Calls {
-			if p, ok := v.Pending[c.ID]; ok && p.Kind == tools.PendingClientExec {
-				cs.clientExec(agent.Event{Type: agent.EventClientExec, ToolCallID: c.ID,
-					Data: mustMarshal(map[string]any{"tool": c.Name, "args": rawOr(c.Args, "{}"), "ask": c.AskFirst})})
+			if c.Awaiting() && c.PendingKind == tools.PendingClientExec {
+				cs.clientExec(agent.Event{Type: agent.EventClientExec, ToolCallID: c.ID, Call: &c})
 			}
 		}
 	}
@@ -732,17 +731,12 @@ func (cs *convSocket) showStreaming(ctx context.Context, seq int64, text string)
 
 // clientExec asks the page to run a client tool.
 func (cs *convSocket) clientExec(ev agent.Event) {
-	var d struct {
-		Tool string          `json:"tool"`
-		Args json.RawMessage `json:"args"`
-		Ask  bool            `json:"ask"`
-	}
-	if err := json.Unmarshal(ev.Data, &d); err != nil {
-		cs.log.Error("socket: client_exec event without tool", "err", err)
+	if ev.Call == nil {
+		cs.log.Error("socket: client_exec event without its call", "tool_call_id", ev.ToolCallID)
 		return
 	}
 	cs.clientSent[ev.ToolCallID] = true
-	cs.enqueue(frame{Type: "client_exec", ToolCallID: ev.ToolCallID, Tool: d.Tool, Args: rawOr(d.Args, "{}"), Ask: d.Ask})
+	cs.enqueue(frame{Type: "client_exec", ToolCallID: ev.ToolCallID, Tool: ev.Call.Name, Args: rawOr(ev.Call.Args, "{}"), Ask: ev.Call.AskFirst})
 }
 
 // readLoop takes the page's frames: client tool results and errors, into Resolve as the owner.
@@ -782,14 +776,6 @@ func (cs *convSocket) readLoop(ctx context.Context) error {
 		}
 		cs.enqueue(ans)
 	}
-}
-
-func mustMarshal(v any) json.RawMessage {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err)
-	}
-	return b
 }
 
 func rawOr(raw json.RawMessage, def string) json.RawMessage {
