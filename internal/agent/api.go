@@ -25,26 +25,27 @@ type Principal struct {
 // System is the principal of the app's own decisions (expiries, the no-client grace).
 var System = Principal{UserID: "system", Via: "system"}
 
-// Resolution is the answer to one suspended call. Its JSON shape is the API's resolve body.
+// Resolution is the answer to one suspended call. (The API's resolve body is web's; its shape
+// between processes is wireResolution's.)
 type Resolution struct {
 	// Approval.
-	Decision string          `json:"decision,omitempty"` // approve or deny
-	Args     json.RawMessage `json:"args,omitempty"`     // edited arguments (approve only)
-	Reason   string          `json:"reason,omitempty"`   // deny reason, reaches the model
+	Decision string          // approve or deny
+	Args     json.RawMessage // edited arguments (approve only)
+	Reason   string          // deny reason, reaches the model
 	// Remember, with approve, makes a grant: later calls of the tool in its scope run without
 	// a suspension until it ends (grants.go).
-	Remember *Remember `json:"remember,omitempty"`
+	Remember *Remember
 	// Elicitation.
-	Action  string          `json:"action,omitempty"` // accept, decline or cancel
-	Content json.RawMessage `json:"content,omitempty"`
+	Action  string // accept, decline or cancel
+	Content json.RawMessage
 	// Client execution.
-	Result json.RawMessage `json:"result,omitempty"`
-	Error  *ClientError    `json:"error,omitempty"`
+	Result json.RawMessage
+	Error  *ClientError
 }
 
 // ClientError is a browser tool's failure report.
 type ClientError struct {
-	Message string `json:"message"`
+	Message string
 }
 
 // EventType names a change published to subscribers.

@@ -31,8 +31,8 @@ type callRecord struct {
 	// ModelArgs are the model's arguments when an approver's edit replaced them (the args column
 	// holds the edit); absent when they are the args column's.
 	ModelArgs   json.RawMessage `json:"model_args,omitempty"`
-	Plan        *tools.Plan     `json:"plan,omitempty"`
-	Prompt      *tools.Prompt   `json:"prompt,omitempty"`
+	Plan        *planData       `json:"plan,omitempty"`
+	Prompt      *promptData     `json:"prompt,omitempty"`
 	Progress    []string        `json:"progress,omitempty"`
 	Attempts    int             `json:"attempts,omitempty"`
 	NextAttempt *time.Time      `json:"next_attempt_at,omitempty"`
@@ -49,7 +49,7 @@ type callRecord struct {
 
 // recordOf is c's record, encoded, for its row's prompt column.
 func recordOf(c *call) json.RawMessage {
-	r := callRecord{V: callRecordVersion, Plan: c.plan, Prompt: c.prompt, Progress: c.progress, Attempts: c.attempts,
+	r := callRecord{V: callRecordVersion, Plan: planDataOf(c.plan), Prompt: promptDataOf(c.prompt), Progress: c.progress, Attempts: c.attempts,
 		NextAttempt: c.nextAttempt, Decision: c.decision, DecidedBy: c.decidedBy, Reason: c.reason, AskFirst: c.asksFirst(),
 		Rule: c.rule, Grant: c.grant, Needed: c.needed, Approvals: c.approvalsMade(), Escalated: c.escalated}
 	if !bytes.Equal(c.args, c.effectiveArgs()) {
@@ -86,7 +86,7 @@ func callFromRow(row store.ToolCall) CallView {
 			cv.ModelArgs = nil
 		}
 	}
-	cv.Plan, cv.Prompt, cv.Progress, cv.Attempts, cv.NextAttempt = r.Plan, r.Prompt, r.Progress, r.Attempts, r.NextAttempt
+	cv.Plan, cv.Prompt, cv.Progress, cv.Attempts, cv.NextAttempt = r.Plan.plan(), r.Prompt.prompt(), r.Progress, r.Attempts, r.NextAttempt
 	cv.Decision, cv.DecidedBy, cv.Reason, cv.AskFirst = r.Decision, r.DecidedBy, r.Reason, r.AskFirst
 	cv.Rule, cv.Grant, cv.ApprovalsNeeded, cv.Escalated = r.Rule.view(), r.Grant, max(1, r.Needed), r.Escalated
 	cv.Approvals = viewsOf(r.Approvals)
@@ -102,7 +102,7 @@ func legacyPrompt(cv *CallView, raw json.RawMessage) {
 	}
 	var p struct {
 		Args            json.RawMessage `json:"args"`
-		Plan            *tools.Plan     `json:"plan"`
+		Plan            *planData       `json:"plan"`
 		Ask             bool            `json:"ask"`
 		ApprovalsNeeded int             `json:"approvals_needed"`
 		Approvals       []approval      `json:"approvals"`
@@ -116,7 +116,7 @@ func legacyPrompt(cv *CallView, raw json.RawMessage) {
 	if cv.PendingKind == tools.PendingApproval && p.Args != nil {
 		cv.ModelArgs = p.Args // an approval's prompt held the model's arguments
 	}
-	cv.Plan, cv.AskFirst = p.Plan, p.Ask
+	cv.Plan, cv.AskFirst = p.Plan.plan(), p.Ask
 	cv.ApprovalsNeeded, cv.Approvals, cv.Escalated = max(1, p.ApprovalsNeeded), viewsOf(p.Approvals), p.Escalated
 }
 

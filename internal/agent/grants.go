@@ -18,8 +18,8 @@ import (
 
 // Remember asks an approve to make a grant.
 type Remember struct {
-	Scope   string `json:"scope"`    // "conversation" or "user"
-	ForSecs int64  `json:"for_secs"` // how long it lasts
+	Scope   string // "conversation" or "user"
+	ForSecs int64  // how long it lasts
 }
 
 // Bounds of a grant's life.

@@ -8,7 +8,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"parley/internal/agent"
 	"parley/internal/fault"
 )
 
@@ -96,10 +95,11 @@ func (s *Server) apiCancel(c echo.Context) error {
 // resolve what (404 for whoever may not see the conversation or the call, 422 for a resolution
 // of the wrong kind, 403, 409 stale) is the agent's, in the same trip as the resolve itself.
 func (s *Server) apiResolve(c echo.Context) error {
-	var r agent.Resolution
-	if err := decodeJSON(c, &r, false); err != nil {
+	var body resolveRequest
+	if err := decodeJSON(c, &body, false); err != nil {
 		return err
 	}
+	r := body.resolution()
 	if err := checkRememberScope(c, r); err != nil {
 		return err
 	}

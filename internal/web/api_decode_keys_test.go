@@ -3,14 +3,13 @@ package web
 import (
 	"testing"
 
-	"parley/internal/agent"
 	"parley/internal/fault"
 )
 
 // TestCheckKeys: one request says one thing. A key twice, in any object of the body, or a
 // field's name in another case is a 400 naming the key; everything else is left to the decoder.
 func TestCheckKeys(t *testing.T) {
-	fields := jsonFieldNames(&agent.Resolution{})
+	fields := jsonFieldNames(&resolveRequest{})
 	if !fields["decision"] || !fields["content"] || fields["Decision"] {
 		t.Fatalf("field names %v", fields)
 	}
@@ -48,7 +47,7 @@ func FuzzCheckKeys(f *testing.F) {
 	for _, s := range []string{`{"decision":"approve"}`, `{"a":{"b":[{"c":1}]}}`, `[{"a":1,"A":2}]`, `{"":1,"":2}`, `{`, `"x"`} {
 		f.Add(s)
 	}
-	fields := jsonFieldNames(&agent.Resolution{})
+	fields := jsonFieldNames(&resolveRequest{})
 	f.Fuzz(func(t *testing.T, body string) {
 		_ = checkKeys([]byte(body), fields)
 	})

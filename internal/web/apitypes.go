@@ -228,6 +228,50 @@ func approvalOf(p agent.PendingApproval) approvalJSON {
 		Prompt: rawOrNull(prompt), ExpiresAt: p.Call.ExpiresAt, CreatedAt: p.Call.CreatedAt}
 }
 
+// resolveRequest is the body of a resolve (POST …/calls/{call}/resolve): exactly one of a
+// decision, an answer or a browser's report (agent.Resolution.Kind).
+type resolveRequest struct {
+	// Approval.
+	Decision string          `json:"decision,omitempty"` // approve or deny
+	Args     json.RawMessage `json:"args,omitempty"`     // edited arguments (approve only)
+	Reason   string          `json:"reason,omitempty"`   // deny reason, reaches the model
+	// Remember, with approve, makes a grant.
+	Remember *rememberJSON `json:"remember,omitempty"`
+	// Elicitation.
+	Action  string          `json:"action,omitempty"` // accept, decline or cancel
+	Content json.RawMessage `json:"content,omitempty"`
+	// Client execution.
+	Result json.RawMessage  `json:"result,omitempty"`
+	Error  *clientErrorJSON `json:"error,omitempty"`
+}
+
+// rememberJSON asks an approve to make a grant.
+type rememberJSON struct {
+	Scope   string `json:"scope"`    // "conversation" or "user"
+	ForSecs int64  `json:"for_secs"` // how long it lasts
+}
+
+// clientErrorJSON is a browser tool's failure report (the resolve body's, the page socket's).
+type clientErrorJSON struct {
+	Message string `json:"message"`
+}
+
+func (r resolveRequest) resolution() agent.Resolution {
+	out := agent.Resolution{Decision: r.Decision, Args: r.Args, Reason: r.Reason, Action: r.Action, Content: r.Content,
+		Result: r.Result, Error: r.Error.clientError()}
+	if r.Remember != nil {
+		out.Remember = &agent.Remember{Scope: r.Remember.Scope, ForSecs: r.Remember.ForSecs}
+	}
+	return out
+}
+
+func (e *clientErrorJSON) clientError() *agent.ClientError {
+	if e == nil {
+		return nil
+	}
+	return &agent.ClientError{Message: e.Message}
+}
+
 // --- events ---------------------------------------------------------------------------------
 
 // eventJSON is a live event of a conversation's stream (GET …/events): named after its type.

@@ -112,5 +112,5 @@ func (s *Server) apiPlan(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"plan": plan})
+	return c.JSON(http.StatusOK, map[string]any{"plan": planOf(&plan)})
 }

@@ -80,10 +80,10 @@ type frame struct {
 
 // clientFrame is a page → server message.
 type clientFrame struct {
-	Type       string             `json:"type"`
-	ToolCallID string             `json:"tool_call_id"`
-	Result     json.RawMessage    `json:"result"`
-	Error      *agent.ClientError `json:"error"`
+	Type       string           `json:"type"`
+	ToolCallID string           `json:"tool_call_id"`
+	Result     json.RawMessage  `json:"result"`
+	Error      *clientErrorJSON `json:"error"`
 }
 
 // socket is one page's WebSocket. An idle socket keeps two goroutines: the one running serve
@@ -762,7 +762,7 @@ func (cs *convSocket) readLoop(ctx context.Context) error {
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err = cs.s.agent.Resolve(rctx, cs.id, f.ToolCallID, agent.Resolution{Result: f.Result, Error: f.Error}, cs.by)
+		_, err = cs.s.agent.Resolve(rctx, cs.id, f.ToolCallID, agent.Resolution{Result: f.Result, Error: f.Error.clientError()}, cs.by)
 		cancel()
 		ans := frame{Type: "resolved", ToolCallID: f.ToolCallID, OK: new(err == nil)}
 		if err != nil {
