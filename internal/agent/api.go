@@ -31,13 +31,19 @@ type Resolution struct {
 	// Approval.
 	Decision string          // approve or deny
 	Args     json.RawMessage // edited arguments (approve only)
-	Reason   string          // deny reason, reaches the model
+	// ArgFields are edited arguments as a card's fields (approve only): text by property name,
+	// which Resolve types by the tool's schema over the call's arguments into Args (answers.go).
+	ArgFields map[string]string
+	Reason    string // deny reason, reaches the model
 	// Remember, with approve, makes a grant: later calls of the tool in its scope run without
 	// a suspension until it ends (grants.go).
 	Remember *Remember
 	// Elicitation.
 	Action  string // accept, decline or cancel
 	Content json.RawMessage
+	// Answers are a question's answers as a card's fields (accept only): text by property name,
+	// which Resolve types by the question's form into Content (answers.go).
+	Answers map[string]string
 	// Client execution.
 	Result json.RawMessage
 	Error  *ClientError
@@ -250,6 +256,9 @@ type Resolved struct {
 	ConversationID string
 	OwnerID        string
 	Call           CallView
+	// Fields are the problems of a resolution that came as a card's fields (ArgFields, Answers)
+	// and was refused as invalid: by property name, "" for the answer as a whole.
+	Fields map[string]string
 }
 
 // Summary is a conversation in a list.

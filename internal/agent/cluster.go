@@ -111,6 +111,10 @@ type wireResolution struct {
 	Content  json.RawMessage  `json:"content,omitempty"`
 	Result   json.RawMessage  `json:"result,omitempty"`
 	Error    *wireClientError `json:"error,omitempty"`
+	// A card's fields, typed by the owner (answers.go). An empty map is not no map (a form
+	// without fields answered), so they are not omitted when empty.
+	ArgFields map[string]string `json:"arg_fields"`
+	Answers   map[string]string `json:"answers"`
 }
 
 type wireRemember struct {
@@ -123,7 +127,8 @@ type wireClientError struct {
 }
 
 func toWireResolution(r Resolution) wireResolution {
-	w := wireResolution{Decision: r.Decision, Args: r.Args, Reason: r.Reason, Action: r.Action, Content: r.Content, Result: r.Result}
+	w := wireResolution{Decision: r.Decision, Args: r.Args, Reason: r.Reason, Action: r.Action, Content: r.Content, Result: r.Result,
+		ArgFields: r.ArgFields, Answers: r.Answers}
 	if r.Remember != nil {
 		w.Remember = &wireRemember{Scope: r.Remember.Scope, ForSecs: r.Remember.ForSecs}
 	}
@@ -134,7 +139,8 @@ func toWireResolution(r Resolution) wireResolution {
 }
 
 func (w wireResolution) resolution() Resolution {
-	r := Resolution{Decision: w.Decision, Args: w.Args, Reason: w.Reason, Action: w.Action, Content: w.Content, Result: w.Result}
+	r := Resolution{Decision: w.Decision, Args: w.Args, Reason: w.Reason, Action: w.Action, Content: w.Content, Result: w.Result,
+		ArgFields: w.ArgFields, Answers: w.Answers}
 	if w.Remember != nil {
 		r.Remember = &Remember{Scope: w.Remember.Scope, ForSecs: w.Remember.ForSecs}
 	}
