@@ -203,8 +203,9 @@ type CallView struct {
 	Escalated       bool
 }
 
-// Awaiting reports whether the call waits for an answer: its PendingKind says which.
-func (c CallView) Awaiting() bool { return c.Status == CallAwaiting && c.Result == nil }
+// Awaiting reports whether the call waits for an answer: its PendingKind says which. (A call
+// with a result never awaits: the result sets its final status.)
+func (c CallView) Awaiting() bool { return c.Status == CallAwaiting }
 
 // RuleView is the tools-file rule that decided a call (or would have, in shadow mode).
 type RuleView struct {

@@ -323,7 +323,7 @@ type callEventJSON struct {
 
 func callEventOf(c agent.CallView) callEventJSON {
 	ev := callEventJSON{ID: c.ID, Name: c.Name, Executor: c.Executor, Approval: c.Approval, Approvers: c.Approvers,
-		Status: c.Status, Kind: c.PendingKind, Args: c.Args, Result: c.Result, Attempts: c.Attempts,
+		Status: c.Status, Kind: c.PendingKind, Args: nullAbsent(c.Args), Result: nullAbsent(c.Result), Attempts: c.Attempts,
 		NextAttempt: c.NextAttempt, ExpiresAt: c.ExpiresAt, Decision: c.Decision, DecidedBy: c.DecidedBy, Reason: c.Reason}
 	if c.Status == agent.CallAwaiting {
 		p := pendingOf(c)
@@ -350,6 +350,15 @@ func grantsOf(list []agent.Grant) []grantJSON {
 		out[i] = grantJSON{ID: g.ID, Tool: g.Tool, Scope: g.Scope, ConversationID: g.ConversationID, ExpiresAt: g.ExpiresAt, CreatedAt: g.CreatedAt}
 	}
 	return out
+}
+
+// nullAbsent is raw, or nothing when it is JSON null: a call that crossed from another process
+// (agent.Event.Call, agent.View) holds null where it had nothing, and the API leaves those out.
+func nullAbsent(raw json.RawMessage) json.RawMessage {
+	if string(raw) == "null" {
+		return nil
+	}
+	return raw
 }
 
 // rawOrNull is raw, or JSON null when there is none, so the field is always present.

@@ -41,6 +41,19 @@ func TestCallJSONShapes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The same call, as it reaches another process (agent.Event.Call crosses in its JSON), says
+	// the same: what it did not have comes back as null, and is left out as before.
+	local := agent.CallView{ID: "r1", Name: "note", Executor: tools.Server, Approval: tools.Auto, Status: agent.CallRunning, Attempts: 1}
+	b, _ := json.Marshal(local)
+	var remote agent.CallView
+	if err := json.Unmarshal(b, &remote); err != nil {
+		t.Fatal(err)
+	}
+	l, _ := eventOf(agent.Event{Type: agent.EventToolCall, Call: &local})
+	r, _ := eventOf(agent.Event{Type: agent.EventToolCall, Call: &remote})
+	if string(l.Data) != string(r.Data) || string(l.Data) != `{"id":"r1","name":"note","executor":"server","approval":"auto","approvers":"","status":"running","attempts":1}` {
+		t.Errorf("a call from another process says %s, here %s", r.Data, l.Data)
+	}
 	one := agent.CallView{Name: "send", PendingKind: tools.PendingApproval, ApprovalsNeeded: 1}
 	check("one approver's prompt", promptOf(one), `{"args":null,"plan":null,"tool":"send"}`)
 	g := agent.CallView{ID: "g1", Name: "geolocation", Executor: tools.Client, Status: agent.CallAwaiting, PendingKind: tools.PendingClientExec,
