@@ -131,10 +131,10 @@ func shortDuration(d time.Duration) string {
 
 // inboxAge is how long an entry has waited, in words.
 func inboxAge(now time.Time, e InboxEntry) string {
-	if e.At.IsZero() {
+	if e.Call.CreatedAt.IsZero() {
 		return ""
 	}
-	return "waiting " + shortDuration(now.Sub(e.At))
+	return "waiting " + shortDuration(now.Sub(e.Call.CreatedAt))
 }
 
 // inboxDeadline is the time left to decide an entry against its deadline (the approval's
@@ -157,10 +157,10 @@ func inboxDeadline(now time.Time, e InboxEntry) string {
 // inboxUrgency is "due-soon" when less than a fifth of an entry's time to decide remains (or
 // none does), else "".
 func inboxUrgency(now time.Time, e InboxEntry) string {
-	if e.Call.ExpiresAt == nil || e.At.IsZero() {
+	if e.Call.ExpiresAt == nil || e.Call.CreatedAt.IsZero() {
 		return ""
 	}
-	total, left := e.Call.ExpiresAt.Sub(e.At), e.Call.ExpiresAt.Sub(now)
+	total, left := e.Call.ExpiresAt.Sub(e.Call.CreatedAt), e.Call.ExpiresAt.Sub(now)
 	if left <= 0 || (total > 0 && left*5 < total) {
 		return "due-soon"
 	}

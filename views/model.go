@@ -136,14 +136,11 @@ type ConversationsPage struct {
 	Query string
 }
 
-// InboxEntry is one pending approval in a reviewer's inbox.
+// InboxEntry is one pending approval in a reviewer's inbox: the call in its conversation, with
+// the name of the person who asked.
 type InboxEntry struct {
-	ConversationID    string
-	ConversationTitle string
-	Requester         string
-	OwnerID           string
-	Call              agent.CallView
-	At                time.Time
+	agent.PendingApproval
+	Requester string
 	// Claim is who is looking at it, when someone is (nil: nobody).
 	Claim *InboxClaim
 }
@@ -461,7 +458,7 @@ func statusWords(p Page, v agent.View) string {
 	case agent.StatusAwaiting:
 		yours, reviewer, owner, browser := false, false, false, false
 		for _, c := range v.Calls {
-			if _, ok := v.Pending[c.ID]; !ok {
+			if !c.Awaiting() {
 				continue
 			}
 			switch {

@@ -14,7 +14,6 @@ import (
 	"golang.org/x/net/html"
 
 	"parley/internal/agent"
-	"parley/internal/fault"
 	"parley/internal/tools"
 	"parley/views/viewstest"
 )
@@ -415,50 +414,11 @@ func TestElicitationFieldsAreNamespaced(t *testing.T) {
 	}
 }
 
-func TestFormContentAndFieldErrors(t *testing.T) {
-	fs, err := ParseFormSchema(json.RawMessage(formSchema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	content, errs := fs.FormContent(map[string]string{"name": " Ann ", "age": "41", "score": "2.5", "meet": "2026-11-22T10:30", "site": "", "subscribe": "on"})
-	want := map[string]any{"name": "Ann", "age": int64(41), "score": 2.5, "meet": "2026-11-22T10:30:00Z", "subscribe": true}
-	if len(errs) != 0 {
-		t.Errorf("errors = %v", errs)
-	}
-	for k, v := range want {
-		if content[k] != v {
-			t.Errorf("content[%s] = %#v, want %#v", k, content[k], v)
-		}
-	}
-	if _, ok := content["site"]; ok {
-		t.Errorf("empty optional field sent")
-	}
-	if _, ok := content["email"]; ok {
-		t.Errorf("missing field invented")
-	}
-	_, errs = fs.FormContent(map[string]string{"age": "4.5", "score": "many"})
-	if errs["age"] == "" || errs["score"] == "" {
-		t.Errorf("conversion errors = %v", errs)
-	}
-	if c, _ := fs.FormContent(map[string]string{}); c["subscribe"] != false {
-		t.Errorf("unchecked box = %#v, want false", c["subscribe"])
-	}
-
-	fe := fs.FieldErrors([]fault.Problem{
-		{Path: "", Message: "missing properties: 'name', 'email'"},
-		{Path: "/age", Message: "must be <= 150"},
-		{Path: "", Message: "something global"},
-	})
-	if fe["name"] != "This field is required." || fe["email"] != "This field is required." || fe["age"] != "must be <= 150" || fe[""] != "something global" {
-		t.Errorf("field errors = %v", fe)
-	}
-}
-
 func TestInboxListsEachApproval(t *testing.T) {
 	mk := func(id, conv, title, who string) InboxEntry {
-		return InboxEntry{ConversationID: conv, ConversationTitle: title, Requester: who, OwnerID: "u-" + who,
+		return InboxEntry{Requester: who, PendingApproval: agent.PendingApproval{ConversationID: conv, Title: title, OwnerID: "u-" + who,
 			Call: agent.CallView{ID: id, Name: "send_email", Executor: tools.Server, Approval: tools.RequiresApproval, Approvers: tools.ByReviewer,
-				Status: "awaiting", PendingKind: tools.PendingApproval, Args: json.RawMessage(`{}`), Plan: &tools.Plan{Summary: "s"}}}
+				Status: "awaiting", PendingKind: tools.PendingApproval, Args: json.RawMessage(`{}`), Plan: &tools.Plan{Summary: "s"}}}}
 	}
 	d := InboxPage{CSRF: "tok", Viewer: reviewer(), Entries: []InboxEntry{mk("n2", "c2", "Newer", "bob"), mk("n1", "c1", "Older <b>", "ann")}}
 	_, doc := render(t, InboxBody(d))
@@ -653,11 +613,7 @@ func TestStatusLineSaysWhatTheTurnWaitsForAndOffersStop(t *testing.T) {
 	wire := agent.CallView{ID: "w", Name: "wire", Executor: tools.Server, Approval: tools.RequiresApproval, Approvers: tools.ByReviewer,
 		Status: "awaiting", PendingKind: tools.PendingApproval}
 	awaiting := func(calls ...agent.CallView) agent.View {
-		v := agent.View{Status: agent.StatusAwaiting, Pending: map[string]agent.PendingView{}, Calls: calls}
-		for _, c := range calls {
-			v.Pending[c.ID] = agent.PendingView{Kind: c.PendingKind}
-		}
-		return v
+		return agent.View{Status: agent.StatusAwaiting, Calls: calls} // each call awaits
 	}
 	tests := []struct {
 		name  string

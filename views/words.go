@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"parley/internal/agent"
+	"parley/internal/jsonform"
 	"parley/internal/tools"
 )
 
@@ -166,7 +166,7 @@ func planRows(p *tools.Plan, schema json.RawMessage) []kv {
 		return nil
 	}
 	rank := map[string]int{}
-	if order, err := propertyOrder(schema); err == nil {
+	if order, err := jsonform.PropertyOrder(schema); err == nil {
 		for i, n := range order {
 			rank[n] = i
 		}
@@ -285,69 +285,6 @@ func argChecked(c agent.CallView, fl Field, f *FormState) bool {
 func multiline(fl Field, value string) bool {
 	return fl.Type == "string" && len(fl.Enum) == 0 && fl.Format == "" &&
 		(strings.Contains(value, "\n") || utf8.RuneCountInString(value) > 60 || (fl.MaxLength != nil && *fl.MaxLength > 200))
-}
-
-// ArgsFromForm builds a call's edited arguments from the approval card's fields (values, by
-// property name) and the arguments the call had: every field of the form replaces its property
-// (an empty one removes it, a checkbox that was absent and stays unchecked stays absent), typed
-// by the schema; properties the form does not show stay as they were. errs are per field
-// (ArgFieldPrefix + name) for values that cannot be typed; the agent validates the rest against
-// the tool's schema.
-func ArgsFromForm(schema, original json.RawMessage, values map[string]string) (json.RawMessage, map[string]string, error) {
-	fs, err := ParseFormSchema(schema)
-	if err != nil {
-		return nil, nil, err
-	}
-	args := map[string]json.RawMessage{}
-	if len(bytes.TrimSpace(original)) > 0 {
-		if err := json.Unmarshal(original, &args); err != nil {
-			return nil, nil, fmt.Errorf("read the call's arguments: %w", err)
-		}
-	}
-	errs := map[string]string{}
-	for _, f := range fs.Fields {
-		v, sent := values[f.Name]
-		_, had := args[f.Name]
-		switch {
-		case f.Type == "boolean":
-			on := sent && (v == "on" || v == "true" || v == "1")
-			if on || had {
-				args[f.Name] = json.RawMessage(strconv.FormatBool(on))
-			}
-			continue
-		case f.Type != "string" && strings.TrimSpace(v) == "", f.Type == "string" && v == "":
-			delete(args, f.Name)
-			continue
-		}
-		switch f.Type {
-		case "integer":
-			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			if err != nil {
-				errs[ArgFieldPrefix+f.Name] = "Enter a whole number."
-				continue
-			}
-			args[f.Name] = json.RawMessage(strconv.FormatInt(n, 10))
-		case "number":
-			t := strings.TrimSpace(v)
-			var n json.Number
-			if json.Unmarshal([]byte(t), &n) != nil || !json.Valid([]byte(t)) {
-				errs[ArgFieldPrefix+f.Name] = "Enter a number."
-				continue
-			}
-			args[f.Name] = json.RawMessage(t)
-		default:
-			b, _ := json.Marshal(strings.ReplaceAll(v, "\r\n", "\n"))
-			args[f.Name] = b
-		}
-	}
-	if len(errs) > 0 {
-		return nil, errs, nil
-	}
-	b, err := json.Marshal(args)
-	if err != nil {
-		return nil, nil, fmt.Errorf("encode the arguments: %w", err)
-	}
-	return b, nil, nil
 }
 
 // argID is the element id of an argument field of the card whose ids derive from key (Page.IDKey).

@@ -75,37 +75,6 @@ func TestPlanRowsFollowTheSchema(t *testing.T) {
 	}
 }
 
-func TestArgsFromForm(t *testing.T) {
-	orig := json.RawMessage(`{"to":"bob@example.com","subject":"lunch","body":"line 1\nline 2","copies":2}`)
-	canon := func(raw json.RawMessage) string {
-		var v any
-		_ = json.Unmarshal(raw, &v)
-		b, _ := json.Marshal(v)
-		return string(b)
-	}
-	// Untouched fields give the same arguments (a checkbox that was absent stays absent).
-	same := map[string]string{"to": "bob@example.com", "subject": "lunch", "body": "line 1\r\nline 2", "copies": "2"}
-	got, errs, err := ArgsFromForm(json.RawMessage(emailSchema), orig, same)
-	if err != nil || len(errs) != 0 || canon(got) != canon(orig) {
-		t.Fatalf("untouched = %s %v %v, want %s", got, errs, err, orig)
-	}
-	// Edits: typed by the schema; an empty optional field is removed; a checked box is true.
-	got, errs, err = ArgsFromForm(json.RawMessage(emailSchema), orig, map[string]string{"to": "carol@example.com", "subject": "lunch", "body": "hi", "copies": "", "urgent": "on"})
-	if err != nil || len(errs) != 0 || canon(got) != `{"body":"hi","subject":"lunch","to":"carol@example.com","urgent":true}` {
-		t.Fatalf("edited = %s %v %v", got, errs, err)
-	}
-	// A word in a number field is an error beside it; nothing is built.
-	got, errs, _ = ArgsFromForm(json.RawMessage(emailSchema), orig, map[string]string{"to": "x", "subject": "s", "body": "b", "copies": "two"})
-	if got != nil || errs[ArgFieldPrefix+"copies"] != "Enter a whole number." {
-		t.Fatalf("a word in an integer field = %s %v", got, errs)
-	}
-	// Properties the form does not show stay as they were.
-	got, _, _ = ArgsFromForm(json.RawMessage(`{"type":"object","properties":{"a":{"type":"string"}}}`), json.RawMessage(`{"a":"1","extra":[1,2]}`), map[string]string{"a": "2"})
-	if canon(got) != `{"a":"2","extra":[1,2]}` {
-		t.Fatalf("extra property = %s", got)
-	}
-}
-
 func TestApprovalCardArgumentFields(t *testing.T) {
 	call := agent.CallView{ID: "a1", Name: "send_email", Executor: tools.Server, Approval: tools.RequiresApproval, Approvers: tools.ByOwner,
 		Status: "awaiting", PendingKind: tools.PendingApproval, Schema: json.RawMessage(emailSchema),

@@ -301,6 +301,9 @@ func (a *actor) handle(req *request) {
 	switch req.kind {
 	case reqResolve:
 		resp.resolved = a.resolved(req.by, req.callID, err == nil)
+		if resp.resolved != nil {
+			resp.resolved.Fields = a.st.calls[req.callID].fieldsOf(req.res, err)
+		}
 	case reqSend:
 		resp.posted = a.takePosted()
 		if err == nil {

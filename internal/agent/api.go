@@ -25,26 +25,33 @@ type Principal struct {
 // System is the principal of the app's own decisions (expiries, the no-client grace).
 var System = Principal{UserID: "system", Via: "system"}
 
-// Resolution is the answer to one suspended call. Its JSON shape is the API's resolve body.
+// Resolution is the answer to one suspended call. (The API's resolve body is web's; its shape
+// between processes is wireResolution's.)
 type Resolution struct {
 	// Approval.
-	Decision string          `json:"decision,omitempty"` // approve or deny
-	Args     json.RawMessage `json:"args,omitempty"`     // edited arguments (approve only)
-	Reason   string          `json:"reason,omitempty"`   // deny reason, reaches the model
+	Decision string          // approve or deny
+	Args     json.RawMessage // edited arguments (approve only)
+	// ArgFields are edited arguments as a card's fields (approve only): text by property name,
+	// which Resolve types by the tool's schema over the call's arguments into Args (answers.go).
+	ArgFields map[string]string
+	Reason    string // deny reason, reaches the model
 	// Remember, with approve, makes a grant: later calls of the tool in its scope run without
 	// a suspension until it ends (grants.go).
-	Remember *Remember `json:"remember,omitempty"`
+	Remember *Remember
 	// Elicitation.
-	Action  string          `json:"action,omitempty"` // accept, decline or cancel
-	Content json.RawMessage `json:"content,omitempty"`
+	Action  string // accept, decline or cancel
+	Content json.RawMessage
+	// Answers are a question's answers as a card's fields (accept only): text by property name,
+	// which Resolve types by the question's form into Content (answers.go).
+	Answers map[string]string
 	// Client execution.
-	Result json.RawMessage `json:"result,omitempty"`
-	Error  *ClientError    `json:"error,omitempty"`
+	Result json.RawMessage
+	Error  *ClientError
 }
 
 // ClientError is a browser tool's failure report.
 type ClientError struct {
-	Message string `json:"message"`
+	Message string
 }
 
 // EventType names a change published to subscribers.
@@ -57,11 +64,11 @@ const (
 	// business.
 	EventTextDelta EventType = "text_delta"
 	EventMessage   EventType = "message"    // a user or assistant message was logged
-	EventToolCall  EventType = "tool_call"  // a call started, progressed, became pending, or finished
+	EventToolCall  EventType = "tool_call"  // a call started, progressed, became pending, or finished (Call)
 	EventProgress  EventType = "progress"   // a streaming tool reported progress (Text)
 	EventStatus    EventType = "status"     // the conversation's status changed (Status)
 	EventError     EventType = "turn_error" // a turn ended with an error (Text)
-	// EventClientExec asks the owner's browsers to run a client tool (ToolCallID, Data: {"tool","args"}).
+	// EventClientExec asks the owner's browsers to run a client tool (ToolCallID, Call).
 	EventClientExec EventType = "client_exec"
 	// EventInbox says something only the inbox shows changed (a claim, claims.go). It is
 	// published with no conversation, so only inbox followers (Subscribe "") get it.
@@ -74,6 +81,9 @@ const (
 // Event is one change of a conversation. Seq is the log sequence the change was recorded at (0
 // for ephemeral events such as progress); a text delta's is the sequence its answer's model call
 // started after, shared by all the deltas of that answer and by no other answer's (View.StreamSeq).
+//
+// Its JSON is how events cross between Parley's processes (the cluster), never the API's: the
+// web layer writes its own shape of an event (web's apitypes.go).
 type Event struct {
 	ConversationID string    `json:"conversation_id"`
 	Seq            int64     `json:"seq"`
@@ -83,8 +93,13 @@ type Event struct {
 	Text           string    `json:"text,omitempty"`
 	// Offset is where a text delta's Text starts in its answer's text, in bytes: a follower
 	// that already has the text up to some point (View.Streaming) skips what it has.
-	Offset int             `json:"offset,omitempty"`
-	Data   json.RawMessage `json:"data,omitempty"`
+	Offset int `json:"offset,omitempty"`
+	// Call is the call a tool_call or client_exec event is about, as it stands after the change
+	// (without its tool's schema: a follower has the tool).
+	Call *CallView `json:"call,omitempty"`
+	// Data is the particulars of the other events: a message's role, a turn error's kind, a
+	// retry's time.
+	Data json.RawMessage `json:"data,omitempty"`
 	// Entries are the log entries committed since the previous message the actor published
 	// events for, in sequence order, carried by the first event published after them (nil on
 	// every other event, and on events a hub sends itself). A subscriber that follows the log
@@ -109,10 +124,30 @@ type View struct {
 	// call streams). The deltas a follower gets after reading the view continue Streaming when
 	// they carry this Seq: those whose Offset falls before len(Streaming) repeat text it has.
 	StreamSeq int64
-	Pending   map[string]PendingView
 	LastError string // the error that ended the last turn, if it ended with one
 	// Queued are the owner's messages that wait for the running turn to end, oldest first.
 	Queued []Message
+}
+
+// Pending are the calls that await an answer (an approval, a question, a browser), by id.
+func (v View) Pending() map[string]CallView {
+	out := map[string]CallView{}
+	for _, c := range v.Calls {
+		if c.Awaiting() {
+			out[c.ID] = c
+		}
+	}
+	return out
+}
+
+// Call is the call id of the view; ok false when it has none.
+func (v View) Call(id string) (CallView, bool) {
+	for _, c := range v.Calls {
+		if c.ID == id {
+			return c, true
+		}
+	}
+	return CallView{}, false
 }
 
 // Message is a user or assistant text message (role "error" for a turn error shown to the user,
@@ -127,7 +162,9 @@ type Message struct {
 	Queued bool
 }
 
-// CallView is one tool call.
+// CallView is one tool call: the one read model of a call, which the page, the inbox, the
+// events and the API all show (the API through web's own JSON of it). It is a copy: its holder
+// may keep it.
 type CallView struct {
 	Seq         int64
 	ID          string
@@ -137,7 +174,9 @@ type CallView struct {
 	Approvers   tools.Approvers
 	Status      string // running, awaiting, resolved, errored, denied, expired, cancelled
 	PendingKind tools.PendingKind
-	Args        json.RawMessage
+	Args        json.RawMessage // the arguments that run: an approver's edit, else the model's
+	ModelArgs   json.RawMessage // the arguments as the model gave them
+	CreatedAt   time.Time       // when the model made the call
 	Result      json.RawMessage // the envelope the model got, once finished
 	Plan        *tools.Plan     // the dry run shown on an approval card
 	Prompt      *tools.Prompt   // the question of an elicitation
@@ -164,34 +203,23 @@ type CallView struct {
 	Escalated       bool
 }
 
+// Awaiting reports whether the call waits for an answer: its PendingKind says which. (A call
+// with a result never awaits: the result sets its final status.)
+func (c CallView) Awaiting() bool { return c.Status == CallAwaiting }
+
 // RuleView is the tools-file rule that decided a call (or would have, in shadow mode).
 type RuleView struct {
-	Index  int    `json:"index"`
-	When   string `json:"when"`
-	Action string `json:"action"`
-	Shadow bool   `json:"shadow,omitempty"`
-	Error  string `json:"error,omitempty"`
+	Index  int
+	When   string
+	Action string
+	Shadow bool
+	Error  string
 }
 
 // ApprovalView is one approve of an M-of-N call: who and when.
 type ApprovalView struct {
-	By string    `json:"by"`
-	At time.Time `json:"at"`
-}
-
-// PendingView is the API's "pending" entry of an awaiting call.
-type PendingView struct {
-	Executor  tools.Executor    `json:"executor"`
-	Kind      tools.PendingKind `json:"kind"`
-	Prompt    any               `json:"prompt"`
-	Schema    json.RawMessage   `json:"schema,omitempty"`
-	URL       string            `json:"url,omitempty"` // a URL-mode question's link (never fetched by Parley)
-	ExpiresAt *time.Time        `json:"expires_at,omitempty"`
-	// An approval's quorum (docs/tools-file.md, "Approvers and quorum"): the distinct approvals it needs and
-	// those given so far; Escalated when admins may now decide it.
-	ApprovalsNeeded int            `json:"approvals_needed,omitempty"`
-	Approvals       []ApprovalView `json:"approvals,omitempty"`
-	Escalated       bool           `json:"escalated,omitempty"`
+	By string
+	At time.Time
 }
 
 // Subscription receives a conversation's events (or every conversation's, for the inbox). C is
@@ -232,7 +260,10 @@ type Resolved struct {
 	// Hidden says the resolver may not read the conversation any more: their decision was the
 	// last thing of it that awaited them (MaySee). Call is the call they just decided, as their
 	// decision left it, and nothing else of the conversation is theirs to show.
-	Hidden bool `json:",omitempty"`
+	Hidden bool
+	// Fields are the problems of a resolution that came as a card's fields (ArgFields, Answers)
+	// and was refused as invalid: by property name, "" for the answer as a whole.
+	Fields map[string]string
 }
 
 // Summary is a conversation in a list.
@@ -260,16 +291,13 @@ const (
 	SnippetEnd  = store.SnippetEnd
 )
 
-// PendingApproval is an approval that waits for a principal's decision (the inbox), with the
-// conversation it belongs to.
+// PendingApproval is an approval that waits for a principal's decision (the inbox): the call,
+// with the conversation it belongs to.
 type PendingApproval struct {
 	ConversationID string
 	Title          string
 	OwnerID        string
 	Call           CallView
-	// Prompt is the API's "prompt" of the approval: {"tool", "args", "plan"}.
-	Prompt    json.RawMessage
-	CreatedAt time.Time
 }
 
 // Conversation statuses, as View and Summary report them.

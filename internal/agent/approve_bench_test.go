@@ -44,7 +44,7 @@ func newApproveBench(b *testing.B, n int, mod func(*Config)) *approveBench {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for id := range v.Pending {
+		for id := range v.Pending() {
 			ab.ids[i] = id
 		}
 	}

@@ -162,7 +162,7 @@ func BenchmarkResolveAckPostgres(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			for id := range v.Pending {
+			for id := range v.Pending() {
 				ids[c] = id
 			}
 		}

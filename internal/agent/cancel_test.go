@@ -133,7 +133,7 @@ func TestStopWhileAwaitingClosesTheApprovalDurably(t *testing.T) {
 		// The log is the truth: a revived conversation is idle with the call cancelled.
 		e.crash()
 		e.startManager()
-		if v := e.view(); v.Status != store.StatusIdle || e.call("c1").Status != store.CallCancelled || len(v.Pending) != 0 {
+		if v := e.view(); v.Status != store.StatusIdle || e.call("c1").Status != store.CallCancelled || len(v.Pending()) != 0 {
 			t.Fatalf("after revival: %+v", v)
 		}
 		if out, _ := e.st.ListOutbox(e.ctx, e.conv); len(out) != 0 {

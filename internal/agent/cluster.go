@@ -84,12 +84,12 @@ const (
 
 // wireRequest is a request forwarded to the conversation's owner.
 type wireRequest struct {
-	Conv   string     `json:"conv"`
-	Kind   reqKind    `json:"kind"`
-	By     Principal  `json:"by"`
-	Text   string     `json:"text,omitempty"`
-	CallID string     `json:"call_id,omitempty"`
-	Res    Resolution `json:"res"`
+	Conv   string         `json:"conv"`
+	Kind   reqKind        `json:"kind"`
+	By     Principal      `json:"by"`
+	Text   string         `json:"text,omitempty"`
+	CallID string         `json:"call_id,omitempty"`
+	Res    wireResolution `json:"res"`
 	// Deadline is when the sender stops waiting (Unix milliseconds): the owner does not take a
 	// request past it, so a request that timed out was not done behind the sender's back.
 	Deadline int64 `json:"deadline,omitempty"`
@@ -98,6 +98,57 @@ type wireRequest struct {
 	Trace map[string]string `json:"trace,omitempty"`
 	// Key is the message's key (request.key).
 	Key string `json:"key,omitempty"`
+}
+
+// wireResolution is a Resolution as it crosses processes: the names of the API's resolve body,
+// which processes of an earlier version send too.
+type wireResolution struct {
+	Decision string           `json:"decision,omitempty"`
+	Args     json.RawMessage  `json:"args,omitempty"`
+	Reason   string           `json:"reason,omitempty"`
+	Remember *wireRemember    `json:"remember,omitempty"`
+	Action   string           `json:"action,omitempty"`
+	Content  json.RawMessage  `json:"content,omitempty"`
+	Result   json.RawMessage  `json:"result,omitempty"`
+	Error    *wireClientError `json:"error,omitempty"`
+	// A card's fields, typed by the owner (answers.go). An empty map is not no map (a form
+	// without fields answered), so they are not omitted when empty.
+	ArgFields map[string]string `json:"arg_fields"`
+	Answers   map[string]string `json:"answers"`
+}
+
+type wireRemember struct {
+	Scope   string `json:"scope"`
+	ForSecs int64  `json:"for_secs"`
+	Args    string `json:"args,omitempty"`
+}
+
+type wireClientError struct {
+	Message string `json:"message"`
+}
+
+func toWireResolution(r Resolution) wireResolution {
+	w := wireResolution{Decision: r.Decision, Args: r.Args, Reason: r.Reason, Action: r.Action, Content: r.Content, Result: r.Result,
+		ArgFields: r.ArgFields, Answers: r.Answers}
+	if r.Remember != nil {
+		w.Remember = &wireRemember{Scope: r.Remember.Scope, ForSecs: r.Remember.ForSecs, Args: r.Remember.Args}
+	}
+	if r.Error != nil {
+		w.Error = &wireClientError{Message: r.Error.Message}
+	}
+	return w
+}
+
+func (w wireResolution) resolution() Resolution {
+	r := Resolution{Decision: w.Decision, Args: w.Args, Reason: w.Reason, Action: w.Action, Content: w.Content, Result: w.Result,
+		ArgFields: w.ArgFields, Answers: w.Answers}
+	if w.Remember != nil {
+		r.Remember = &Remember{Scope: w.Remember.Scope, ForSecs: w.Remember.ForSecs, Args: w.Remember.Args}
+	}
+	if w.Error != nil {
+		r.Error = &ClientError{Message: w.Error.Message}
+	}
+	return r
 }
 
 // wireResponse is the owner's answer. Moved means the owner did not take the request (it no
@@ -247,7 +298,7 @@ func (m *Manager) forward(ctx context.Context, owner, convID string, req *reques
 	fctx, cancel := context.WithTimeout(ctx, m.cfg.ForwardTimeout)
 	defer cancel()
 	deadline, _ := fctx.Deadline()
-	body, err := json.Marshal(wireRequest{Conv: convID, Kind: req.kind, By: req.by, Text: req.text, CallID: req.callID, Res: req.res,
+	body, err := json.Marshal(wireRequest{Conv: convID, Kind: req.kind, By: req.by, Text: req.text, CallID: req.callID, Res: toWireResolution(req.res),
 		Deadline: deadline.UnixMilli(), Trace: telemetry.Carry(req.origin.span), Key: req.key})
 	if err != nil {
 		return response{}, false, m.internalError("encode forwarded request", err)
@@ -341,7 +392,7 @@ func (m *Manager) serveForward(ctx context.Context, body []byte) []byte {
 		}
 		return mustJSON(out)
 	}
-	req := &request{kind: w.Kind, by: w.By, text: w.Text, callID: w.CallID, res: w.Res, key: w.Key, reply: make(chan response, 1),
+	req := &request{kind: w.Kind, by: w.By, text: w.Text, callID: w.CallID, res: w.Res.resolution(), key: w.Key, reply: make(chan response, 1),
 		origin: origin{span: telemetry.Carried(w.Trace), at: m.cfg.Clock.Now()}}
 	for range maxHops {
 		a, owner, err := m.acquire(ctx, w.Conv, false)

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"parley/internal/store"
-	"parley/internal/tools"
 )
 
 // This file stages the actor's writes (stage: the entries folded into the state, the batch merged
@@ -47,7 +46,7 @@ func (a *actor) row(c *call, now time.Time) store.ToolCall {
 		Seq: c.seq, CreatedAt: c.at, UpdatedAt: now,
 	}
 	if c.status == store.CallAwaiting {
-		r.Prompt, _ = json.Marshal(pendingPrompt(c))
+		r.Prompt = recordOf(c) // callrecord.go: what the inbox shows of the call, beside the columns
 	}
 	return r
 }
@@ -104,40 +103,21 @@ func (a *actor) publish(e Event) {
 
 // --- events ---------------------------------------------------------------------------------
 
-// callEvent is the Data of an EventToolCall.
-type callEvent struct {
-	ID          string            `json:"id"`
-	Name        string            `json:"name"`
-	Executor    tools.Executor    `json:"executor"`
-	Approval    tools.Approval    `json:"approval"`
-	Approvers   tools.Approvers   `json:"approvers"`
-	Status      string            `json:"status"`
-	Kind        tools.PendingKind `json:"kind,omitempty"`
-	Args        json.RawMessage   `json:"args,omitempty"`
-	Result      json.RawMessage   `json:"result,omitempty"`
-	Attempts    int               `json:"attempts,omitempty"`
-	NextAttempt *time.Time        `json:"next_attempt_at,omitempty"`
-	ExpiresAt   *time.Time        `json:"expires_at,omitempty"`
-	Decision    string            `json:"decision,omitempty"`
-	DecidedBy   string            `json:"decided_by,omitempty"`
-	Reason      string            `json:"reason,omitempty"`
-	Pending     *PendingView      `json:"pending,omitempty"`
-}
-
+// publishCall publishes c as it stands now; the event carries its read model.
 func (a *actor) publishCall(c *call) {
-	ev := callEvent{ID: c.id, Name: c.name, Executor: c.executor, Approval: c.approval, Approvers: c.approvers,
-		Status: c.status, Kind: c.kind, Args: c.effectiveArgs(), Result: c.result, Attempts: c.attempts,
-		NextAttempt: c.nextAttempt, ExpiresAt: c.expiresAt, Decision: c.decision, DecidedBy: c.decidedBy, Reason: c.reason}
-	if c.status == store.CallAwaiting {
-		p := pendingView(c)
-		ev.Pending = &p
-	}
-	a.publish(Event{Seq: a.st.lastSeq, Type: EventToolCall, ToolCallID: c.id, Status: c.status, Data: mustJSON(ev)})
+	a.publish(Event{Seq: a.st.lastSeq, Type: EventToolCall, ToolCallID: c.id, Status: c.status, Call: eventCall(c)})
 }
 
+// publishClientExec asks the owner's browsers to run c.
 func (a *actor) publishClientExec(c *call) {
-	a.publish(Event{Seq: a.st.lastSeq, Type: EventClientExec, ToolCallID: c.id,
-		Data: mustJSON(map[string]any{"tool": c.name, "args": c.effectiveArgs(), "ask": c.asksFirst()})})
+	a.publish(Event{Seq: a.st.lastSeq, Type: EventClientExec, ToolCallID: c.id, Call: eventCall(c)})
+}
+
+// eventCall is c as an event carries it: without its tool's schema, which every follower has.
+func eventCall(c *call) *CallView {
+	cv := callView(c)
+	cv.Schema = nil
+	return &cv
 }
 
 func mustJSON(v any) json.RawMessage {

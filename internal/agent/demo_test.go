@@ -21,12 +21,12 @@ func TestDemoModelDrivesTheDemoTools(t *testing.T) {
 		pendingOf := func(kind tools.PendingKind) string {
 			t.Helper()
 			e.waitStatus(store.StatusAwaiting)
-			for id, p := range e.view().Pending {
-				if p.Kind == kind {
+			for id, p := range e.view().Pending() {
+				if p.PendingKind == kind {
 					return id
 				}
 			}
-			t.Fatalf("no %s pending: %+v", kind, e.view().Pending)
+			t.Fatalf("no %s pending: %+v", kind, e.view().Pending())
 			return ""
 		}
 

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"sort"
 	"strings"
@@ -169,14 +168,13 @@ func (m *Manager) PendingApprovals(ctx context.Context, by Principal) ([]Pending
 			continue
 		}
 		seen[key] = true
-		cv := pendingCallView(p)
+		cv := callFromRow(p.ToolCall)
 		if t, ok := m.toolNamed(p.Name); ok {
 			cv.Schema = t.Parameters()
 		}
-		out = append(out, PendingApproval{ConversationID: p.ConversationID, Title: p.Title, OwnerID: p.OwnerID,
-			Call: cv, Prompt: p.Prompt, CreatedAt: p.CreatedAt})
+		out = append(out, PendingApproval{ConversationID: p.ConversationID, Title: p.Title, OwnerID: p.OwnerID, Call: cv})
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].CreatedAt.After(out[j].CreatedAt) })
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Call.CreatedAt.After(out[j].Call.CreatedAt) })
 	if by.system() {
 		return out, nil
 	}
@@ -198,27 +196,6 @@ func InboxOf(by Principal, all []PendingApproval) []PendingApproval {
 // errNoInbox refuses the inbox to someone who has none.
 func errNoInbox() *fault.Error {
 	return fault.New(fault.KindPermissionDenied, "the inbox is for reviewers and admins: your own calls wait for you on their conversation's page", nil)
-}
-
-// pendingCallView shapes an awaiting approval's index row as a CallView. The row's prompt is
-// the actor's pending prompt of an approval (view.go: pendingPrompt): {"tool", "args", "plan"}.
-func pendingCallView(p store.PendingCall) CallView {
-	cv := CallView{
-		Seq: p.Seq, ID: p.ToolCallID, Name: p.Name, Executor: tools.Executor(p.Executor), Approval: tools.Approval(p.Approval),
-		Approvers: tools.Approvers(p.Approvers), Status: p.Status, PendingKind: tools.PendingKind(p.PendingKind), Args: p.Args,
-		ExpiresAt: p.ExpiresAt,
-	}
-	var prompt struct {
-		Plan            *tools.Plan    `json:"plan"`
-		ApprovalsNeeded int            `json:"approvals_needed"`
-		Approvals       []ApprovalView `json:"approvals"`
-		Escalated       bool           `json:"escalated"`
-	}
-	if len(p.Prompt) > 0 && json.Unmarshal(p.Prompt, &prompt) == nil {
-		cv.Plan = prompt.Plan
-		cv.ApprovalsNeeded, cv.Approvals, cv.Escalated = max(1, prompt.ApprovalsNeeded), prompt.Approvals, prompt.Escalated
-	}
-	return cv
 }
 
 // Subscribe follows one conversation's events as by may (not_found when by may not see it), or

@@ -77,8 +77,8 @@ func TestSlowDryRunDoesNotBlockTheConversation(t *testing.T) {
 		if err != nil {
 			t.Fatalf("view while the dry run blocks: %v", err)
 		}
-		if v.Status != store.StatusGenerating || v.Streaming != "Deploying to prod." || len(v.Calls) != 0 || len(v.Pending) != 0 {
-			t.Fatalf("view while the dry run blocks: status %q, streaming %q, calls %+v, pending %+v", v.Status, v.Streaming, v.Calls, v.Pending)
+		if v.Status != store.StatusGenerating || v.Streaming != "Deploying to prod." || len(v.Calls) != 0 || len(v.Pending()) != 0 {
+			t.Fatalf("view while the dry run blocks: status %q, streaming %q, calls %+v, pending %+v", v.Status, v.Streaming, v.Calls, v.Pending())
 		}
 		// Nobody has heard of the call yet: it is recorded with its plan, not before.
 		if _, err := e.m.Resolve(ctx, e.conv, "d1", Resolution{Decision: "approve"}, e.owner); kindOf(err) != fault.KindNotFound {

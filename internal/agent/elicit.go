@@ -39,7 +39,7 @@ const (
 )
 
 type questionData struct {
-	Prompt    tools.Prompt    `json:"prompt"`
+	Prompt    promptData      `json:"prompt"`
 	Attempt   int             `json:"attempt"`
 	ExpiresAt time.Time       `json:"expires_at"`
 	Resume    json.RawMessage `json:"resume,omitempty"` // the tool's state to carry on from the answer (tools.Question.Resume)
@@ -119,7 +119,7 @@ func (a *actor) onAsk(m askMsg) {
 		return
 	}
 	exp := a.now().Add(a.cfg().suspensionTimeout(c.tool))
-	d := questionData{Prompt: p, Attempt: m.attempt, ExpiresAt: exp, Resume: resumeOf(m.q)}
+	d := questionData{Prompt: *promptDataOf(&p), Attempt: m.attempt, ExpiresAt: exp, Resume: resumeOf(m.q)}
 	// Should the write fail, the actor drains hard and cancels the run, which stops waiting.
 	a.stage(store.Batch{
 		Entries:  []store.Entry{{Type: entryQuestion, ToolCallID: c.id, Actor: "system", Data: mustJSON(d)}},
@@ -290,8 +290,8 @@ func (s *convState) applyAsk(e store.Entry) error {
 		if err := json.Unmarshal(e.Data, &d); err != nil {
 			return err
 		}
-		p, exp := d.Prompt, d.ExpiresAt
-		c.status, c.kind, c.prompt, c.expiresAt = store.CallAwaiting, tools.PendingElicitation, &p, &exp
+		exp := d.ExpiresAt
+		c.status, c.kind, c.prompt, c.expiresAt = store.CallAwaiting, tools.PendingElicitation, d.Prompt.prompt(), &exp
 		c.resume, c.resumed = d.Resume, nil
 	case entryAnswer:
 		var d answerData

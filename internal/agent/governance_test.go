@@ -235,7 +235,7 @@ func TestMOfNApprovals(t *testing.T) {
 		e := newEnv(t, open, prov, func(store.Store) []*tools.Tool { return []*tools.Tool{payTool(t, runs, mod)} }, nil)
 		e.send("pay")
 		e.waitCall("c1", store.CallAwaiting)
-		if p := e.view().Pending["c1"]; p.ApprovalsNeeded != 2 || len(p.Approvals) != 0 {
+		if p := e.view().Pending()["c1"]; p.ApprovalsNeeded != 2 || len(p.Approvals) != 0 {
 			t.Fatalf("pending %+v", p)
 		}
 		if _, err := e.m.Resolve(e.ctx, e.conv, "c1", Resolution{Decision: "approve"}, e.owner); kindOf(err) != fault.KindPermissionDenied {

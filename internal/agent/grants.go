@@ -31,11 +31,11 @@ import (
 
 // Remember asks an approve to make a grant.
 type Remember struct {
-	Scope   string `json:"scope"`    // "conversation" or "user"
-	ForSecs int64  `json:"for_secs"` // how long it lasts
+	Scope   string // "conversation" or "user"
+	ForSecs int64  // how long it lasts
 	// Args is which arguments of later calls it covers: "exact" (the default: the approved
 	// call's arguments, and no others) or "any" (a tool without rules only).
-	Args string `json:"args,omitempty"`
+	Args string
 }
 
 // Bounds of a grant's life.
@@ -58,18 +58,18 @@ type grantData struct {
 	Args      string    `json:"args,omitempty"` // exact or any ("" before migration 019: any)
 }
 
-// Grant is a remembered approval as the door lists it.
+// Grant is a remembered approval as the door lists it (the API's JSON of it is web's).
 type Grant struct {
-	ID             string    `json:"id"`
-	UserID         string    `json:"user_id"` // whose calls it lets run (the conversation's owner)
-	Tool           string    `json:"tool"`
-	Scope          string    `json:"scope"`
-	ConversationID string    `json:"conversation_id"`
-	ToolCallID     string    `json:"tool_call_id"` // the approval that made it
-	Args           string    `json:"args"`         // "exact" or "any"
-	ArgsHash       string    `json:"args_hash,omitempty"`
-	ExpiresAt      time.Time `json:"expires_at"`
-	CreatedAt      time.Time `json:"created_at"`
+	ID             string
+	UserID         string // whose calls it lets run (the conversation's owner)
+	Tool           string
+	Scope          string
+	ConversationID string
+	ToolCallID     string // the approval that made it
+	Args           string // "exact" or "any"
+	ArgsHash       string
+	ExpiresAt      time.Time
+	CreatedAt      time.Time
 }
 
 // grantOf is a grant row as the door lists it.

@@ -211,7 +211,7 @@ func TestSameIDsInTwoConversations(t *testing.T) {
 			conv string
 			by   Principal
 		}{{e.conv, e.owner}, {bob.ID, e.other}} {
-			e.waitFor(c.conv, "call_0 awaiting", func(v View) bool { return v.Pending["call_0"].Kind == tools.PendingApproval })
+			e.waitFor(c.conv, "call_0 awaiting", func(v View) bool { return v.Pending()["call_0"].PendingKind == tools.PendingApproval })
 			if _, err := e.m.Resolve(e.ctx, c.conv, "call_0", Resolution{Decision: "approve"}, c.by); err != nil {
 				t.Fatalf("approve in %s: %v", c.conv, err)
 			}

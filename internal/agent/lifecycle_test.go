@@ -53,12 +53,12 @@ func TestKillAndRevive(t *testing.T) {
 
 			e.startManager()
 			after := e.view()
-			if after.Status != store.StatusAwaiting || len(after.Pending) != 2 {
-				t.Fatalf("after revival: status %s, pending %+v", after.Status, after.Pending)
+			if after.Status != store.StatusAwaiting || len(after.Pending()) != 2 {
+				t.Fatalf("after revival: status %s, pending %+v", after.Status, after.Pending())
 			}
-			for id, p := range before.Pending {
-				q := after.Pending[id]
-				if q.Kind != p.Kind || q.ExpiresAt == nil || !q.ExpiresAt.Equal(*p.ExpiresAt) {
+			for id, p := range before.Pending() {
+				q := after.Pending()[id]
+				if q.PendingKind != p.PendingKind || q.ExpiresAt == nil || !q.ExpiresAt.Equal(*p.ExpiresAt) {
 					t.Fatalf("pending %s changed: %+v → %+v", id, p, q)
 				}
 			}
@@ -250,7 +250,7 @@ func TestEventsCarryTheLogSequence(t *testing.T) {
 		e.send("email bob")
 		ev := e.waitCall("c1", store.CallAwaiting)
 		// user message 1, assistant 2, tool_call 3
-		if ev.Seq != 3 || !strings.Contains(string(ev.Data), `"kind":"approval"`) {
+		if ev.Seq != 3 || ev.Call == nil || ev.Call.PendingKind != tools.PendingApproval {
 			t.Fatalf("pending event %+v", ev)
 		}
 		for {

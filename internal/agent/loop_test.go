@@ -197,12 +197,12 @@ func TestClientCalls(t *testing.T) {
 			defer detach()
 			e.send("where am I")
 			ev := e.next("client_exec", func(ev Event) bool { return ev.Type == EventClientExec && ev.ToolCallID == "g1" })
-			if !strings.Contains(string(ev.Data), `"tool":"geolocation"`) || !strings.Contains(string(ev.Data), "high_accuracy") {
-				t.Fatalf("client_exec data %s", ev.Data)
+			if ev.Call == nil || ev.Call.Name != "geolocation" || !strings.Contains(string(ev.Call.Args), "high_accuracy") {
+				t.Fatalf("client_exec call %+v", ev.Call)
 			}
 			e.clk.Advance(time.Minute) // far past the grace: a socket is attached
-			if p := e.view().Pending["g1"]; p.Kind != tools.PendingClientExec {
-				t.Fatalf("pending %+v", e.view().Pending)
+			if p := e.view().Pending()["g1"]; p.PendingKind != tools.PendingClientExec {
+				t.Fatalf("pending %+v", e.view().Pending())
 			}
 			if _, err := e.m.Resolve(e.ctx, e.conv, "g1", Resolution{Result: json.RawMessage(`{"latitude":45.7,"longitude":4.8,"accuracy":10}`)}, e.rev); kindOf(err) != fault.KindNotFound {
 				// A reviewer with no call of theirs in the conversation learns nothing of it.
@@ -252,7 +252,7 @@ func TestGatedClientCallSuspendsTwice(t *testing.T) {
 		defer detach()
 		e.send("pick")
 		e.waitCall("p1", store.CallAwaiting)
-		if k := e.view().Pending["p1"].Kind; k != tools.PendingApproval {
+		if k := e.view().Pending()["p1"].PendingKind; k != tools.PendingApproval {
 			t.Fatalf("first suspension %s", k)
 		}
 		if _, err := e.m.Resolve(e.ctx, e.conv, "p1", Resolution{Result: json.RawMessage(`{}`)}, e.owner); kindOf(err) != fault.KindInvalidArgs {
@@ -262,7 +262,7 @@ func TestGatedClientCallSuspendsTwice(t *testing.T) {
 			t.Fatalf("approve: %v", err)
 		}
 		e.next("client_exec", func(ev Event) bool { return ev.Type == EventClientExec && ev.ToolCallID == "p1" })
-		if p := e.view().Pending["p1"]; p.Kind != tools.PendingClientExec || p.ExpiresAt == nil {
+		if p := e.view().Pending()["p1"]; p.PendingKind != tools.PendingClientExec || p.ExpiresAt == nil {
 			t.Fatalf("second suspension %+v", p)
 		}
 		if _, err := e.m.Resolve(e.ctx, e.conv, "p1", Resolution{Result: json.RawMessage(`{"name":"a.txt"}`)}, e.owner); err != nil {
@@ -358,7 +358,7 @@ func TestToolRetryWithDurableBackoff(t *testing.T) {
 			func(c *Config) { c.RetryBase = time.Second; c.RetryMax = time.Minute })
 		e.send("go")
 		ev := e.next("first failure", func(ev Event) bool {
-			return ev.Type == EventToolCall && ev.ToolCallID == "f1" && strings.Contains(string(ev.Data), "next_attempt_at")
+			return ev.Type == EventToolCall && ev.ToolCallID == "f1" && ev.Call != nil && ev.Call.NextAttempt != nil
 		})
 		_ = ev
 		steps, err := e.st.Steps(e.ctx, e.conv)
@@ -377,7 +377,7 @@ func TestToolRetryWithDurableBackoff(t *testing.T) {
 		}
 		e.clk.Advance(time.Second)
 		e.next("second failure", func(ev Event) bool {
-			return ev.Type == EventToolCall && ev.ToolCallID == "f1" && strings.Contains(string(ev.Data), `"attempts":2`) && strings.Contains(string(ev.Data), "next_attempt_at")
+			return ev.Type == EventToolCall && ev.ToolCallID == "f1" && ev.Call != nil && ev.Call.Attempts == 2 && ev.Call.NextAttempt != nil
 		})
 		e.clk.Advance(2 * time.Second)
 		e.waitCall("f1", store.CallResolved)
@@ -406,7 +406,7 @@ func TestToolRetriesRunOutIntoAToolError(t *testing.T) {
 		e.send("go")
 		for attempt := 1; attempt <= 2; attempt++ {
 			e.next("failure", func(ev Event) bool {
-				return ev.Type == EventToolCall && ev.ToolCallID == "f1" && strings.Contains(string(ev.Data), "next_attempt_at")
+				return ev.Type == EventToolCall && ev.ToolCallID == "f1" && ev.Call != nil && ev.Call.NextAttempt != nil
 			})
 			steps, _ := e.st.Steps(e.ctx, e.conv)
 			if len(steps) != 1 || steps[0].NextAttemptAt.Sub(e.clk.Now()) != 7*time.Second {

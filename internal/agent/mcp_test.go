@@ -59,10 +59,10 @@ func mcpEnvWith(t *testing.T, open func(testing.TB, clock.Clock) store.Store, pr
 }
 
 // waitPending waits until call id is pending with kind.
-func (e *env) waitPending(id string, kind tools.PendingKind) PendingView {
+func (e *env) waitPending(id string, kind tools.PendingKind) CallView {
 	e.t.Helper()
 	for {
-		if p, ok := e.view().Pending[id]; ok && p.Kind == kind {
+		if p, ok := e.view().Pending()[id]; ok && p.PendingKind == kind {
 			return p
 		}
 		e.waitCall(id, store.CallAwaiting)
@@ -96,7 +96,7 @@ func TestMCPQuestionMidCall(t *testing.T) {
 				// Not read-only, so gated: it suspends twice, approval then the server's question.
 				approveMCP(e, "q1")
 				p := e.waitPending("q1", tools.PendingElicitation)
-				if p.Prompt != "What is your name?" || !strings.Contains(string(p.Schema), `"name"`) || p.ExpiresAt == nil {
+				if p.Prompt == nil || p.Prompt.Message != "What is your name?" || !strings.Contains(string(p.Prompt.Schema), `"name"`) || p.ExpiresAt == nil {
 					t.Fatalf("pending %+v", p)
 				}
 				if _, err := e.m.Resolve(e.ctx, e.conv, "q1", Resolution{Action: "accept", Content: json.RawMessage(`{"name":3}`)}, e.owner); kindOf(err) != fault.KindInvalidArgs {
@@ -164,7 +164,7 @@ func TestMCPQuestionSurvivesARestart(t *testing.T) {
 		// kept with the question, the question is still pending after the restart (same attempt,
 		// same expiry), and its answer resumes the call without the server asking again.
 		p := e.waitPending("q1", tools.PendingElicitation)
-		if c := e.call("q1"); c.Attempts != 1 || p.Prompt != before.Prompt || !p.ExpiresAt.Equal(*before.ExpiresAt) {
+		if c := e.call("q1"); c.Attempts != 1 || p.Prompt == nil || before.Prompt == nil || p.Prompt.Message != before.Prompt.Message || !p.ExpiresAt.Equal(*before.ExpiresAt) {
 			t.Fatalf("after the restart: call %+v, pending %+v (before %+v)", c, p, before)
 		}
 		if _, err := e.m.Resolve(e.ctx, e.conv, "q1", Resolution{Action: "accept", Content: json.RawMessage(`{"name":3}`)}, e.owner); kindOf(err) != fault.KindInvalidArgs {
@@ -278,8 +278,8 @@ func TestMCPHostileServerCannotBreakTheConversation(t *testing.T) {
 				t.Fatalf("call %s: %s, want %s", id, c.Status, want)
 			}
 		}
-		if v := e.view(); len(v.Pending) != 0 || v.LastError != "" {
-			t.Fatalf("after the turn: pending %v, last error %q", v.Pending, v.LastError)
+		if v := e.view(); len(v.Pending()) != 0 || v.LastError != "" {
+			t.Fatalf("after the turn: pending %v, last error %q", v.Pending(), v.LastError)
 		}
 
 		// Still usable: the next turn runs, and the model gets the whole history.
@@ -368,7 +368,7 @@ func TestMCPURLQuestion(t *testing.T) {
 		})
 		e.send("authorize")
 		p := e.waitPending("u1", tools.PendingElicitation)
-		if p.URL != "https://auth.example.test/authorize?x=1" || !strings.Contains(fmt.Sprint(p.Prompt), "Authorize the test app") {
+		if p.Prompt == nil || p.Prompt.URL != "https://auth.example.test/authorize?x=1" || !strings.Contains(p.Prompt.Message, "Authorize the test app") {
 			t.Fatalf("pending %+v", p)
 		}
 		// "Done" is an accept with nothing to fill in, through the one Resolve.

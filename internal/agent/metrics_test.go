@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"strings"
 	"testing"
 	"time"
 
@@ -124,7 +123,7 @@ func TestLoopMetrics(t *testing.T) {
 		retries := counterValue(t, metrics.Retries.WithLabelValues("tool"))
 		e.send("go")
 		e.next("first failure", func(ev Event) bool {
-			return ev.Type == EventToolCall && ev.ToolCallID == "f1" && strings.Contains(string(ev.Data), "next_attempt_at")
+			return ev.Type == EventToolCall && ev.ToolCallID == "f1" && ev.Call != nil && ev.Call.NextAttempt != nil
 		})
 		e.clk.Advance(time.Second)
 		e.waitStatus(store.StatusIdle)

@@ -25,9 +25,9 @@ type Notification struct {
 	OwnerID        string          `json:"owner_id"`
 	Approvers      tools.Approvers `json:"approvers"`
 	// ApprovalsNeeded and Approvals are the call's quorum (1 and none unless M-of-N).
-	ApprovalsNeeded int            `json:"approvals_needed"`
-	Approvals       []ApprovalView `json:"approvals,omitempty"`
-	Escalated       bool           `json:"escalated,omitempty"`
+	ApprovalsNeeded int        `json:"approvals_needed"`
+	Approvals       []approval `json:"approvals,omitempty"`
+	Escalated       bool       `json:"escalated,omitempty"`
 	// Decision (approve, approve_edited, deny, expire) and By (a user id, or "system") say how
 	// a decided approval ended; Reason is a denial's.
 	Decision  string     `json:"decision,omitempty"`
@@ -84,7 +84,7 @@ func (a *actor) announcements() []Notification {
 			continue
 		}
 		out = append(out, Notification{Type: an.typ, ConversationID: a.id, ToolCallID: c.id, Tool: c.name, OwnerID: a.st.conv.OwnerID,
-			Approvers: c.approvers, ApprovalsNeeded: c.approvalsNeeded(), Approvals: c.approvalViews(), Escalated: c.escalated,
+			Approvers: c.approvers, ApprovalsNeeded: c.approvalsNeeded(), Approvals: c.approvalsMade(), Escalated: c.escalated,
 			Decision: an.decision, By: an.by, Reason: an.reason, ExpiresAt: c.expiresAt, At: a.now()})
 	}
 	a.announcing = nil

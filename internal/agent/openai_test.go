@@ -81,7 +81,7 @@ func TestLoopOverRealHTTPWithTheOpenAIClient(t *testing.T) {
 		e.next("llm retry", func(ev Event) bool { return ev.Type == EventStatus && strings.Contains(string(ev.Data), "retry_at") })
 		e.clk.Advance(2 * time.Second)
 		e.waitCall("call_1", store.CallAwaiting)
-		if p := e.view().Pending["call_1"]; p.Kind != "approval" {
+		if p := e.view().Pending()["call_1"]; p.PendingKind != "approval" {
 			t.Fatalf("pending %+v", p)
 		}
 		if _, err := e.m.Resolve(e.ctx, e.conv, "call_1", Resolution{Decision: "approve"}, e.owner); err != nil {

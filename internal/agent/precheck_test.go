@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -84,7 +83,7 @@ func TestPrecheckRunsAgainBeforeARetry(t *testing.T) {
 			func(c *Config) { c.RetryBase = time.Second; c.RetryMax = time.Minute })
 		e.send("go")
 		e.next("first failure", func(ev Event) bool {
-			return ev.Type == EventToolCall && ev.ToolCallID == "g1" && strings.Contains(string(ev.Data), "next_attempt_at")
+			return ev.Type == EventToolCall && ev.ToolCallID == "g1" && ev.Call != nil && ev.Call.NextAttempt != nil
 		})
 		refuse.Store(true)
 		e.clk.Advance(time.Second)
@@ -116,7 +115,7 @@ func TestPrecheckPassingLetsRetriesRun(t *testing.T) {
 			func(c *Config) { c.RetryBase = time.Second; c.RetryMax = time.Minute })
 		e.send("go")
 		e.next("first failure", func(ev Event) bool {
-			return ev.Type == EventToolCall && ev.ToolCallID == "g1" && strings.Contains(string(ev.Data), "next_attempt_at")
+			return ev.Type == EventToolCall && ev.ToolCallID == "g1" && ev.Call != nil && ev.Call.NextAttempt != nil
 		})
 		e.clk.Advance(time.Second)
 		e.waitCall("g1", store.CallResolved)

@@ -17,17 +17,21 @@ type approval struct {
 // approvalsNeeded is how many distinct approvals the call needs (at least 1).
 func (c *call) approvalsNeeded() int { return max(1, c.needed) }
 
-// approvalViews copies the approvals so far.
-func (c *call) approvalViews() []ApprovalView {
+// approvalsMade copies the approvals so far, who and when (records and notifications write them
+// so: {"by", "at"}), without the arguments they approved.
+func (c *call) approvalsMade() []approval {
 	if len(c.approvals) == 0 {
 		return nil
 	}
-	out := make([]ApprovalView, len(c.approvals))
+	out := make([]approval, len(c.approvals))
 	for i, a := range c.approvals {
-		out[i] = ApprovalView{By: a.By, At: a.At}
+		out[i] = approval{By: a.By, At: a.At}
 	}
 	return out
 }
+
+// approvalViews copies the approvals so far.
+func (c *call) approvalViews() []ApprovalView { return viewsOf(c.approvals) }
 
 // checkQuorum checks one approve of an M-of-N call by by, and says whether it is the last one
 // needed. Each approval counts once per person: a repeat is stale (409), as an answer to a

@@ -38,7 +38,7 @@ func FuzzReplay(f *testing.F) {
 		_ = viewOf(st, "")
 		_ = evictions(st)
 		for _, c := range st.currentCalls() {
-			_ = pendingView(c)
+			_ = callFromRow(store.ToolCall{ToolCallID: c.id, PendingKind: string(c.kind), Prompt: recordOf(c)})
 		}
 	})
 }

@@ -30,10 +30,10 @@ func kindWords(k tools.PendingKind) string {
 // and whether the payload fits the call's schemas, Resolve decides.
 func (r Resolution) Kind() (tools.PendingKind, error) {
 	var kinds []tools.PendingKind
-	if r.Decision != "" || present(r.Args) || r.Reason != "" || r.Remember != nil {
+	if r.Decision != "" || present(r.Args) || r.ArgFields != nil || r.Reason != "" || r.Remember != nil {
 		kinds = append(kinds, tools.PendingApproval)
 	}
-	if r.Action != "" || present(r.Content) {
+	if r.Action != "" || present(r.Content) || r.Answers != nil {
 		kinds = append(kinds, tools.PendingElicitation)
 	}
 	if present(r.Result) || r.Error != nil {
@@ -49,8 +49,11 @@ func (r Resolution) Kind() (tools.PendingKind, error) {
 		}
 		switch r.Decision {
 		case "approve":
+			if present(r.Args) && r.ArgFields != nil {
+				return "", fault.InvalidField("args", "send edited arguments as JSON or as fields, not both")
+			}
 		case "deny":
-			if present(r.Args) {
+			if present(r.Args) || r.ArgFields != nil {
 				return "", fault.InvalidField("args", "edited arguments go with approve, not deny")
 			}
 			if r.Remember != nil {
@@ -62,8 +65,11 @@ func (r Resolution) Kind() (tools.PendingKind, error) {
 	case tools.PendingElicitation:
 		switch r.Action {
 		case "accept":
+			if present(r.Content) && r.Answers != nil {
+				return "", fault.InvalidField("content", "send the answers as JSON or as fields, not both")
+			}
 		case "decline", "cancel":
-			if present(r.Content) {
+			if present(r.Content) || r.Answers != nil {
 				return "", fault.InvalidField("content", "content goes with accept only")
 			}
 		default:

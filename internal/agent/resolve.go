@@ -14,8 +14,9 @@ import (
 	"parley/internal/tools"
 )
 
-// handleResolve is Resolve inside the actor: check the call against the pending set, authorize,
-// validate the payload, record durably, then (after the reply) continue the turn.
+// handleResolve is Resolve inside the actor: check the call against the pending set, type a
+// card's fields (answers.go), authorize, validate the payload, record durably, then (after the
+// reply) continue the turn.
 func (a *actor) handleResolve(req *request) error {
 	by := req.by
 	c := a.st.calls[req.callID]
@@ -48,16 +49,20 @@ func (a *actor) handleResolve(req *request) error {
 	if kind != c.kind {
 		return errWrongKind(c.kind, kind)
 	}
+	res, err := c.typeFields(req.res)
+	if err != nil {
+		return err
+	}
 	switch c.kind {
 	case tools.PendingApproval:
-		return a.resolveApproval(c, req.res, by, req.key)
+		return a.resolveApproval(c, res, by, req.key)
 	case tools.PendingElicitation:
 		if c.askedMidCall() {
-			return a.resolveAsk(c, req.res, by, req.key)
+			return a.resolveAsk(c, res, by, req.key)
 		}
-		return a.resolveElicitation(c, req.res, by, req.key)
+		return a.resolveElicitation(c, res, by, req.key)
 	case tools.PendingClientExec:
-		return a.resolveClient(c, req.res, by, req.key)
+		return a.resolveClient(c, res, by, req.key)
 	}
 	return errStale(req.callID)
 }
@@ -124,7 +129,7 @@ func (a *actor) resolveApproval(c *call, r Resolution, by Principal, key string)
 		if !final {
 			return a.approvePartly(c, by, right, key)
 		}
-		audit.Detail = mustJSON(map[string]any{"approvals": append(c.approvalViews(), ApprovalView{By: by.UserID, At: now})})
+		audit.Detail = mustJSON(map[string]any{"approvals": append(c.approvalsMade(), approval{By: by.UserID, At: now})})
 	}
 	edited, err := a.editOf(c, r)
 	if err != nil {

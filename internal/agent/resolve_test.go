@@ -30,9 +30,9 @@ func TestApproveRunsTheToolOnceAndTheModelGetsItsResult(t *testing.T) {
 		if v.Status != store.StatusAwaiting {
 			t.Fatalf("status %q, want awaiting", v.Status)
 		}
-		p, ok := v.Pending["c1"]
-		if !ok || p.Kind != tools.PendingApproval || p.Executor != tools.Server || p.ExpiresAt == nil {
-			t.Fatalf("pending %+v", v.Pending)
+		p, ok := v.Pending()["c1"]
+		if !ok || p.PendingKind != tools.PendingApproval || p.Executor != tools.Server || p.ExpiresAt == nil {
+			t.Fatalf("pending %+v", v.Pending())
 		}
 		if c := e.call("c1"); c.Plan == nil || !strings.Contains(c.Plan.Summary, "bob@example.test") {
 			t.Fatalf("the approval card has no dry-run plan naming the recipient: %+v", c.Plan)
@@ -166,8 +166,8 @@ func TestElicitation(t *testing.T) {
 				e := newEnv(t, open, prov, emailTools, nil)
 				e.send("ask me where")
 				e.waitCall("q1", store.CallAwaiting)
-				p := e.view().Pending["q1"]
-				if p.Kind != tools.PendingElicitation || p.Prompt != "Which city?" || !strings.Contains(string(p.Schema), "city") {
+				p := e.view().Pending()["q1"]
+				if p.PendingKind != tools.PendingElicitation || p.Prompt == nil || p.Prompt.Message != "Which city?" || !strings.Contains(string(p.Prompt.Schema), "city") {
 					t.Fatalf("pending %+v", p)
 				}
 				// Invalid answers first: each is refused with its problems and changes nothing.
@@ -275,7 +275,7 @@ func TestAuthorization(t *testing.T) {
 		}
 		e.send("wire 5")
 		e.waitCall("w1", store.CallAwaiting)
-		if p := e.view().Pending["w1"]; p.Kind != tools.PendingApproval {
+		if p := e.view().Pending()["w1"]; p.PendingKind != tools.PendingApproval {
 			t.Fatalf("pending %+v", p)
 		}
 		cases := []struct {
@@ -297,8 +297,8 @@ func TestAuthorization(t *testing.T) {
 			t.Fatal("the tool ran without a reviewer")
 		}
 		// A reviewer who may decide the call reads its conversation; a member does not.
-		if v, err := e.m.View(e.ctx, e.conv, e.rev); err != nil || v.Pending["w1"].Kind != tools.PendingApproval {
-			t.Fatalf("the reviewer's view: %v %+v", err, v.Pending)
+		if v, err := e.m.View(e.ctx, e.conv, e.rev); err != nil || v.Pending()["w1"].PendingKind != tools.PendingApproval {
+			t.Fatalf("the reviewer's view: %v %+v", err, v.Pending())
 		}
 		if _, err := e.m.View(e.ctx, e.conv, e.other); kindOf(err) != fault.KindNotFound {
 			t.Fatalf("a member's view: %v, want not_found", err)

@@ -52,8 +52,8 @@ type toolCallData struct {
 	Approvers string          `json:"approvers,omitempty"`
 	Args      json.RawMessage `json:"args"`
 	Turn      int             `json:"turn"`
-	Plan      *tools.Plan     `json:"plan,omitempty"`
-	Prompt    *tools.Prompt   `json:"prompt,omitempty"`
+	Plan      *planData       `json:"plan,omitempty"`
+	Prompt    *promptData     `json:"prompt,omitempty"`
 	Pending   string          `json:"pending,omitempty"` // the pending kind when it suspends at once
 	ExpiresAt *time.Time      `json:"expires_at,omitempty"`
 	// How the call was gated (gate.go): the rule that matched, the grant that let it run, the
@@ -61,6 +61,49 @@ type toolCallData struct {
 	Rule   *ruleData `json:"rule,omitempty"`
 	Grant  string    `json:"grant,omitempty"`
 	Needed int       `json:"approvals_needed,omitempty"`
+}
+
+// planData is a dry run's plan as the log keeps it (tool_call entries, the tool_calls row's
+// record).
+type planData struct {
+	Summary string         `json:"summary"`
+	Details map[string]any `json:"details,omitempty"`
+}
+
+func planDataOf(p *tools.Plan) *planData {
+	if p == nil {
+		return nil
+	}
+	return &planData{Summary: p.Summary, Details: p.Details}
+}
+
+func (p *planData) plan() *tools.Plan {
+	if p == nil {
+		return nil
+	}
+	return &tools.Plan{Summary: p.Summary, Details: p.Details}
+}
+
+// promptData is a question as the log keeps it (tool_call and question entries, the tool_calls
+// row's record).
+type promptData struct {
+	Message string          `json:"message"`
+	Schema  json.RawMessage `json:"schema"`
+	URL     string          `json:"url,omitempty"`
+}
+
+func promptDataOf(p *tools.Prompt) *promptData {
+	if p == nil {
+		return nil
+	}
+	return &promptData{Message: p.Message, Schema: p.Schema, URL: p.URL}
+}
+
+func (p *promptData) prompt() *tools.Prompt {
+	if p == nil {
+		return nil
+	}
+	return &tools.Prompt{Message: p.Message, Schema: p.Schema, URL: p.URL}
 }
 
 // decisionData is an approval decision. An approved gated client call suspends again; its
@@ -324,7 +367,7 @@ func (s *convState) apply(e store.Entry, reg *tools.Registry) error {
 		}
 		c := &call{id: e.ToolCallID, name: d.Name, executor: tools.Executor(d.Executor), approval: tools.Approval(d.Approval),
 			approvers: tools.Approvers(d.Approvers), args: d.Args, seq: e.Seq, turn: d.Turn, at: e.CreatedAt,
-			plan: d.Plan, prompt: d.Prompt, expiresAt: d.ExpiresAt, attempts: 1,
+			plan: d.Plan.plan(), prompt: d.Prompt.prompt(), expiresAt: d.ExpiresAt, attempts: 1,
 			rule: d.Rule, grant: d.Grant, needed: d.Needed}
 		if t, ok := reg.Get(d.Name); ok {
 			c.tool = t

@@ -501,13 +501,13 @@ func (a *actor) recordResponse(dr *draft) {
 					if !ok { // onLLMResponse plans every approval; never leave one without a plan
 						plan = tools.DefaultPlan(t, parsed)
 					}
-					d.Plan = &plan
+					d.Plan = planDataOf(&plan)
 				case tools.PendingElicitation:
 					p, perr := t.Elicitation(parsed)
 					if perr != nil {
 						immediate = perr
 					} else {
-						d.Prompt = &p
+						d.Prompt = promptDataOf(&p)
 					}
 				}
 				if immediate == nil && kind != "" {

@@ -212,7 +212,7 @@ func (p *proc) await(conv string, by agent.Principal, what string, ok func(agent
 }
 
 func awaiting(id string) func(agent.View) bool {
-	return func(v agent.View) bool { _, ok := v.Pending[id]; return ok && v.Status == store.StatusAwaiting }
+	return func(v agent.View) bool { _, ok := v.Pending()[id]; return ok && v.Status == store.StatusAwaiting }
 }
 
 func saying(text string) func(agent.View) bool {

@@ -172,7 +172,7 @@ type ToolCall struct {
 	PendingKind    string // approval, elicitation, client_exec when awaiting; else empty
 	Args           json.RawMessage
 	Result         json.RawMessage // the model-facing envelope once finished
-	Prompt         json.RawMessage // what the page shows while awaiting (a plan, a form)
+	Prompt         json.RawMessage // while awaiting: the rest of the call's read model (package agent: callRecord, versioned)
 	ExpiresAt      *time.Time
 	Seq            int64 // the log sequence of the tool_call entry
 	CreatedAt      time.Time

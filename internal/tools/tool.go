@@ -117,10 +117,11 @@ func (c Call) Key() string {
 // *fault.Error is a tool error the model reads; anything else is an internal error it never sees.
 type Func func(ctx context.Context, call Call, args map[string]any) (any, error)
 
-// Plan is a dry run's description of what a call would do.
+// Plan is a dry run's description of what a call would do. (How the log keeps it and how the
+// API shows it are theirs: no JSON here.)
 type Plan struct {
-	Summary string         `json:"summary"`
-	Details map[string]any `json:"details,omitempty"`
+	Summary string
+	Details map[string]any
 }
 
 // DryRunFunc describes what a call would do without doing it.
@@ -811,13 +812,14 @@ func DefaultPlan(t *Tool, args map[string]any) Plan {
 	return Plan{Summary: "Would " + fmt.Sprintf(verb, t.spec.Name), Details: map[string]any{"tool": t.spec.Name, "executor": string(t.spec.Executor), "arguments": args}}
 }
 
-// Prompt is what a human call asks: a message and the form's JSON Schema.
+// Prompt is what a human call asks: a message and the form's JSON Schema. (How the log keeps it
+// and how the API shows it are theirs: no JSON here.)
 type Prompt struct {
-	Message string          `json:"message"`
-	Schema  json.RawMessage `json:"schema"`
+	Message string
+	Schema  json.RawMessage
 	// URL is set for a question answered on another site (an MCP server's URL-mode
 	// elicitation): the page shows the link, and the person says when they are done.
-	URL string `json:"url,omitempty"`
+	URL string
 }
 
 // Elicitation returns the question a human call asks. A tool with a response schema asks for

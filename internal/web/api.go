@@ -1,57 +1,18 @@
 package web
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
-	"parley/internal/agent"
 	"parley/internal/fault"
-	"parley/internal/tools"
-	"parley/views"
 )
 
 // maxMessageRunes bounds one message's text.
 const maxMessageRunes = 32_000
-
-// conversationJSON is a conversation in the list.
-type conversationJSON struct {
-	ID        string     `json:"id"`
-	Title     string     `json:"title"`
-	Status    string     `json:"status"`
-	CreatedAt time.Time  `json:"created_at"`
-	UpdatedAt time.Time  `json:"updated_at"`
-	Match     *matchJSON `json:"match,omitempty"`
-}
-
-// matchJSON is the message a search matched: its seq, an excerpt in plain text and where the
-// matched words are in it ([start, end) byte offsets).
-type matchJSON struct {
-	Seq        int64    `json:"seq"`
-	Snippet    string   `json:"snippet"`
-	Highlights [][2]int `json:"highlights"`
-}
-
-func matchOf(m *agent.SearchMatch) *matchJSON {
-	if m == nil {
-		return nil
-	}
-	out := &matchJSON{Seq: m.Seq, Highlights: [][2]int{}}
-	var b strings.Builder
-	for _, p := range views.SnippetParts(m.Snippet) {
-		if p.Match {
-			out.Highlights = append(out.Highlights, [2]int{b.Len(), b.Len() + len(p.Text)})
-		}
-		b.WriteString(p.Text)
-	}
-	out.Snippet = b.String()
-	return out
-}
 
 // apiCreateConversation: POST /api/v1/conversations {"title"} → 201 {"id"}.
 func (s *Server) apiCreateConversation(c echo.Context) error {
@@ -76,37 +37,9 @@ func (s *Server) apiListConversations(c echo.Context) error {
 	}
 	out := make([]conversationJSON, len(list))
 	for i, cv := range list {
-		out[i] = conversationJSON{ID: cv.ID, Title: cv.Title, Status: cv.Status, CreatedAt: cv.CreatedAt, UpdatedAt: cv.UpdatedAt, Match: matchOf(cv.Match)}
+		out[i] = conversationOf(cv)
 	}
 	return c.JSON(http.StatusOK, conversationListJSON{Conversations: out})
-}
-
-// viewJSON is the API's shape of one conversation.
-type viewJSON struct {
-	ID        string                       `json:"id"`
-	Title     string                       `json:"title"`
-	Status    string                       `json:"status"`
-	LastSeq   int64                        `json:"last_seq"`
-	Messages  []messageJSON                `json:"messages"`
-	ToolCalls []toolCallJSON               `json:"tool_calls"`
-	Pending   map[string]agent.PendingView `json:"pending"`
-	// Queued are the owner's messages that wait for the running turn to end.
-	Queued []messageJSON `json:"queued,omitempty"`
-}
-
-type messageJSON struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
-
-type toolCallJSON struct {
-	ID       string          `json:"id"`
-	Name     string          `json:"name"`
-	Executor tools.Executor  `json:"executor"`
-	Approval tools.Approval  `json:"approval"`
-	Status   string          `json:"status"`
-	Args     json.RawMessage `json:"args"`
-	Result   json.RawMessage `json:"result"`
 }
 
 // apiGetConversation: GET /api/v1/conversations/{id}.
@@ -116,29 +49,6 @@ func (s *Server) apiGetConversation(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, toViewJSON(v))
-}
-
-func toViewJSON(v agent.View) viewJSON {
-	out := viewJSON{
-		ID: v.ID, Title: v.Title, Status: v.Status, LastSeq: v.LastSeq,
-		Messages: make([]messageJSON, len(v.Messages)), ToolCalls: make([]toolCallJSON, len(v.Calls)),
-		Pending: v.Pending,
-	}
-	for i, m := range v.Messages {
-		out.Messages[i] = messageJSON{Role: m.Role, Content: m.Content}
-	}
-	out.Queued = make([]messageJSON, len(v.Queued))
-	for i, m := range v.Queued {
-		out.Queued[i] = messageJSON{Role: m.Role, Content: m.Content}
-	}
-	for i, cl := range v.Calls {
-		out.ToolCalls[i] = toolCallJSON{ID: cl.ID, Name: cl.Name, Executor: cl.Executor, Approval: cl.Approval,
-			Status: cl.Status, Args: rawOrNull(cl.Args), Result: rawOrNull(cl.Result)}
-	}
-	if out.Pending == nil {
-		out.Pending = map[string]agent.PendingView{}
-	}
-	return out
 }
 
 // apiSendMessage: POST /api/v1/conversations/{id}/messages {"text"} → 202, with "queued": true
@@ -181,10 +91,11 @@ func (s *Server) apiCancel(c echo.Context) error {
 // resolve what (404 for whoever may not see the conversation or the call, 422 for a resolution
 // of the wrong kind, 403, 409 stale) is the agent's, in the same trip as the resolve itself.
 func (s *Server) apiResolve(c echo.Context) error {
-	var r agent.Resolution
-	if err := decodeJSON(c, &r, false); err != nil {
+	var body resolveRequest
+	if err := decodeJSON(c, &body, false); err != nil {
 		return err
 	}
+	r := body.resolution()
 	if err := checkRememberScope(c, r); err != nil {
 		return err
 	}
@@ -192,20 +103,6 @@ func (s *Server) apiResolve(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, okJSON{OK: true})
-}
-
-// approvalJSON is one pending approval in the listing.
-type approvalJSON struct {
-	ConversationID string          `json:"conversation_id"`
-	Title          string          `json:"title"`
-	OwnerID        string          `json:"owner_id"`
-	ToolCallID     string          `json:"tool_call_id"`
-	Tool           string          `json:"tool"`
-	Approvers      string          `json:"approvers"`
-	Args           json.RawMessage `json:"args"`
-	Prompt         json.RawMessage `json:"prompt"`
-	ExpiresAt      *time.Time      `json:"expires_at,omitempty"`
-	CreatedAt      time.Time       `json:"created_at"`
 }
 
 // apiApprovals: GET /api/v1/approvals[?tool=&requester=&age=] → the pending approvals that wait
@@ -235,17 +132,7 @@ func (s *Server) apiApprovals(c echo.Context) error {
 		if !q.matches(p, names[p.OwnerID], now) {
 			continue
 		}
-		out = append(out, approvalJSON{ConversationID: p.ConversationID, Title: p.Title, OwnerID: p.OwnerID, ToolCallID: p.Call.ID,
-			Tool: p.Call.Name, Approvers: string(p.Call.Approvers), Args: rawOrNull(p.Call.Args),
-			Prompt: rawOrNull(p.Prompt), ExpiresAt: p.Call.ExpiresAt, CreatedAt: p.CreatedAt})
+		out = append(out, approvalOf(p))
 	}
 	return c.JSON(http.StatusOK, approvalListJSON{Approvals: out})
-}
-
-// rawOrNull is raw, or JSON null when there is none, so the field is always present.
-func rawOrNull(raw json.RawMessage) json.RawMessage {
-	if len(raw) == 0 {
-		return json.RawMessage("null")
-	}
-	return raw
 }

@@ -7,14 +7,13 @@ import (
 	"strings"
 	"testing"
 
-	"parley/internal/agent"
 	"parley/internal/fault"
 )
 
 // TestCheckKeys: one request says one thing. A key twice, in any object of the body, or a
 // field's name in another case is a 400 naming the key; everything else is left to the decoder.
 func TestCheckKeys(t *testing.T) {
-	fields := jsonFieldNames(&agent.Resolution{})
+	fields := jsonFieldNames(&resolveRequest{})
 	if !fields["decision"] || !fields["content"] || fields["Decision"] {
 		t.Fatalf("field names %v", fields)
 	}
@@ -59,7 +58,7 @@ func TestCheckKeys(t *testing.T) {
 //     refusal is a bad_request naming a key of the body.
 //   - A body it accepts decodes to the same value whichever duplicate encoding/json would have
 //     kept: decoded into any (encoding/json keeps the last of a key), it equals the reference's
-//     value that keeps the first; and decoded into a Resolution, each field holds what the key
+//     value that keeps the first; and decoded into a resolve body, each field holds what the key
 //     spelled exactly as the field holds alone, so no other spelling reached it.
 func FuzzCheckKeys(f *testing.F) {
 	for _, s := range []string{
@@ -71,7 +70,7 @@ func FuzzCheckKeys(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	fields := jsonFieldNames(&agent.Resolution{})
+	fields := jsonFieldNames(&resolveRequest{})
 	f.Fuzz(func(t *testing.T, body string) {
 		err := checkKeys([]byte(body), fields)
 		if err != nil {
@@ -200,10 +199,10 @@ func (o ordered) firstWins() any {
 	return o.scalar
 }
 
-// sameAsExactKeys: a top-level object decoded into a Resolution gives each field what the key
+// sameAsExactKeys: a top-level object decoded into a resolve body (resolveRequest) gives each field what the key
 // spelled exactly as the field's name gives it alone (and the zero value without that key).
 func sameAsExactKeys(t *testing.T, body string) {
-	var whole agent.Resolution
+	var whole resolveRequest
 	var keys map[string]json.RawMessage
 	if json.Unmarshal([]byte(body), &whole) != nil || json.Unmarshal([]byte(body), &keys) != nil {
 		return // not an object, or a value of the wrong type: the decoder refuses it

@@ -9,7 +9,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"parley/internal/agent"
 	"parley/internal/fault"
 	"parley/internal/tools"
 )
@@ -32,14 +31,15 @@ func FuzzResolveBody(f *testing.F) {
 		req.Header.Set("Content-Type", "application/json")
 		req.Body = http.MaxBytesReader(nil, req.Body, 1<<16)
 		c := e.NewContext(req, httptest.NewRecorder())
-		var r agent.Resolution
-		if err := decodeJSON(c, &r, false); err != nil {
+		var in resolveRequest
+		if err := decodeJSON(c, &in, false); err != nil {
 			te, internal := classify(err)
 			if internal || statusOf(te.Kind) >= 500 || statusOf(te.Kind) < 400 {
 				t.Fatalf("decode %q: %v", body, err)
 			}
 			return
 		}
+		r := in.resolution()
 		kind, terr := r.Kind()
 		if terr != nil {
 			if fault.KindOf(terr) != fault.KindInvalidArgs {

@@ -83,10 +83,10 @@ func TestAPIBadInput(t *testing.T) {
 			})
 		}
 		after := e.view(conv.ID)
-		if after.LastSeq != before.LastSeq || after.Status != store.StatusAwaiting || len(after.Pending) != 2 ||
+		if after.LastSeq != before.LastSeq || after.Status != store.StatusAwaiting || len(after.Pending()) != 2 ||
 			len(e.audit(conv.ID)) != 0 || strings.Join(e.userMessages(conv.ID), "|") != "please" {
 			t.Fatalf("bad requests changed the conversation: seq %d → %d, status %s, pending %v, audit %+v, messages %v",
-				before.LastSeq, after.LastSeq, after.Status, after.Pending, e.audit(conv.ID), e.userMessages(conv.ID))
+				before.LastSeq, after.LastSeq, after.Status, after.Pending(), e.audit(conv.ID), e.userMessages(conv.ID))
 		}
 	})
 }

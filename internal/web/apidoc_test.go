@@ -50,7 +50,7 @@ var apiDocTypes = map[string]docType{
 	"createConversationRequest": {func() any { return new(createConversationRequest) }, request},
 	"sendMessageRequest":        {func() any { return new(sendMessageRequest) }, request},
 	"renameRequest":             {func() any { return new(renameRequest) }, request},
-	"agent.Resolution":          {func() any { return new(agent.Resolution) }, request},
+	"resolveRequest":            {func() any { return new(resolveRequest) }, request},
 	"planRequest":               {func() any { return new(planRequest) }, request},
 	"bulkResolveRequest":        {func() any { return new(bulkResolveRequest) }, request},
 	// Answers of the JSON API.
@@ -61,7 +61,7 @@ var apiDocTypes = map[string]docType{
 	"renamedJSON":          {func() any { return new(renamedJSON) }, outbound},
 	"conversationListJSON": {func() any { return new(conversationListJSON) }, outbound},
 	"viewJSON":             {func() any { return new(viewJSON) }, outbound},
-	"planJSON":             {func() any { return new(planJSON) }, outbound},
+	"planResponseJSON":     {func() any { return new(planResponseJSON) }, outbound},
 	"approvalListJSON":     {func() any { return new(approvalListJSON) }, outbound},
 	"bulkResponseJSON":     {func() any { return new(bulkResponseJSON) }, outbound},
 	"claimJSON":            {func() any { return new(claimJSON) }, outbound},
@@ -157,10 +157,10 @@ func TestAPIDocExamples(t *testing.T) {
 
 // TestAPIDocCatchesStaleExamples: the checks above fail on the mistakes they are for.
 func TestAPIDocCatchesStaleExamples(t *testing.T) {
-	if decodeRequest(`{"decision": "approve", "note": "x"}`, new(agent.Resolution)) == nil {
+	if decodeRequest(`{"decision": "approve", "note": "x"}`, new(resolveRequest)) == nil {
 		t.Error("a request with an unknown field was accepted")
 	}
-	if decodeRequest(`{"Decision": "approve"}`, new(agent.Resolution)) == nil {
+	if decodeRequest(`{"Decision": "approve"}`, new(resolveRequest)) == nil {
 		t.Error("a request with a field in another case was accepted")
 	}
 	if decodeStrict(`{"ok": true, "gone": 1}`, new(okJSON)) == nil {

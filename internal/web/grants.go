@@ -21,7 +21,7 @@ func (s *Server) apiGrants(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, grantListJSON{Grants: list})
+	return c.JSON(http.StatusOK, grantListJSON{Grants: grantsOf(list)})
 }
 
 // apiAllGrants: GET /api/v1/admin/grants (admins) → every person's active grants, newest first,
@@ -31,7 +31,7 @@ func (s *Server) apiAllGrants(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, grantListJSON{Grants: list})
+	return c.JSON(http.StatusOK, grantListJSON{Grants: grantsOf(list)})
 }
 
 // apiRevokeGrant: DELETE /api/v1/grants/{id} → 200; later calls suspend again. The grant's

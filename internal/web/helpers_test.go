@@ -442,11 +442,11 @@ func (e *testEnv) userMessages(conv string) []string {
 
 // resolution decodes a resolve body.
 func resolution(body string) agent.Resolution {
-	var r agent.Resolution
+	var r resolveRequest
 	if err := json.Unmarshal([]byte(body), &r); err != nil {
 		panic(err)
 	}
-	return r
+	return r.resolution()
 }
 
 // emailArgs are send_email's arguments for a message to to.

@@ -22,7 +22,7 @@ func TestUnroutableIDsAreResolvable(t *testing.T) {
 		e.say(conv, ann, "two emails", llmtest.Calls(
 			llmtest.Call("a/../b", "send_email", emailArgs("bob@example.com")),
 			llmtest.Call("c?d#e", "send_email", emailArgs("carol@example.com"))))
-		v := e.await(conv.ID, "two calls awaiting", func(v agent.View) bool { return len(v.Pending) == 2 })
+		v := e.await(conv.ID, "two calls awaiting", func(v agent.View) bool { return len(v.Pending()) == 2 })
 		safe := regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9_.:-]*$`)
 		ids := []string{}
 		for _, c := range v.Calls {

@@ -145,7 +145,7 @@ func checkInboxFilter(f views.InboxFilter) (inboxQuery, error) {
 func (q inboxQuery) matches(p agent.PendingApproval, requester string, now time.Time) bool {
 	return (q.Tool == "" || strings.EqualFold(q.Tool, p.Call.Name)) &&
 		(q.Requester == "" || strings.EqualFold(q.Requester, requester)) &&
-		(q.age == 0 || now.Sub(p.CreatedAt) >= q.age)
+		(q.age == 0 || now.Sub(p.Call.CreatedAt) >= q.age)
 }
 
 // inboxReturnOf reads where an inbox form goes back to (its return field): ok when ret is the
@@ -202,8 +202,7 @@ func fillInbox(d *views.InboxPage, mine []agent.PendingApproval, claims []agent.
 		if !q.matches(p, name, now) {
 			continue
 		}
-		e := views.InboxEntry{ConversationID: p.ConversationID, ConversationTitle: p.Title, Requester: name, OwnerID: p.OwnerID,
-			Call: p.Call, At: p.CreatedAt}
+		e := views.InboxEntry{PendingApproval: p, Requester: name}
 		if cl, ok := claimOf[[2]string{p.ConversationID, p.Call.ID}]; ok {
 			e.Claim = &views.InboxClaim{By: names[cl.UserID], Mine: cl.UserID == d.Viewer.Principal.UserID}
 		}

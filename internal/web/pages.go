@@ -1,8 +1,6 @@
 package web
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"net/url"
@@ -135,106 +133,35 @@ func (s *Server) cancelPage(c echo.Context) error {
 }
 
 // resolvePage: POST /conversations/{id}/calls/{call}/resolve → a decision or an answer from a
-// card, into the agent's one Resolve, which decides who may (agent.MayDecide, MayAnswer) and
-// answers with the call as it then stands. A decision goes to the agent once; a question's
-// answers are typed by its form first, which takes a view of the call. A stale call (decided
+// card, into the agent's one Resolve, which decides who may (agent.MayDecide, MayAnswer), types
+// the card's fields by the call's schemas and answers with the call as it then stands: load
+// (the card's form, decoded once) → act (Resolve, once) → render. A stale call (decided
 // elsewhere, expired) shows where it stands with a notice; an invalid answer comes back with its
 // errors beside the fields.
 func (s *Server) resolvePage(c echo.Context) error {
-	ctx := c.Request().Context()
-	id, callID := c.Param("id"), c.Param("call")
-	form, err := c.FormParams()
+	card, err := cardOf(c)
 	if err != nil {
-		return fault.New(fault.KindBadRequest, "the form could not be read", nil)
+		return err
 	}
-	// A question's answers are the prefixed fields, by property name; everything else is the
-	// card's own (decision, args, reason, action), so no property name can pose as one of those.
-	values, answers := map[string]string{}, map[string]string{}
-	for k, vs := range form {
-		if len(vs) == 0 || k == views.CSRFField {
-			continue
-		}
-		if name, ok := strings.CutPrefix(k, views.AnswerFieldPrefix); ok {
-			answers[name] = vs[0]
-		} else {
-			values[k] = vs[0]
-		}
-	}
-	// "Approve and remember" is an approve that asks for a grant (agent.Remember).
-	remember, rememberErr := rememberFromForm(values)
-	var question *agent.CallView
-	if values["action"] == "accept" {
-		// The answers are text; the question's form says what each one is (a number, a box …).
-		v, err := s.agent.View(ctx, id, principal(c))
-		if err != nil {
-			return err
-		}
-		if question = findCall(v, callID); question == nil {
-			return fault.New(fault.KindNotFound, "no such tool call", nil)
-		}
-	}
-	// Arguments edited as fields (views.ArgsFromForm) become the JSON an edit sends; the call's
-	// schema types them and its own arguments keep what the form does not show.
-	var argsForm *views.FormSchema
-	var argErrs map[string]string
-	var argsCall *agent.CallView
-	if values["decision"] == "approve" && values[views.ArgsFormField] != "" {
-		argsCall, argsForm, argErrs, err = s.argsFromFields(c, id, callID, values)
-		if err != nil {
-			return err
-		}
-	}
-	res, fieldErrs, schema := buildResolution(question, values, answers)
-	if res != nil && remember != nil {
-		res.Remember = remember
-	}
-	if rememberErr != "" {
-		res, fieldErrs = nil, map[string]string{views.RememberForField: rememberErr}
-	}
-	if len(argErrs) > 0 {
-		res, fieldErrs = nil, argErrs
-		question = argsCall // the card to show again, with the errors beside its fields
-	}
-	if res == nil && len(fieldErrs) == 0 {
-		return fault.New(fault.KindBadRequest, "the form names neither a decision nor an action", nil)
-	}
-	var got agent.Resolved
-	if len(fieldErrs) == 0 {
-		got, err = s.agent.Resolve(ctx, id, callID, *res, principal(c))
-		switch fault.KindOf(err) {
-		case "":
-		case fault.KindStale:
-			return s.answerResolved(c, got, s.fromInbox(c, got), "stale")
-		case fault.KindInvalidArgs:
-			if got.Call.ID == "" {
-				return err // a malformed form, not an answer the call's schema refused
-			}
-			fieldErrs = problemsToFields(err.(*fault.Error), got.Call.PendingKind, schema)
-			if argsForm != nil && got.Call.PendingKind == tools.PendingApproval {
-				fieldErrs = argFieldErrors(argsForm, err.(*fault.Error))
-			}
-			if rememberProblem(err.(*fault.Error)) {
-				fieldErrs = map[string]string{views.RememberForField: sentenceOf(err.(*fault.Error).Message)}
-			}
-		default:
-			return err
-		}
-	} else if question != nil {
-		got = agent.Resolved{ConversationID: id, Call: *question}
-	}
-	if len(fieldErrs) > 0 {
-		shown := values
-		if got.Call.PendingKind == tools.PendingElicitation {
-			shown = answers // a question's fields show their answers, by property name
-		}
-		state := &views.FormState{ConversationID: id, ToolCallID: callID, Values: shown, Errors: fieldErrs}
+	id, callID := c.Param("id"), c.Param("call")
+	if len(card.errs) > 0 { // the form itself is wrong (arguments that are not JSON …): nothing to resolve
 		_, fromInbox := inboxReturnOf(c.FormValue("return"))
-		if got.OwnerID != "" {
-			fromInbox = s.fromInbox(c, got)
-		}
-		return s.answerInvalid(c, id, callID, state, fromInbox)
+		return s.answerInvalid(c, id, callID, card.state(id, callID, "", card.errs), fromInbox)
 	}
-	return s.answerResolved(c, got, s.fromInbox(c, got), "")
+	got, err := s.agent.Resolve(c.Request().Context(), id, callID, card.res, principal(c))
+	switch fault.KindOf(err) {
+	case "":
+		return s.answerResolved(c, got, s.fromInbox(c, got), "")
+	case fault.KindStale:
+		return s.answerResolved(c, got, s.fromInbox(c, got), "stale")
+	case fault.KindInvalidArgs:
+		if got.Call.ID == "" {
+			return err // a malformed form, not an answer the call's schema refused
+		}
+		errs := cardErrors(err.(*fault.Error), got)
+		return s.answerInvalid(c, id, callID, card.state(id, callID, got.Call.PendingKind, errs), s.fromInbox(c, got))
+	}
+	return err
 }
 
 // fromInbox reports whether a decision came from the inbox: the form says so, or the person
@@ -263,79 +190,6 @@ func findCall(v agent.View, callID string) *agent.CallView {
 		}
 	}
 	return nil
-}
-
-// buildResolution turns a card's form into the agent's Resolution: values are the card's own
-// fields, answers a question's, by property name. Field errors are problems the server finds
-// before asking the agent (edited arguments that are not JSON, a word in a number field); schema
-// is the question's parsed form, for mapping the agent's schema errors to fields.
-func buildResolution(question *agent.CallView, values, answers map[string]string) (*agent.Resolution, map[string]string, *views.FormSchema) {
-	if d, ok := values["decision"]; ok {
-		r := &agent.Resolution{Decision: d, Reason: strings.TrimSpace(values["reason"])}
-		if !agent.Storable(r.Reason) {
-			return nil, map[string]string{"reason": "A reason cannot hold a NUL character."}, nil
-		}
-		if d == "approve" {
-			// The arguments field is sent as shown; the agent approves them as they were when
-			// they mean the same JSON (it compares canonical hashes), else as an edit.
-			if edited, ok := values["args"]; ok {
-				if !json.Valid([]byte(edited)) {
-					return nil, map[string]string{"args": "The arguments are not valid JSON."}, nil
-				}
-				var compact bytes.Buffer
-				_ = json.Compact(&compact, []byte(edited))
-				r.Args = compact.Bytes()
-			}
-		}
-		return r, nil, nil
-	}
-	action, ok := values["action"]
-	if !ok {
-		return nil, nil, nil
-	}
-	r := &agent.Resolution{Action: action}
-	if action != "accept" || question == nil || question.Prompt == nil {
-		return r, nil, nil
-	}
-	fs, err := views.ParseFormSchema(question.Prompt.Schema)
-	if err != nil {
-		return nil, map[string]string{"": "This question's form cannot be read."}, nil
-	}
-	content, errs := fs.FormContent(answers)
-	if len(errs) > 0 {
-		return nil, errs, &fs
-	}
-	b, err := json.Marshal(content)
-	if err != nil {
-		return nil, map[string]string{"": "The answers could not be encoded."}, &fs
-	}
-	r.Content = b
-	return r, nil, &fs
-}
-
-// problemsToFields maps the agent's invalid_args problems onto the card's fields: every problem
-// of edited arguments goes beside the arguments field; a question's go beside their inputs.
-func problemsToFields(te *fault.Error, kind tools.PendingKind, schema *views.FormSchema) map[string]string {
-	problems := te.Problems
-	if kind == tools.PendingElicitation && schema != nil {
-		errs := schema.FieldErrors(problems)
-		if len(errs) == 0 {
-			errs[""] = te.Message
-		}
-		return errs
-	}
-	if len(problems) == 0 {
-		return map[string]string{"args": te.Message}
-	}
-	msgs := make([]string, 0, len(problems))
-	for _, p := range problems {
-		path, msg := p.Path, p.Message
-		if path == "" {
-			path = "/"
-		}
-		msgs = append(msgs, path+": "+msg)
-	}
-	return map[string]string{"args": strings.Join(msgs, "; ")}
 }
 
 // answerResolved tells the card's page how things stand after a decision: the fresh card (or,
@@ -386,9 +240,19 @@ func (s *Server) answerResolved(c echo.Context, got agent.Resolved, fromInbox bo
 }
 
 // answerInvalid re-renders the card with the submitted values and the errors beside the fields
-// (422): as a fragment for fetch, else as the whole page it came from.
+// (422): as a fragment for fetch, else as the whole page it came from. A decision by someone
+// who does not own the conversation (a reviewer's) answers as from the inbox, whatever its form
+// says.
 func (s *Server) answerInvalid(c echo.Context, convID, callID string, state *views.FormState, fromInbox bool) error {
 	ctx := c.Request().Context()
+	var v agent.View
+	if !fromInbox {
+		var err error
+		if v, err = s.agent.View(ctx, convID, principal(c)); err != nil {
+			return err
+		}
+		fromInbox = v.OwnerID != currentUser(c).ID
+	}
 	if fromInbox {
 		// The inbox as the form left it: its filters, from the form's way back.
 		back, _ := inboxReturnOf(c.FormValue("return"))
@@ -415,13 +279,6 @@ func (s *Server) answerInvalid(c echo.Context, convID, callID string, state *vie
 			return s.answerFetch(c, http.StatusUnprocessableEntity, fetchAnswer{Notice: state.Errors["args"]})
 		}
 		return s.renderPage(c, http.StatusUnprocessableEntity, "Inbox", views.InboxBody(d))
-	}
-	v, err := s.agent.View(ctx, convID, principal(c))
-	if err != nil {
-		return err
-	}
-	if v.OwnerID != currentUser(c).ID {
-		return s.answerInvalid(c, convID, callID, state, true) // a reviewer's decision answers as from the inbox
 	}
 	p := s.pageFor(c, v.ID, v.OwnerID, v.Calls)
 	p.Form = state

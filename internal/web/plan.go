@@ -3,7 +3,6 @@ package web
 import (
 	"encoding/json"
 	"net/http"
-	"sort"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -35,8 +34,9 @@ func (s *Server) limitPreviews(next echo.HandlerFunc) echo.HandlerFunc {
 // planPage: POST /conversations/{id}/calls/{call}/plan with the fields the approval card's form
 // posts (the arguments as fields, views.ArgsFormField and views.ArgFieldPrefix, or as JSON in
 // "args") → the plan of the call with those arguments, as the card shows it (views.PlanView), an
-// HTML fragment. Errors are the API's: a field that cannot be typed or arguments the schema
-// refuses are 422 invalid_args with details.problems (JSON when the request accepts it).
+// HTML fragment. The fields are typed as a resolve types them (agent.ArgsFromFields). Errors are
+// the API's: a field that cannot be typed or arguments the schema refuses are 422 invalid_args
+// with details.problems (JSON when the request accepts it).
 func (s *Server) planPage(c echo.Context) error {
 	ctx := c.Request().Context()
 	id, callID := c.Param("id"), c.Param("call")
@@ -44,52 +44,31 @@ func (s *Server) planPage(c echo.Context) error {
 	if err != nil {
 		return fault.New(fault.KindBadRequest, "the form could not be read", nil)
 	}
-	values := map[string]string{}
-	for k, vs := range form {
-		if len(vs) > 0 && k != views.CSRFField {
-			values[k] = vs[0]
-		}
+	v, err := s.agent.View(ctx, id, principal(c))
+	if err != nil {
+		return err
 	}
-	var call *agent.CallView
-	if values[views.ArgsFormField] != "" {
-		var errs map[string]string
-		call, _, errs, err = s.argsFromFields(c, id, callID, values)
-		if err != nil {
+	call, ok := v.Call(callID)
+	if !ok {
+		return fault.New(fault.KindNotFound, "no such tool call", map[string]any{"tool_call_id": callID})
+	}
+	args := json.RawMessage(strings.TrimSpace(form.Get("args")))
+	if form.Get(views.ArgsFormField) != "" {
+		fields := map[string]string{}
+		for k, vs := range form {
+			if name, ok := strings.CutPrefix(k, views.ArgFieldPrefix); ok && len(vs) > 0 {
+				fields[name] = vs[0]
+			}
+		}
+		if args, err = agent.ArgsFromFields(call, fields); err != nil {
 			return err
 		}
-		if len(errs) > 0 {
-			return fieldProblems(errs)
-		}
-	} else {
-		v, err := s.agent.View(ctx, id, principal(c))
-		if err != nil {
-			return err
-		}
-		if call = findCall(v, callID); call == nil {
-			return fault.New(fault.KindNotFound, "no such tool call", map[string]any{"tool_call_id": callID})
-		}
 	}
-	args := json.RawMessage(strings.TrimSpace(values["args"]))
 	plan, err := s.agent.Preview(ctx, id, callID, args, principal(c))
 	if err != nil {
 		return err
 	}
 	return s.render(c, http.StatusOK, views.PlanView(agent.CallView{Plan: &plan, Schema: call.Schema}, ""))
-}
-
-// fieldProblems is the invalid_args error of argument fields that cannot be typed (a word in a
-// number field), one problem per field at its property's path.
-func fieldProblems(errs map[string]string) *fault.Error {
-	names := make([]string, 0, len(errs))
-	for name := range errs {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	problems := make([]fault.Problem, len(names))
-	for i, name := range names {
-		problems[i] = fault.Problem{Path: "/" + strings.TrimPrefix(name, views.ArgFieldPrefix), Message: errs[name]}
-	}
-	return fault.Invalid("some arguments cannot be read: "+errs[names[0]], problems...)
 }
 
 // planRequest is the API's plan body: the edited arguments.
@@ -112,5 +91,5 @@ func (s *Server) apiPlan(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, planJSON{Plan: plan})
+	return c.JSON(http.StatusOK, planResponseJSON{Plan: planOf(&plan)})
 }

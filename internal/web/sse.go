@@ -256,7 +256,11 @@ func coalesceDeltas(first agent.Event, c <-chan agent.Event) (agent.Event, *agen
 
 // liveEvent writes one of the agent's live events, named after its type and without an id.
 func (st *sseStream) liveEvent(ev agent.Event) error {
-	data, err := json.Marshal(ev)
+	out, err := eventOf(ev)
+	if err != nil {
+		return fmt.Errorf("encode event: %w", err)
+	}
+	data, err := json.Marshal(out)
 	if err != nil {
 		return fmt.Errorf("encode event: %w", err)
 	}

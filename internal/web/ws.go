@@ -80,10 +80,10 @@ type frame struct {
 
 // clientFrame is a page → server message.
 type clientFrame struct {
-	Type       string             `json:"type"`
-	ToolCallID string             `json:"tool_call_id"`
-	Result     json.RawMessage    `json:"result"`
-	Error      *agent.ClientError `json:"error"`
+	Type       string           `json:"type"`
+	ToolCallID string           `json:"tool_call_id"`
+	Result     json.RawMessage  `json:"result"`
+	Error      *clientErrorJSON `json:"error"`
 }
 
 // socket is one page's WebSocket. An idle socket keeps two goroutines: the one running serve
@@ -691,9 +691,8 @@ func (cs *convSocket) sync(ctx context.Context, connect bool) bool {
 	}
 	if connect {
 		for _, c := range v.Calls {
-			if p, ok := v.Pending[c.ID]; ok && p.Kind == tools.PendingClientExec {
-				cs.clientExec(agent.Event{Type: agent.EventClientExec, ToolCallID: c.ID,
-					Data: mustMarshal(map[string]any{"tool": c.Name, "args": rawOr(c.Args, "{}"), "ask": c.AskFirst})})
+			if c.Awaiting() && c.PendingKind == tools.PendingClientExec {
+				cs.clientExec(agent.Event{Type: agent.EventClientExec, ToolCallID: c.ID, Call: &c})
 			}
 		}
 	}
@@ -718,17 +717,12 @@ func (cs *convSocket) showStreaming(ctx context.Context, seq int64, text string)
 
 // clientExec asks the page to run a client tool.
 func (cs *convSocket) clientExec(ev agent.Event) {
-	var d struct {
-		Tool string          `json:"tool"`
-		Args json.RawMessage `json:"args"`
-		Ask  bool            `json:"ask"`
-	}
-	if err := json.Unmarshal(ev.Data, &d); err != nil {
-		cs.log.Error("socket: client_exec event without tool", "err", err)
+	if ev.Call == nil {
+		cs.log.Error("socket: client_exec event without its call", "tool_call_id", ev.ToolCallID)
 		return
 	}
 	cs.clientSent[ev.ToolCallID] = true
-	cs.enqueue(frame{Type: "client_exec", ToolCallID: ev.ToolCallID, Tool: d.Tool, Args: rawOr(d.Args, "{}"), Ask: d.Ask})
+	cs.enqueue(frame{Type: "client_exec", ToolCallID: ev.ToolCallID, Tool: ev.Call.Name, Args: rawOr(ev.Call.Args, "{}"), Ask: ev.Call.AskFirst})
 }
 
 // readLoop takes the page's frames: client tool results and errors, into Resolve as the owner.
@@ -754,7 +748,7 @@ func (cs *convSocket) readLoop(ctx context.Context) error {
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err = cs.s.agent.Resolve(rctx, cs.id, f.ToolCallID, agent.Resolution{Result: f.Result, Error: f.Error}, cs.by)
+		_, err = cs.s.agent.Resolve(rctx, cs.id, f.ToolCallID, agent.Resolution{Result: f.Result, Error: f.Error.clientError()}, cs.by)
 		cancel()
 		ans := frame{Type: "resolved", ToolCallID: f.ToolCallID, OK: new(err == nil)}
 		if err != nil {
@@ -768,14 +762,6 @@ func (cs *convSocket) readLoop(ctx context.Context) error {
 		}
 		cs.enqueue(ans)
 	}
-}
-
-func mustMarshal(v any) json.RawMessage {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err)
-	}
-	return b
 }
 
 func rawOr(raw json.RawMessage, def string) json.RawMessage {
