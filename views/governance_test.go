@@ -93,3 +93,53 @@ func TestCardsSayHowGovernanceDecided(t *testing.T) {
 		t.Error("another viewer is told it was their own grant")
 	}
 }
+
+// TestCardsShowWhatAnEditChanged: a proposal waiting for a reviewer shows, field by field, what
+// its proposer changed in the model's arguments (and who proposed it); the call once run with
+// edited arguments says so too; unedited arguments (whatever their spacing or key order) show
+// no change, and hostile values are escaped and cut short.
+func TestCardsShowWhatAnEditChanged(t *testing.T) {
+	c := pendingApproval(tools.ByReviewer)
+	c.ModelArgs = json.RawMessage(`{"amount": 10, "to": "x@ok.test", "memo": "rent"}`)
+	c.Args = json.RawMessage(`{"to":"boss@evil.test","amount":9000000,"memo":"rent","note":"<script>x</script>"}`)
+	c.Decision, c.DecidedBy = "propose_edit", "m1"
+	p := page(reviewer())
+	p.Names = map[string]string{"m1": "mia"}
+	html, doc := render(t, ToolCallCard(p, c))
+	box, n := doc.One(`[data-parley="approval"] [data-parley="arg-changes"]`)
+	if n != 1 || !strings.Contains(viewstest.Text(box), "mia proposed other arguments") {
+		t.Fatalf("the proposal's card: %d change boxes: %s", n, html)
+	}
+	items := doc.All(`[data-parley="arg-changes"] li`)
+	var got []string
+	for _, li := range items {
+		got = append(got, strings.Join(strings.Fields(viewstest.Text(li)), " "))
+	}
+	want := []string{`amount: 10 → 9000000`, `note: (not set) → "<script>x</script>"`, `to: "x@ok.test" → "boss@evil.test"`}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("changes %q, want %q", got, want)
+	}
+	if strings.Contains(html, "<script>x") {
+		t.Fatal("an argument's value reached the page unescaped")
+	}
+
+	ran := c
+	ran.Status, ran.PendingKind, ran.Decision = agent.CallResolved, "", "approve_edited"
+	ran.Result = json.RawMessage(`{"ok":true}`)
+	if _, doc := render(t, ToolCallCard(p, ran)); len(doc.All(`[data-parley="arg-changes"] li`)) != 3 {
+		t.Fatal("the call that ran with edited arguments does not say what changed")
+	}
+
+	same := pendingApproval(tools.ByOwner)
+	same.ModelArgs, same.Args = json.RawMessage(`{"a": 1, "b": [1, 2]}`), json.RawMessage(`{"b":[1,2],"a":1}`)
+	if _, doc := render(t, ToolCallCard(page(owner()), same)); len(doc.All(`[data-parley="arg-changes"]`)) != 0 {
+		t.Fatal("unedited arguments show a change")
+	}
+
+	long := pendingApproval(tools.ByOwner)
+	long.ModelArgs, long.Args = json.RawMessage(`{"body": "short"}`), json.RawMessage(`{"body": "`+strings.Repeat("x", 5000)+`"}`)
+	_, doc = render(t, ToolCallCard(page(owner()), long))
+	if li, n := doc.One(`[data-parley="arg-changes"] li`); n != 1 || len([]rune(viewstest.Text(li))) > 2*maxChangeValue {
+		t.Fatalf("a long value is not cut short: %d", len(viewstest.Text(li)))
+	}
+}

@@ -165,6 +165,9 @@ func (es *eventStream) live(ctx context.Context, ev agent.Event, ok bool) bool {
 		}
 		return false
 	}
+	if ev.Type == agent.EventClientExec && es.guard.borrowed() {
+		return true // a browser tool's run is for its owner's clients alone
+	}
 	if err := es.guard.mayStillFollow(ctx, ev); err != nil {
 		// A decider's right ended (their decision, or another's): nothing more of the
 		// conversation is theirs.

@@ -715,8 +715,13 @@ func (cs *convSocket) showStreaming(ctx context.Context, seq int64, text string)
 	return true
 }
 
-// clientExec asks the page to run a client tool.
+// clientExec asks the page to run a client tool: the owner's pages only. A browser tool runs
+// in the browser of the person whose conversation it is; a reviewer or an admin following it
+// must never run it (their result would be refused, but their browser would have acted).
 func (cs *convSocket) clientExec(ev agent.Event) {
+	if cs.by.UserID != cs.guard.ownerID {
+		return
+	}
 	if ev.Call == nil {
 		cs.log.Error("socket: client_exec event without its call", "tool_call_id", ev.ToolCallID)
 		return
