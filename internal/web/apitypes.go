@@ -119,7 +119,7 @@ type pendingJSON struct {
 	Schema    json.RawMessage   `json:"schema,omitempty"`
 	URL       string            `json:"url,omitempty"` // a URL-mode question's link (never fetched by Parley)
 	ExpiresAt *time.Time        `json:"expires_at,omitempty"`
-	// An approval's quorum (API.md "Approval governance"): the distinct approvals it needs and
+	// An approval's quorum (docs/api.md, "Approvals and the inbox"): the distinct approvals it needs and
 	// those given so far; Escalated when admins may now decide it.
 	ApprovalsNeeded int            `json:"approvals_needed,omitempty"`
 	Approvals       []approvalMade `json:"approvals,omitempty"`
