@@ -50,7 +50,7 @@ func (c *call) applyGovernance(d decisionData) bool {
 	case decisionPropose:
 		// Edited arguments that the rules put under a stricter gate: they become the call's
 		// pending arguments, under that gate, and approvals of the earlier ones stop counting.
-		c.runArgs = d.Args
+		c.runArgs, c.proposedBy = d.Args, d.By
 		c.approvers, c.needed, c.rule = tools.Approvers(d.Approvers), d.Needed, d.Rule
 		c.approvals = nil
 		if d.Counts {

@@ -119,6 +119,9 @@ func (a *actor) resolveApproval(c *call, r Resolution, by Principal, key string)
 	default:
 		return fault.InvalidAt("an approval needs a decision", "/decision", `must be "approve" or "deny"`)
 	}
+	if c.proposedBy != "" && c.proposedBy != by.UserID && !present(r.Args) {
+		return errUnseenProposal(c)
+	}
 	audit := store.AuditRecord{ConversationID: a.id, ToolCallID: c.id, Tool: c.name, ActorID: by.UserID, Reason: r.Reason, At: now}
 	b := store.Batch{Cancel: []string{c.id}}
 	if c.approvalsNeeded() > 1 {
@@ -213,6 +216,15 @@ func (a *actor) editOf(c *call, r Resolution) (json.RawMessage, error) {
 		return nil, nil
 	}
 	return edited, nil
+}
+
+// errUnseenProposal refuses an approve without arguments of a call whose arguments another
+// approver proposed: what the approver saw may have been the model's (an inbox listed before
+// the proposal, a bulk decision), and an approval covers what its approver saw. Restating the
+// proposed arguments (args, or the card's fields) approves them.
+func errUnseenProposal(c *call) *fault.Error {
+	return fault.New(fault.KindStale, "another approver proposed other arguments for this call: approve them by sending them (args), or deny it",
+		map[string]any{"field": "/args", "args": c.runArgs})
 }
 
 // errEditDenied refuses edited arguments that a rule denies: nothing is written, and the card

@@ -164,6 +164,9 @@ type call struct {
 	approvers tools.Approvers
 	args      json.RawMessage // as the model gave them
 	runArgs   json.RawMessage // edited arguments when an approver changed them
+	// proposedBy is who proposed runArgs while the call still awaits (decisionPropose): anyone
+	// else approves them only by restating them (resolve.go, errUnseenProposal).
+	proposedBy string
 	seq       int64
 	turn      int
 	at        time.Time
