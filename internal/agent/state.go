@@ -167,9 +167,9 @@ type call struct {
 	// proposedBy is who proposed runArgs while the call still awaits (decisionPropose): anyone
 	// else approves them only by restating them (resolve.go, errUnseenProposal).
 	proposedBy string
-	seq       int64
-	turn      int
-	at        time.Time
+	seq        int64
+	turn       int
+	at         time.Time
 
 	status    string // store.Call*
 	kind      tools.PendingKind
