@@ -39,6 +39,7 @@ type AnchorSender struct {
 	stop    chan struct{}
 	done    chan struct{}
 	once    sync.Once
+	own     bool // the client is NewClient's, made for this sender
 }
 
 var _ store.AuditAnchor = (*AnchorSender)(nil)
@@ -46,11 +47,12 @@ var _ store.AuditAnchor = (*AnchorSender)(nil)
 // NewAnchorSender checks cfg as New does (its URL, Secret, Production, Client, Clock and Logger
 // are used) and starts the sender; Close stops it.
 func NewAnchorSender(cfg Config) (*AnchorSender, error) {
+	own := cfg.Client == nil
 	cfg, err := checked(Config{URL: cfg.URL, Secret: cfg.Secret, Production: cfg.Production, Client: cfg.Client, Clock: cfg.Clock, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
-	a := &AnchorSender{cfg: cfg, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	a := &AnchorSender{cfg: cfg, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), own: own}
 	go a.run(&Webhook{cfg: cfg})
 	return a, nil
 }
@@ -72,6 +74,9 @@ func (a *AnchorSender) Anchor(h store.AuditHead) {
 func (a *AnchorSender) Close() {
 	a.once.Do(func() { close(a.stop) })
 	<-a.done
+	if a.own {
+		a.cfg.Client.CloseIdleConnections()
+	}
 }
 
 func (a *AnchorSender) run(w *Webhook) {

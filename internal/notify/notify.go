@@ -46,9 +46,11 @@ type Config struct {
 	Secret []byte // decoded (webhook.DecodeSecret)
 	// Production refuses a plain-HTTP URL.
 	Production bool
-	Client     *http.Client // nil: a client with a 10 s timeout
-	Clock      clock.Clock  // nil: the wall clock
-	Logger     *slog.Logger // nil: slog.Default()
+	// Client posts the notifications; nil is NewClient(). A client given here should not
+	// follow redirects (post reads a 3xx as a failed delivery only if it is returned).
+	Client *http.Client
+	Clock  clock.Clock  // nil: the wall clock
+	Logger *slog.Logger // nil: slog.Default()
 	// Queue bounds the notifications waiting to be sent in memory (default 256); Attempts
 	// bounds the posts of one (default 3 in memory, 8 with a Store).
 	Queue    int
@@ -87,18 +89,22 @@ type Webhook struct {
 	once    sync.Once
 	dropped atomic.Int64
 	sent    atomic.Int64
+	// ownClient: the client is NewClient's, made for this Webhook (Close closes its idle
+	// connections).
+	ownClient bool
 }
 
 var _ agent.Notifier = (*Webhook)(nil)
 
 // New checks cfg and starts the sender; Close stops it.
 func New(cfg Config) (*Webhook, error) {
+	own := cfg.Client == nil
 	cfg, err := checked(cfg)
 	if err != nil {
 		return nil, err
 	}
 	w := &Webhook{cfg: cfg, queue: make(chan agent.Notification, cfg.Queue), kick: make(chan struct{}, 1),
-		stop: make(chan struct{}), done: make(chan struct{})}
+		stop: make(chan struct{}), done: make(chan struct{}), ownClient: own}
 	if cfg.Store != nil {
 		go w.runDurable()
 	} else {
@@ -120,7 +126,7 @@ func checked(cfg Config) (Config, error) {
 		return Config{}, errors.New("PARLEY_NOTIFY_SECRET is required with PARLEY_NOTIFY_URL: notifications are signed")
 	}
 	if cfg.Client == nil {
-		cfg.Client = &http.Client{Timeout: 10 * time.Second}
+		cfg.Client = NewClient()
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
@@ -180,6 +186,9 @@ func (w *Webhook) Sent() int64 { return w.sent.Load() }
 func (w *Webhook) Close() {
 	w.once.Do(func() { close(w.stop) })
 	<-w.done
+	if w.ownClient {
+		w.cfg.Client.CloseIdleConnections()
+	}
 }
 
 // stopContext is a context that ends when Close is called (or cancel is).
@@ -369,6 +378,23 @@ func (w *Webhook) post(ctx context.Context, id string, body []byte) error {
 		return fmt.Errorf("the receiver answered %s", res.Status)
 	}
 	return nil
+}
+
+// NewClient is the client notifications are posted with by default: a 10 s timeout, no proxy
+// from the environment (HTTP_PROXY and the like: the post goes straight to the URL the
+// operator set), and redirects returned as they are, never followed, so the signature headers
+// are sent to PARLEY_NOTIFY_URL only; a 3xx is a failed delivery, retried as any other. Unlike a
+// webhook tool's client (httpadapter.NewClient) it dials loopback and private addresses: the
+// operator chose the URL, often a relay on the same network.
+func NewClient() *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = nil
+	tr.MaxResponseHeaderBytes = 64 << 10
+	return &http.Client{
+		Transport:     tr,
+		Timeout:       10 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 }
 
 func randomHex(n int) string {

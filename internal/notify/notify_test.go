@@ -132,3 +132,43 @@ func TestFullQueueDrops(t *testing.T) {
 		t.Fatalf("dropped %d of 5 with a queue of 1 and one in flight", w.Dropped())
 	}
 }
+
+// A notification is posted to the URL set and nowhere else: a redirect is not followed (the
+// signature headers would go with it) but counted as a failed delivery, and retried; the
+// environment's proxy is not used.
+func TestRedirectsAreNotFollowed(t *testing.T) {
+	second := make(chan *http.Request, 16)
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { second <- r }))
+	defer target.Close()
+	posts := make(chan struct{}, 16)
+	first := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		posts <- struct{}{}
+		http.Redirect(w, r, target.URL+"/elsewhere", http.StatusTemporaryRedirect)
+	}))
+	defer first.Close()
+	w, err := New(Config{URL: first.URL, Secret: []byte("k"), Attempts: 2, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Notify(agent.Notification{Type: agent.NotifyRequested, ToolCallID: "x"})
+	for i := range 2 { // both attempts reach the first server: the 307 was a failure
+		select {
+		case <-posts:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("attempt %d never reached the notification URL", i+1)
+		}
+	}
+	w.Close()
+	select {
+	case r := <-second:
+		t.Fatalf("the redirect was followed: %s %s with webhook-signature %q", r.Method, r.URL, r.Header.Get("webhook-signature"))
+	default:
+	}
+	if w.Sent() != 0 {
+		t.Fatalf("sent %d: a 3xx is not a delivery", w.Sent())
+	}
+	tr, ok := w.cfg.Client.Transport.(*http.Transport)
+	if !ok || tr.Proxy != nil {
+		t.Fatal("the notification client uses a proxy from the environment")
+	}
+}
