@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"strings"
 	"unicode/utf8"
 
@@ -10,6 +11,22 @@ import (
 
 // resolutionHint says what each kind of resolution looks like, for error messages.
 const resolutionHint = `an approval takes {"decision":"approve"|"deny"}, a question {"action":"accept"|"decline"|"cancel"}, a browser tool {"result":{…}} or {"error":{"message":"…"}}`
+
+// MaxReasonBytes bounds an approval decision's reason (UTF-8 bytes, as sent): one decision's or
+// a bulk decision's, checked by Resolution.Kind.
+const MaxReasonBytes = 2000
+
+// CheckReason is the bound on a decision's reason: an invalid_args error at /reason when it is
+// longer than MaxReasonBytes or holds a NUL.
+func CheckReason(reason string) error {
+	if len(reason) > MaxReasonBytes {
+		return fault.InvalidAt("the reason is too long", "/reason", fmt.Sprintf("must be at most %d bytes", MaxReasonBytes))
+	}
+	if !Storable(reason) {
+		return fault.InvalidField("reason", "a reason cannot hold a NUL character")
+	}
+	return nil
+}
 
 // kindWords names what a pending kind waits for.
 func kindWords(k tools.PendingKind) string {
@@ -44,8 +61,8 @@ func (r Resolution) Kind() (tools.PendingKind, error) {
 	}
 	switch kinds[0] {
 	case tools.PendingApproval:
-		if !Storable(r.Reason) {
-			return "", fault.InvalidField("reason", "a reason cannot hold a NUL character")
+		if err := CheckReason(r.Reason); err != nil {
+			return "", err
 		}
 		switch r.Decision {
 		case "approve":

@@ -55,6 +55,7 @@ func TestAPIBadInput(t *testing.T) {
 			{"empty resolution", resolve("gate"), `{}`, "", 422, fault.KindInvalidArgs, "exactly one of"},
 			{"unknown decision", resolve("gate"), `{"decision":"maybe"}`, "", 422, fault.KindInvalidArgs, `"approve" or "deny"`},
 			{"deny with edited args", resolve("gate"), `{"decision":"deny","args":{"to":"x"}}`, "", 422, fault.KindInvalidArgs, "edited arguments"},
+			{"deny with a reason too long", resolve("gate"), `{"decision":"deny","reason":"` + strings.Repeat("r", agent.MaxReasonBytes+1) + `"}`, "", 422, fault.KindInvalidArgs, "the reason is too long"},
 			{"unknown action", resolve("ask"), `{"action":"shrug"}`, "", 422, fault.KindInvalidArgs, "action must be"},
 			{"result and error", resolve("gate"), `{"result":{},"error":{"message":"x"}}`, "", 422, fault.KindInvalidArgs, "not both"},
 			{"unknown resolve field", resolve("gate"), `{"decision":"approve","why":"because"}`, "", 400, fault.KindBadRequest, `unknown field "why"`},
@@ -79,6 +80,9 @@ func TestAPIBadInput(t *testing.T) {
 				eb := decodeEnvelope(t, res)
 				if eb.Error.Kind != tc.kind || !strings.Contains(eb.Error.Message, tc.msg) {
 					t.Fatalf("error %+v, want kind %s with %q", eb.Error, tc.kind, tc.msg)
+				}
+				if tc.msg == "the reason is too long" && !strings.Contains(fmt.Sprint(eb.Error.Details["problems"]), "/reason") {
+					t.Fatalf("the problem is not at /reason: %+v", eb.Error.Details)
 				}
 			})
 		}

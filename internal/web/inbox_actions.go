@@ -79,10 +79,8 @@ func bulkResolution(decision, reason string, n int) (agent.Resolution, error) {
 	if n > maxBulk {
 		return agent.Resolution{}, fault.InvalidAt("too many approvals at once", "/items", "must hold at most 100 items")
 	}
-	if len(reason) > 2000 {
-		return agent.Resolution{}, fault.InvalidAt("the reason is too long", "/reason", "must be at most 2000 bytes")
-	}
-	// The resolution's own check (a NUL in the reason …), once, before any item is decided.
+	// The resolution's own check (the reason's length, a NUL in it …), once, before any item
+	// is decided.
 	res := agent.Resolution{Decision: decision, Reason: strings.TrimSpace(reason)}
 	if _, err := res.Kind(); err != nil {
 		return agent.Resolution{}, err
