@@ -25,15 +25,15 @@ const maxSearchResults = 200
 
 // Rename sets the conversation's title. Only the owner may (MayManage): not_found for whoever
 // may not see the conversation, permission_denied for whoever may; invalid_args for an empty
-// title or one over 200 characters. The title is cleaned as CleanTitle says; the answer holds
-// the id and the title as stored.
+// title, one over 200 characters or one holding a NUL. The title is cleaned as Create's is
+// (checkTitle); the answer holds the id and the title as stored.
 func (m *Manager) Rename(ctx context.Context, convID string, by Principal, title string) (Summary, error) {
-	title = CleanTitle(title)
+	title, err := checkTitle(title)
+	if err != nil {
+		return Summary{}, err
+	}
 	if title == "" {
 		return Summary{}, fault.InvalidField("title", "a title cannot be empty")
-	}
-	if utf8.RuneCountInString(title) > maxTitleRunes {
-		return Summary{}, fault.InvalidField("title", "a title has at most 200 characters")
 	}
 	if _, err := m.call(ctx, convID, &request{kind: reqRename, by: by, text: title}); err != nil {
 		return Summary{}, err
@@ -104,6 +104,21 @@ func boundedSnippet(s string) string {
 		s += store.SnippetEnd
 	}
 	return s + " …"
+}
+
+// checkTitle is the one rule for a title a person gives (Create, Rename): a NUL is refused
+// (invalid_args on "title"), the rest cleaned (CleanTitle: invalid UTF-8 repaired, runs of
+// spaces, control and formatting characters one space, trimmed), and the result at most 200
+// characters. It may be empty: Rename refuses that, Create takes it.
+func checkTitle(text string) (string, error) {
+	if strings.IndexByte(text, 0) >= 0 {
+		return "", fault.InvalidField("title", "a title cannot hold a NUL character")
+	}
+	title := CleanTitle(text)
+	if utf8.RuneCountInString(title) > maxTitleRunes {
+		return "", fault.InvalidField("title", "a title has at most 200 characters")
+	}
+	return title, nil
 }
 
 // CleanTitle makes text a title: storable, every run of spaces, line breaks, control and

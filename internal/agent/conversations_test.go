@@ -189,3 +189,37 @@ func TestDeleteRefusedWhileATurnIsOpen(t *testing.T) {
 		}
 	})
 }
+
+// A title given at creation is cleaned as a rename's is (checkTitle, one rule): control and
+// formatting characters (a bidirectional override) and runs of spaces fold to one space, and
+// the title is stored so; a NUL or more than 200 characters are refused either way.
+func TestCreateCleansTheTitle(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+		e := newEnv(t, open, newScripted(), emailTools, nil)
+		got, err := e.m.Create(e.ctx, e.owner, "  Quarterly\x1b[31m\tplan\u202e\r\nnotes\x7f ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		const want = "Quarterly [31m plan notes"
+		if got.Title != want {
+			t.Fatalf("created title %q, want %q", got.Title, want)
+		}
+		if c, err := e.st.GetConversation(e.ctx, got.ID); err != nil || c.Title != want {
+			t.Fatalf("stored title %q (%v), want %q", c.Title, err, want)
+		}
+		if r, err := e.m.Rename(e.ctx, got.ID, e.owner, "  Quarterly\x1b[31m\tplan\u202e\r\nnotes\x7f "); err != nil || r.Title != want {
+			t.Fatalf("the same title renamed: %q, %v", r.Title, err)
+		}
+		for _, bad := range []string{"a\x00b", strings.Repeat("y", 201)} {
+			if _, err := e.m.Create(e.ctx, e.owner, bad); kindOf(err) != fault.KindInvalidArgs {
+				t.Errorf("Create(%.20q): %v, want invalid_args", bad, err)
+			}
+			if _, err := e.m.Rename(e.ctx, got.ID, e.owner, bad); kindOf(err) != fault.KindInvalidArgs {
+				t.Errorf("Rename(%.20q): %v, want invalid_args", bad, err)
+			}
+		}
+		if c, err := e.m.Create(e.ctx, e.owner, " \t\n"); err != nil || c.Title != "" {
+			t.Fatalf("a blank title at creation: %+v, %v (the first message names it)", c, err)
+		}
+	})
+}

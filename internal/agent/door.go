@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"sort"
-	"strings"
-	"unicode/utf8"
 
 	"parley/internal/fault"
 	"parley/internal/metrics"
@@ -20,17 +18,15 @@ import (
 // maxTitleRunes bounds a conversation's title.
 const maxTitleRunes = 200
 
-// Create starts an empty conversation owned by by.
+// Create starts an empty conversation owned by by. Its title is checked and cleaned as a
+// rename's is (checkTitle); it may be empty (the first message names the conversation then).
 func (m *Manager) Create(ctx context.Context, by Principal, title string) (Summary, error) {
 	if by.UserID == "" || by.system() {
 		return Summary{}, fault.New(fault.KindPermissionDenied, "only a signed-in person owns conversations", nil)
 	}
-	title = strings.TrimSpace(title)
-	if utf8.RuneCountInString(title) > maxTitleRunes {
-		return Summary{}, fault.InvalidField("title", "a title has at most 200 characters")
-	}
-	if !Storable(title) {
-		return Summary{}, fault.InvalidField("title", "a title cannot hold a NUL character")
+	title, err := checkTitle(title)
+	if err != nil {
+		return Summary{}, err
 	}
 	now := m.cfg.Clock.Now()
 	conv, err := m.cfg.Store.CreateConversation(ctx, store.Conversation{
