@@ -170,20 +170,33 @@ func StreamingMarkdown(src string) templ.Component {
 }
 
 // mdCache holds the most recently rendered messages, evicting the least recently used beyond
-// its size; keys are the Markdown sources themselves (a hash would need collision handling).
-var mdCache = newLRU(2048)
+// its bounds: mdCacheEntries entries and mdCacheBytes bytes of Markdown and HTML together; keys
+// are the Markdown sources themselves (a hash would need collision handling). A message whose
+// source and HTML take more than a sixteenth of the bytes is rendered each time, not cached: one
+// huge answer would otherwise evict everything else.
+var mdCache = newLRU(mdCacheEntries, mdCacheBytes)
+
+const (
+	mdCacheEntries = 2048
+	mdCacheBytes   = 32 << 20
+)
 
 type lruEntry struct{ key, val string }
 
+// cost is what an entry holds: its key and its value.
+func (e *lruEntry) cost() int { return len(e.key) + len(e.val) }
+
 type lru struct {
-	mu    sync.Mutex
-	size  int
-	order *list.List // front: most recent; guarded by mu
-	items map[string]*list.Element
+	mu       sync.Mutex
+	size     int        // most entries
+	maxBytes int        // most bytes of keys and values; an entry over maxBytes/16 is not kept
+	bytes    int        // guarded by mu
+	order    *list.List // front: most recent; guarded by mu
+	items    map[string]*list.Element
 }
 
-func newLRU(size int) *lru {
-	return &lru{size: size, order: list.New(), items: map[string]*list.Element{}}
+func newLRU(size, maxBytes int) *lru {
+	return &lru{size: size, maxBytes: maxBytes, order: list.New(), items: map[string]*list.Element{}}
 }
 
 func (c *lru) get(k string) (string, bool) {
@@ -204,10 +217,17 @@ func (c *lru) put(k, v string) {
 		c.order.MoveToFront(e)
 		return
 	}
-	c.items[k] = c.order.PushFront(&lruEntry{k, v})
-	for c.order.Len() > c.size {
+	ent := &lruEntry{k, v}
+	if ent.cost() > c.maxBytes/16 {
+		return
+	}
+	c.items[k] = c.order.PushFront(ent)
+	c.bytes += ent.cost()
+	for c.order.Len() > c.size || c.bytes > c.maxBytes {
 		last := c.order.Back()
 		c.order.Remove(last)
-		delete(c.items, last.Value.(*lruEntry).key)
+		old := last.Value.(*lruEntry)
+		delete(c.items, old.key)
+		c.bytes -= old.cost()
 	}
 }

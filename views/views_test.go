@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -544,7 +545,7 @@ func TestDecisionNamesWhoDecidedNeverTheirID(t *testing.T) {
 }
 
 func TestMarkdownCacheEvictsLeastRecentlyUsed(t *testing.T) {
-	c := newLRU(2)
+	c := newLRU(2, 1<<20)
 	c.put("a", "A")
 	c.put("b", "B")
 	if v, ok := c.get("a"); !ok || v != "A" {
@@ -561,6 +562,43 @@ func TestMarkdownCacheEvictsLeastRecentlyUsed(t *testing.T) {
 	}
 	if RenderMarkdown("**x** <script>") != renderMarkdown("**x** <script>") {
 		t.Error("cached render differs from a fresh one")
+	}
+}
+
+// The Markdown cache is bounded in bytes as well as entries: entries are evicted, least
+// recently used first, until the sources and HTML kept fit, and one larger than a sixteenth of
+// the bound is not kept at all.
+func TestMarkdownCacheIsBoundedInBytes(t *testing.T) {
+	c := newLRU(100, 1600) // entries of at most 100 bytes
+	val := strings.Repeat("h", 91)
+	for i := range 20 {
+		c.put("k"+strconv.Itoa(100000000 + i)[1:], val) // 100 bytes each: 16 fit
+	}
+	if c.bytes > 1600 || c.order.Len() != 16 {
+		t.Fatalf("%d entries, %d bytes kept; want 16 within 1600", c.order.Len(), c.bytes)
+	}
+	if _, ok := c.get("k00000003"); ok {
+		t.Error("an old entry survived the byte bound")
+	}
+	if _, ok := c.get("k00000019"); !ok {
+		t.Error("the newest entry was evicted")
+	}
+	c.put("big", strings.Repeat("h", 98)) // 101 bytes: over a sixteenth
+	if _, ok := c.get("big"); ok {
+		t.Error("an entry over a sixteenth of the bound was cached")
+	}
+	if c.order.Len() != 16 {
+		t.Errorf("an uncached entry evicted others: %d left", c.order.Len())
+	}
+	if mdCache.maxBytes != 32<<20 {
+		t.Errorf("the render cache keeps %d bytes, want 32 MiB", mdCache.maxBytes)
+	}
+	huge := strings.Repeat("word ", (32<<20)/16/5+1)
+	if RenderMarkdown(huge) == "" {
+		t.Fatal("nothing rendered")
+	}
+	if _, ok := mdCache.get(huge); ok {
+		t.Error("a message over 2 MiB was cached")
 	}
 }
 
