@@ -44,6 +44,7 @@ func (s *server) refresh(ctx context.Context, cs *mcp.ClientSession) error {
 	ctx, cancel := context.WithTimeout(ctx, s.m.opts.ConnectTimeout)
 	defer cancel()
 	var built []*tools.Tool
+	var opened []string // tools the server's trusted read-only hint made auto
 	n := 0
 	for t, err := range cs.Tools(ctx, nil) {
 		if err != nil {
@@ -62,6 +63,13 @@ func (s *server) refresh(ctx context.Context, cs *mcp.ClientSession) error {
 			continue
 		}
 		built = append(built, tool)
+		if _, byHint := s.cfg.approval(t.Name, readOnlyHint(t)); byHint {
+			opened = append(opened, tool.Name())
+		}
+	}
+	if len(opened) > 0 {
+		// The operator chose to trust this server's annotations: say which tools that opened.
+		s.log.Warn("mcp tools run without approval on the server's read-only hint (trust_annotations)", "tools", opened)
 	}
 	if err := s.m.opts.Registry.SetSource(sourcePrefix+s.cfg.Name, built); err != nil {
 		s.log.Warn("mcp tools not registered", "err", err)
@@ -88,7 +96,8 @@ func (s *server) build(t *mcp.Tool) (*tools.Tool, error) {
 	if string(params) == "null" {
 		params = nil
 	}
-	readOnly := t.Annotations != nil && t.Annotations.ReadOnlyHint
+	readOnly := readOnlyHint(t)
+	approval, _ := s.cfg.approval(t.Name, readOnly)
 	desc := t.Description
 	if desc == "" && t.Annotations != nil {
 		desc = t.Annotations.Title
@@ -103,7 +112,7 @@ func (s *server) build(t *mcp.Tool) (*tools.Tool, error) {
 		Description: bounded(fmt.Sprintf("[MCP server %s] %s", s.cfg.Name, desc), maxDescription),
 		Parameters:  params,
 		Executor:    tools.Server,
-		Approval:    s.cfg.approval(remote, readOnly),
+		Approval:    approval,
 		Streaming:   true,
 		Timeout:     s.cfg.Timeout,
 		MaxAttempts: attempts,
@@ -124,6 +133,10 @@ func (s *server) build(t *mcp.Tool) (*tools.Tool, error) {
 	}
 	return tool, nil
 }
+
+// readOnlyHint is the server's claim that t has no side effects (a hint, trusted only with
+// Config.TrustAnnotations).
+func readOnlyHint(t *mcp.Tool) bool { return t.Annotations != nil && t.Annotations.ReadOnlyHint }
 
 func causeOf(err error) string {
 	if err == nil {

@@ -124,9 +124,9 @@ func TestListAndGate(t *testing.T) {
 				t.Fatalf("status %+v, want up", st)
 			}
 			prefix := st.Name + "__"
-			// read-only hint: ungated; no hint: gated.
-			if f.tool(t, prefix+"lookup").Gated() {
-				t.Error("a read-only tool is gated")
+			// Annotations are untrusted by default: a read-only hint does not open the gate.
+			if !f.tool(t, prefix+"lookup").Gated() {
+				t.Error("a tool the server calls read-only runs without approval, and its annotations are not trusted")
 			}
 			if !f.tool(t, prefix+"write").Gated() {
 				t.Error("a side-effecting tool runs without approval")
@@ -162,6 +162,60 @@ func TestFileWinsOverHints(t *testing.T) {
 	g := start(t, cfg, mcpadapter.Options{})
 	if !g.tool(t, "t__lookup").Gated() {
 		t.Error("default_approval requires_approval lost to the read-only hint")
+	}
+}
+
+// lockedBuffer collects a logger's output across the supervisor's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestTrustAnnotations: a server's readOnlyHint opens the gate only when the tools file trusts
+// the server's annotations, and the tools it opened are logged; the file's words still win.
+func TestTrustAnnotations(t *testing.T) {
+	var logs lockedBuffer
+	f := start(t, stdioConfig(), mcpadapter.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if !f.tool(t, "t__lookup").Gated() {
+		t.Error("without trust_annotations, the read-only hint opened the gate")
+	}
+	if strings.Contains(logs.String(), "trust_annotations") {
+		t.Errorf("logged as trusted without trust: %s", logs.String())
+	}
+
+	var trusted lockedBuffer
+	cfg := stdioConfig()
+	cfg.TrustAnnotations = true
+	cfg.Approval = map[string]tools.Approval{"progress": tools.RequiresApproval}
+	g := start(t, cfg, mcpadapter.Options{Logger: slog.New(slog.NewTextHandler(&trusted, nil))})
+	if g.tool(t, "t__lookup").Gated() {
+		t.Error("with trust_annotations, a read-only tool is gated")
+	}
+	if !g.tool(t, "t__write").Gated() {
+		t.Error("with trust_annotations, a tool without the hint runs without approval")
+	}
+	if !g.tool(t, "t__progress").Gated() {
+		t.Error("the file's requires_approval lost to a trusted hint")
+	}
+	got := trusted.String()
+	if !strings.Contains(got, "trust_annotations") || !strings.Contains(got, "t__lookup") ||
+		strings.Contains(got, "t__write") || strings.Contains(got, "t__progress") {
+		t.Errorf("the tools opened by the hint are not logged as such: %s", got)
+	}
+	if out := run(t, g.tool(t, "t__lookup"), tools.Call{}, map[string]any{"q": "x"}); out.Status != tools.OK {
+		t.Fatalf("lookup: %+v", out)
 	}
 }
 
