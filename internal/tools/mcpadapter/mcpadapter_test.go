@@ -525,3 +525,50 @@ func TestQuestionResumesFromItsRequestState(t *testing.T) {
 		t.Fatalf("outcome %+v, asked again %v", out, again)
 	}
 }
+
+// TestHostileQuestionForm: a server's question whose form is too large, has too many fields, too
+// long an enum or too long a title is refused before it is asked (so nothing is stored or
+// shown): the call fails with the reason (2026-07-28 protocol, the question comes with the
+// call's result), or the server hears the reason (older protocol, asked on the session).
+func TestHostileQuestionForm(t *testing.T) {
+	want := map[string]string{"bytes": "bytes (at most 65536)", "fields": "200 fields (at most 64)",
+		"enum": "has 1000 values (at most 100)", "title": "title at /properties/name is 4096 bytes (at most 1024)"}
+	neverAsk := func(t *testing.T) tools.Call {
+		return tools.Call{Ask: func(_ context.Context, q tools.Question) (tools.Answer, error) {
+			t.Errorf("a hostile form was asked (%d bytes of schema)", len(q.Schema))
+			return tools.Answer{Action: "decline"}, nil
+		}}
+	}
+	t.Run("input required", func(t *testing.T) {
+		f := startStdio(t, mcpadapter.Options{})
+		for _, shape := range mcptest.HostileForms {
+			out := run(t, f.tool(t, "t__ask_huge"), neverAsk(t), map[string]any{"shape": shape})
+			if out.Status != tools.ToolError || !strings.Contains(out.Err.Message, "question was refused") ||
+				!strings.Contains(out.Err.Message, want[shape]) {
+				t.Errorf("%s: outcome %+v", shape, out)
+			}
+		}
+		// A form within the bounds is still asked.
+		asked := false
+		out := run(t, f.tool(t, "t__ask_huge"), tools.Call{Ask: func(context.Context, tools.Question) (tools.Answer, error) {
+			asked = true
+			return tools.Answer{Action: "decline"}, nil
+		}}, map[string]any{"shape": "ok"})
+		if out.Status != tools.OK || !asked {
+			t.Errorf("a fair form: outcome %+v, asked %v", out, asked)
+		}
+	})
+	t.Run("session", func(t *testing.T) {
+		srv := mcptest.NewLegacyServer()
+		hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+		t.Cleanup(hs.Close)
+		f := start(t, mcpadapter.Config{Name: "l", Transport: mcpadapter.HTTP, URL: hs.URL, AllowPrivateNetwork: true}, mcpadapter.Options{})
+		for _, shape := range mcptest.HostileForms {
+			out := run(t, f.tool(t, "l__ask_huge"), neverAsk(t), map[string]any{"shape": shape})
+			res, _ := out.Result.(string)
+			if out.Status != tools.OK || !strings.HasPrefix(res, "refused: ") || !strings.Contains(res, want[shape]) {
+				t.Errorf("%s: outcome %+v", shape, out)
+			}
+		}
+	})
+}
