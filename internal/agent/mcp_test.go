@@ -414,3 +414,22 @@ func TestMCPQuestionKeptAcrossARestartStillExpires(t *testing.T) {
 		}
 	})
 }
+
+// TestMCPHostileFormIsNotStored: a server's question whose form exceeds the bounds (here 200
+// fields) is refused before it becomes a pending question: nothing awaits, nothing is shown,
+// and the model hears why.
+func TestMCPHostileFormIsNotStored(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+		prov := newScripted(callTools(tc{"f1", "m__ask_huge", `{"shape":"fields"}`}), say("Refused."))
+		e := mcpEnv(t, open, prov, func(c *mcpadapter.Config) { c.Approval = map[string]tools.Approval{"ask_huge": tools.Auto} })
+		e.send("fill in the form")
+		e.waitStatus(store.StatusIdle)
+		if c := e.call("f1"); c.Status != store.CallErrored || c.Prompt != nil || c.PendingKind != "" {
+			t.Fatalf("call %+v", c)
+		}
+		msg := toolMessages(prov.requests()[1])[0]
+		if !strings.Contains(msg.Content, "200 fields (at most 64)") {
+			t.Fatalf("the model got %s", msg.Content)
+		}
+	})
+}
