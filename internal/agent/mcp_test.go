@@ -217,7 +217,8 @@ func TestMCPQuestionLostInARestartIsAskedAgain(t *testing.T) {
 func TestMCPGateReadOnlyAndIdempotencyKey(t *testing.T) {
 	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
 		prov := newScripted(callTools(tc{"l1", "m__lookup", `{"q":"x"}`}, tc{"w1", "m__write", `{"key":"k"}`}, tc{"p1", "m__progress", `{}`}), say("Done."))
-		e := mcpEnv(t, open, prov, nil)
+		// The file trusts the server's annotations: its read-only tools run without approval.
+		e := mcpEnv(t, open, prov, func(c *mcpadapter.Config) { c.TrustAnnotations = true })
 		e.send("look up, write and report progress")
 		approveMCP(e, "w1")
 		e.waitStatus(store.StatusIdle)
@@ -323,7 +324,9 @@ func TestMCPHostileServerCannotBreakTheConversation(t *testing.T) {
 func TestMCPServerThatNeverAnswersTimesOut(t *testing.T) {
 	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
 		prov := newScripted(callTools(tc{"h1", "m__hang", `{}`}), say("It hung."))
-		e := mcpEnv(t, open, prov, func(c *mcpadapter.Config) { c.MaxAttempts = 1 })
+		e := mcpEnv(t, open, prov, func(c *mcpadapter.Config) {
+			c.MaxAttempts, c.Approval = 1, map[string]tools.Approval{"hang": tools.Auto}
+		})
 		e.send("hang")
 		e.waitCall("h1", store.CallRunning)
 		e.clk.Advance(31 * time.Second)
@@ -407,6 +410,25 @@ func TestMCPQuestionKeptAcrossARestartStillExpires(t *testing.T) {
 		e.waitCall("q1", store.CallExpired)
 		e.waitStatus(store.StatusIdle)
 		if msg := toolMessages(prov.requests()[1])[0]; !strings.Contains(msg.Content, "did not respond") {
+			t.Fatalf("the model got %s", msg.Content)
+		}
+	})
+}
+
+// TestMCPHostileFormIsNotStored: a server's question whose form exceeds the bounds (here 200
+// fields) is refused before it becomes a pending question: nothing awaits, nothing is shown,
+// and the model hears why.
+func TestMCPHostileFormIsNotStored(t *testing.T) {
+	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {
+		prov := newScripted(callTools(tc{"f1", "m__ask_huge", `{"shape":"fields"}`}), say("Refused."))
+		e := mcpEnv(t, open, prov, func(c *mcpadapter.Config) { c.Approval = map[string]tools.Approval{"ask_huge": tools.Auto} })
+		e.send("fill in the form")
+		e.waitStatus(store.StatusIdle)
+		if c := e.call("f1"); c.Status != store.CallErrored || c.Prompt != nil || c.PendingKind != "" {
+			t.Fatalf("call %+v", c)
+		}
+		msg := toolMessages(prov.requests()[1])[0]
+		if !strings.Contains(msg.Content, "200 fields (at most 64)") {
 			t.Fatalf("the model got %s", msg.Content)
 		}
 	})

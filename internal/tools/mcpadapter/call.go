@@ -1,6 +1,7 @@
 package mcpadapter
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -44,6 +45,7 @@ func (s *server) refresh(ctx context.Context, cs *mcp.ClientSession) error {
 	ctx, cancel := context.WithTimeout(ctx, s.m.opts.ConnectTimeout)
 	defer cancel()
 	var built []*tools.Tool
+	var opened []string // tools the server's trusted read-only hint made auto
 	n := 0
 	for t, err := range cs.Tools(ctx, nil) {
 		if err != nil {
@@ -62,6 +64,13 @@ func (s *server) refresh(ctx context.Context, cs *mcp.ClientSession) error {
 			continue
 		}
 		built = append(built, tool)
+		if _, byHint := s.cfg.approval(t.Name, readOnlyHint(t)); byHint {
+			opened = append(opened, tool.Name())
+		}
+	}
+	if len(opened) > 0 {
+		// The operator chose to trust this server's annotations: say which tools that opened.
+		s.log.Warn("mcp tools run without approval on the server's read-only hint (trust_annotations)", "tools", opened)
 	}
 	if err := s.m.opts.Registry.SetSource(sourcePrefix+s.cfg.Name, built); err != nil {
 		s.log.Warn("mcp tools not registered", "err", err)
@@ -88,7 +97,8 @@ func (s *server) build(t *mcp.Tool) (*tools.Tool, error) {
 	if string(params) == "null" {
 		params = nil
 	}
-	readOnly := t.Annotations != nil && t.Annotations.ReadOnlyHint
+	readOnly := readOnlyHint(t)
+	approval, _ := s.cfg.approval(t.Name, readOnly)
 	desc := t.Description
 	if desc == "" && t.Annotations != nil {
 		desc = t.Annotations.Title
@@ -103,7 +113,7 @@ func (s *server) build(t *mcp.Tool) (*tools.Tool, error) {
 		Description: bounded(fmt.Sprintf("[MCP server %s] %s", s.cfg.Name, desc), maxDescription),
 		Parameters:  params,
 		Executor:    tools.Server,
-		Approval:    s.cfg.approval(remote, readOnly),
+		Approval:    approval,
 		Streaming:   true,
 		Timeout:     s.cfg.Timeout,
 		MaxAttempts: attempts,
@@ -124,6 +134,10 @@ func (s *server) build(t *mcp.Tool) (*tools.Tool, error) {
 	}
 	return tool, nil
 }
+
+// readOnlyHint is the server's claim that t has no side effects (a hint, trusted only with
+// Config.TrustAnnotations).
+func readOnlyHint(t *mcp.Tool) bool { return t.Annotations != nil && t.Annotations.ReadOnlyHint }
 
 func causeOf(err error) string {
 	if err == nil {
@@ -366,9 +380,61 @@ func question(p *mcp.ElicitParams) (tools.Question, error) {
 		if err != nil {
 			return q, fault.New(fault.KindCommandFailed, "the MCP server's question has a schema that is not JSON", nil)
 		}
+		if err := checkFormBounds(b); err != nil {
+			return q, fault.New(fault.KindCommandFailed, "the MCP server's question was refused: "+err.Error(), nil)
+		}
 		q.Schema = b
 	}
 	return q, nil
+}
+
+// Bounds of a server's question form, checked before anything is asked, stored or shown.
+const (
+	maxFormBytes      = 64 << 10 // bytes of the form's schema, as JSON
+	maxFormFields     = 64       // properties of one form (or of any object in it)
+	maxFormEnum       = 100      // values of an enum (or items of any array in the schema)
+	maxFormLabelBytes = 1 << 10  // bytes of a title or description
+)
+
+// checkFormBounds refuses a form schema that exceeds the bounds above, naming the first excess.
+func checkFormBounds(b []byte) error {
+	if len(b) > maxFormBytes {
+		return fmt.Errorf("its form schema is %d bytes (at most %d)", len(b), maxFormBytes)
+	}
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return errors.New("its form schema is not JSON")
+	}
+	return walkForm(v, "")
+}
+
+func walkForm(v any, path string) error {
+	switch v := v.(type) {
+	case map[string]any:
+		if props, ok := v["properties"].(map[string]any); ok && len(props) > maxFormFields {
+			return fmt.Errorf("its form has %d fields (at most %d)", len(props), maxFormFields)
+		}
+		keys := slices.Sorted(maps.Keys(v))
+		for _, k := range keys {
+			at := path + "/" + bounded(k, 100)
+			if s, ok := v[k].(string); ok && (k == "title" || k == "description") && len(s) > maxFormLabelBytes {
+				return fmt.Errorf("its form's %s at %s is %d bytes (at most %d)", k, cmp.Or(path, "/"), len(s), maxFormLabelBytes)
+			}
+			if err := walkForm(v[k], at); err != nil {
+				return err
+			}
+		}
+	case []any:
+		if len(v) > maxFormEnum {
+			return fmt.Errorf("its form's %s has %d values (at most %d)", path, len(v), maxFormEnum)
+		}
+		for i, x := range v {
+			if err := walkForm(x, fmt.Sprintf("%s/%d", path, i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // ask puts q to the owner of the call in; an error is the call's error.
@@ -579,11 +645,19 @@ func (s *server) elicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.Elici
 		return &mcp.ElicitResult{Action: "decline"}, nil
 	}
 	q, err := question(req.Params)
-	if err == nil {
-		var ans tools.Answer
-		if ans, err = s.ask(ctx, in, q); err == nil {
-			return &mcp.ElicitResult{Action: ans.Action, Content: ans.Content}, nil
+	if err != nil {
+		// Refused before anything is asked or stored; the server hears why.
+		in.setAskErr(err)
+		msg := err.Error()
+		var fe *fault.Error
+		if errors.As(err, &fe) {
+			msg = fe.Message
 		}
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: bounded(msg, 500)}
+	}
+	ans, err := s.ask(ctx, in, q)
+	if err == nil {
+		return &mcp.ElicitResult{Action: ans.Action, Content: ans.Content}, nil
 	}
 	in.setAskErr(err)
 	return nil, err

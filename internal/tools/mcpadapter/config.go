@@ -8,7 +8,9 @@
 //
 // MCP servers are untrusted: their descriptions and schemas are bounded and checked (a tool
 // whose schema does not compile is skipped, with the reason logged), their read-only hints
-// never lower the gate the tools file sets, and their results are bounded and made storable.
+// open the gate only when the tools file trusts the server's annotations (TrustAnnotations) and
+// never lower what the file sets, their questions are bounded, and their results are bounded
+// and made storable.
 package mcpadapter
 
 import (
@@ -46,9 +48,13 @@ type Config struct {
 	// Approval sets a tool's gate by the server's name; it always wins over the server's hints.
 	Approval map[string]tools.Approval
 	// DefaultApproval, when set, gates every tool Approval does not name, whatever the server's
-	// hints say; when empty, a tool the server marks read-only runs without approval and every
-	// other tool requires it.
+	// hints say; when empty, every such tool requires approval, unless TrustAnnotations.
 	DefaultApproval tools.Approval
+	// TrustAnnotations is the file's explicit opt-in to the server's annotations: with it (and
+	// neither Approval nor DefaultApproval naming the tool) a tool the server marks read-only
+	// runs without approval. Without it annotations are untrusted (as the MCP specification
+	// says of a server not trusted) and never open the gate.
+	TrustAnnotations bool
 	// Timeout bounds each run of a call and each question (0: the app's default).
 	Timeout time.Duration
 	// MaxAttempts bounds tries of a call that failed retryably (server down, connection lost);
@@ -90,18 +96,19 @@ func (c Config) Check() error {
 }
 
 // approval is the gate of the server's tool named tool: the file's word for it, else the file's
-// default, else auto only when the server hints the tool is read-only.
-func (c Config) approval(tool string, readOnlyHint bool) tools.Approval {
+// default, else auto only when the file trusts the server's annotations and the server hints
+// the tool is read-only (byHint then reports that the hint opened the gate), else approval.
+func (c Config) approval(tool string, readOnlyHint bool) (a tools.Approval, byHint bool) {
 	if a, ok := c.Approval[tool]; ok {
-		return a
+		return a, false
 	}
 	if c.DefaultApproval != "" {
-		return c.DefaultApproval
+		return c.DefaultApproval, false
 	}
-	if readOnlyHint {
-		return tools.Auto
+	if c.TrustAnnotations && readOnlyHint {
+		return tools.Auto, true
 	}
-	return tools.RequiresApproval
+	return tools.RequiresApproval, false
 }
 
 func (c Config) allows(tool string) bool {

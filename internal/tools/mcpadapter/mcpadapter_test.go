@@ -124,9 +124,9 @@ func TestListAndGate(t *testing.T) {
 				t.Fatalf("status %+v, want up", st)
 			}
 			prefix := st.Name + "__"
-			// read-only hint: ungated; no hint: gated.
-			if f.tool(t, prefix+"lookup").Gated() {
-				t.Error("a read-only tool is gated")
+			// Annotations are untrusted by default: a read-only hint does not open the gate.
+			if !f.tool(t, prefix+"lookup").Gated() {
+				t.Error("a tool the server calls read-only runs without approval, and its annotations are not trusted")
 			}
 			if !f.tool(t, prefix+"write").Gated() {
 				t.Error("a side-effecting tool runs without approval")
@@ -162,6 +162,60 @@ func TestFileWinsOverHints(t *testing.T) {
 	g := start(t, cfg, mcpadapter.Options{})
 	if !g.tool(t, "t__lookup").Gated() {
 		t.Error("default_approval requires_approval lost to the read-only hint")
+	}
+}
+
+// lockedBuffer collects a logger's output across the supervisor's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestTrustAnnotations: a server's readOnlyHint opens the gate only when the tools file trusts
+// the server's annotations, and the tools it opened are logged; the file's words still win.
+func TestTrustAnnotations(t *testing.T) {
+	var logs lockedBuffer
+	f := start(t, stdioConfig(), mcpadapter.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if !f.tool(t, "t__lookup").Gated() {
+		t.Error("without trust_annotations, the read-only hint opened the gate")
+	}
+	if strings.Contains(logs.String(), "trust_annotations") {
+		t.Errorf("logged as trusted without trust: %s", logs.String())
+	}
+
+	var trusted lockedBuffer
+	cfg := stdioConfig()
+	cfg.TrustAnnotations = true
+	cfg.Approval = map[string]tools.Approval{"progress": tools.RequiresApproval}
+	g := start(t, cfg, mcpadapter.Options{Logger: slog.New(slog.NewTextHandler(&trusted, nil))})
+	if g.tool(t, "t__lookup").Gated() {
+		t.Error("with trust_annotations, a read-only tool is gated")
+	}
+	if !g.tool(t, "t__write").Gated() {
+		t.Error("with trust_annotations, a tool without the hint runs without approval")
+	}
+	if !g.tool(t, "t__progress").Gated() {
+		t.Error("the file's requires_approval lost to a trusted hint")
+	}
+	got := trusted.String()
+	if !strings.Contains(got, "trust_annotations") || !strings.Contains(got, "t__lookup") ||
+		strings.Contains(got, "t__write") || strings.Contains(got, "t__progress") {
+		t.Errorf("the tools opened by the hint are not logged as such: %s", got)
+	}
+	if out := run(t, g.tool(t, "t__lookup"), tools.Call{}, map[string]any{"q": "x"}); out.Status != tools.OK {
+		t.Fatalf("lookup: %+v", out)
 	}
 }
 
@@ -470,4 +524,51 @@ func TestQuestionResumesFromItsRequestState(t *testing.T) {
 	if out.Status != tools.OK || out.Result != "no name: decline" || !again {
 		t.Fatalf("outcome %+v, asked again %v", out, again)
 	}
+}
+
+// TestHostileQuestionForm: a server's question whose form is too large, has too many fields, too
+// long an enum or too long a title is refused before it is asked (so nothing is stored or
+// shown): the call fails with the reason (2026-07-28 protocol, the question comes with the
+// call's result), or the server hears the reason (older protocol, asked on the session).
+func TestHostileQuestionForm(t *testing.T) {
+	want := map[string]string{"bytes": "bytes (at most 65536)", "fields": "200 fields (at most 64)",
+		"enum": "has 1000 values (at most 100)", "title": "title at /properties/name is 4096 bytes (at most 1024)"}
+	neverAsk := func(t *testing.T) tools.Call {
+		return tools.Call{Ask: func(_ context.Context, q tools.Question) (tools.Answer, error) {
+			t.Errorf("a hostile form was asked (%d bytes of schema)", len(q.Schema))
+			return tools.Answer{Action: "decline"}, nil
+		}}
+	}
+	t.Run("input required", func(t *testing.T) {
+		f := startStdio(t, mcpadapter.Options{})
+		for _, shape := range mcptest.HostileForms {
+			out := run(t, f.tool(t, "t__ask_huge"), neverAsk(t), map[string]any{"shape": shape})
+			if out.Status != tools.ToolError || !strings.Contains(out.Err.Message, "question was refused") ||
+				!strings.Contains(out.Err.Message, want[shape]) {
+				t.Errorf("%s: outcome %+v", shape, out)
+			}
+		}
+		// A form within the bounds is still asked.
+		asked := false
+		out := run(t, f.tool(t, "t__ask_huge"), tools.Call{Ask: func(context.Context, tools.Question) (tools.Answer, error) {
+			asked = true
+			return tools.Answer{Action: "decline"}, nil
+		}}, map[string]any{"shape": "ok"})
+		if out.Status != tools.OK || !asked {
+			t.Errorf("a fair form: outcome %+v, asked %v", out, asked)
+		}
+	})
+	t.Run("session", func(t *testing.T) {
+		srv := mcptest.NewLegacyServer()
+		hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+		t.Cleanup(hs.Close)
+		f := start(t, mcpadapter.Config{Name: "l", Transport: mcpadapter.HTTP, URL: hs.URL, AllowPrivateNetwork: true}, mcpadapter.Options{})
+		for _, shape := range mcptest.HostileForms {
+			out := run(t, f.tool(t, "l__ask_huge"), neverAsk(t), map[string]any{"shape": shape})
+			res, _ := out.Result.(string)
+			if out.Status != tools.OK || !strings.HasPrefix(res, "refused: ") || !strings.Contains(res, want[shape]) {
+				t.Errorf("%s: outcome %+v", shape, out)
+			}
+		}
+	})
 }

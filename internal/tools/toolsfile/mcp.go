@@ -29,6 +29,7 @@ type mcpServerJSON struct {
 	AllowPrivateNetwork bool              `json:"allow_private_network"`
 	TimeoutSecs         int               `json:"timeout_secs"`
 	MaxRetries          *int              `json:"max_retries"`
+	TrustAnnotations    bool              `json:"trust_annotations"`
 	Tools               struct {
 		Allow           []string                  `json:"allow"`
 		Approval        map[string]tools.Approval `json:"approval"`
@@ -105,7 +106,8 @@ func ParseMCP(data []byte, env Env) ([]mcpadapter.Config, error) {
 		c := mcpadapter.Config{
 			Name: s.Name, Transport: s.Transport, Command: s.Command, URL: s.URL, AllowPrivateNetwork: s.AllowPrivateNetwork,
 			Allow: s.Tools.Allow, Approval: s.Tools.Approval, DefaultApproval: s.Tools.DefaultApproval,
-			Timeout: time.Duration(s.TimeoutSecs) * time.Second,
+			TrustAnnotations: s.TrustAnnotations,
+			Timeout:          time.Duration(s.TimeoutSecs) * time.Second,
 		}
 		if s.MaxRetries != nil {
 			c.MaxAttempts = *s.MaxRetries + 1

@@ -15,7 +15,7 @@ const mcpFile = `{"tools": [], "mcp_servers": [
    "env": {"FILES_TOKEN": "PARLEY_FILES_TOKEN"}, "timeout_secs": 20, "max_retries": 1,
    "tools": {"allow": ["read", "write"], "approval": {"read": "auto"}, "default_approval": "requires_approval"}},
   {"name": "tickets", "transport": "http", "url": "https://mcp.example.test/mcp",
-   "headers_env": {"Authorization": "TICKETS_AUTH"}}
+   "headers_env": {"Authorization": "TICKETS_AUTH"}, "trust_annotations": true}
 ]}`
 
 func TestParseMCP(t *testing.T) {
@@ -34,7 +34,10 @@ func TestParseMCP(t *testing.T) {
 		f.MaxAttempts != 2 || f.Approval["read"] != tools.Auto || f.DefaultApproval != tools.RequiresApproval || len(f.Allow) != 2 {
 		t.Errorf("stdio server %+v", f)
 	}
-	if h.Transport != mcpadapter.HTTP || h.Headers["Authorization"] != "Bearer t" {
+	if f.TrustAnnotations {
+		t.Errorf("annotations trusted without trust_annotations: %+v", f)
+	}
+	if h.Transport != mcpadapter.HTTP || h.Headers["Authorization"] != "Bearer t" || !h.TrustAnnotations {
 		t.Errorf("http server %+v", h)
 	}
 	// The tools part of the same file still loads.
@@ -59,6 +62,8 @@ func TestParseMCPProblems(t *testing.T) {
 			"/mcp_servers/1/name", "already used"},
 		{"bad approval", `{"tools":[],"mcp_servers":[{"name":"a","transport":"stdio","command":["x"],"tools":{"approval":{"t":"sometimes"}}}]}`,
 			"/mcp_servers/0/tools/approval/t", ""},
+		{"trust as text", `{"tools":[],"mcp_servers":[{"name":"a","transport":"stdio","command":["x"],"trust_annotations":"yes"}]}`,
+			"/mcp_servers/0/trust_annotations", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -114,6 +114,16 @@ func NewServer(crash bool) *mcp.Server {
 				Mode: "url", Message: "Click", URL: "javascript:alert(document.cookie)", ElicitationID: "e2",
 			}}}, nil
 		})
+	s.AddTool(&mcp.Tool{Name: "ask_huge", Description: "Asks with a hostile form (argument shape: one of HostileForms).", InputSchema: shapeSchema},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			if _, ok := req.Params.InputResponses["form"]; ok {
+				return text("answered"), nil
+			}
+			shape, _ := args(req)["shape"].(string)
+			return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{"form": &mcp.ElicitParams{
+				Message: "Fill this in", RequestedSchema: HostileForm(shape),
+			}}}, nil
+		})
 	s.AddTool(&mcp.Tool{Name: "progress", Description: "Reports progress three times.", InputSchema: objectSchema,
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -173,6 +183,40 @@ func NewServer(crash bool) *mcp.Server {
 	return s
 }
 
+// HostileForms are the shapes of HostileForm: a form too large, with too many fields, an enum
+// too long, a title too long.
+var HostileForms = []string{"bytes", "fields", "enum", "title"}
+
+var shapeSchema = json.RawMessage(`{"type":"object","properties":{"shape":{"type":"string"}}}`)
+
+// HostileForm is an elicitation form schema of the given shape (see HostileForms), each
+// otherwise within the MCP elicitation subset.
+func HostileForm(shape string) json.RawMessage {
+	props := map[string]any{}
+	switch shape {
+	case "bytes": // about 10 MB in 20 fields
+		for i := range 20 {
+			props[fmt.Sprintf("f%d", i)] = map[string]any{"type": "string", "default": strings.Repeat("x", 500<<10)}
+		}
+	case "fields":
+		for i := range 200 { // small enough to pass the bytes bound
+			props[fmt.Sprintf("f%d", i)] = map[string]any{"type": "string"}
+		}
+	case "enum":
+		enum := make([]string, 1000)
+		for i := range enum {
+			enum[i] = fmt.Sprintf("v%d", i)
+		}
+		props["pick"] = map[string]any{"type": "string", "enum": enum}
+	case "title":
+		props["name"] = map[string]any{"type": "string", "title": strings.Repeat("T", 4<<10)}
+	default:
+		props["ok"] = map[string]any{"type": "string"}
+	}
+	b, _ := json.Marshal(map[string]any{"type": "object", "properties": props})
+	return b
+}
+
 // AddLateTool adds a tool after clients connected, so they hear that the list changed.
 func AddLateTool(s *mcp.Server) {
 	s.AddTool(&mcp.Tool{Name: "late", Description: "Added after start.", InputSchema: objectSchema,
@@ -206,5 +250,15 @@ func NewLegacyServer() *mcp.Server {
 	schema := json.RawMessage(`{"type":"object","properties":{"item":{"type":"string"}},"required":["item"]}`)
 	s.AddTool(&mcp.Tool{Name: "ask_named", Description: "Asks a colour, naming its call.", InputSchema: schema}, askOn(true))
 	s.AddTool(&mcp.Tool{Name: "ask_anon", Description: "Asks a colour.", InputSchema: schema}, askOn(false))
+	// ask_huge asks a hostile form on the session and reports what the client answered.
+	s.AddTool(&mcp.Tool{Name: "ask_huge", Description: "Asks with a hostile form.", InputSchema: shapeSchema},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			shape, _ := args(req)["shape"].(string)
+			r, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Message: "Fill this in", RequestedSchema: HostileForm(shape)})
+			if err != nil {
+				return text("refused: " + err.Error()), nil
+			}
+			return text("answered: " + r.Action), nil
+		})
 	return s
 }
