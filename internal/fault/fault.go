@@ -6,11 +6,16 @@
 package fault
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"strings"
+	"syscall"
 	"time"
 )
 
@@ -97,7 +102,13 @@ type Error struct {
 	Retryable bool `json:"-"`
 	// RetryAfter is the wait the remote side asked for (Retry-After), zero when none.
 	RetryAfter time.Duration `json:"-"`
+	// cause is what an Internal error hides from its caller (Unwrap): the layer that answers
+	// may still ask what kind of failure it was (Unavailable), never show it.
+	cause error
 }
+
+// Unwrap is the cause an Internal error was made from (nil for the others).
+func (e *Error) Unwrap() error { return e.cause }
 
 // New builds an error of kind with a message and optional details.
 func New(kind Kind, message string, details map[string]any) *Error {
@@ -181,5 +192,31 @@ func Internal(log *slog.Logger, what string, cause error) *Error {
 		log = slog.Default()
 	}
 	log.Error(what, "ref", ref, "err", cause)
-	return New(KindInternal, "internal error (reference "+ref+")", map[string]any{"ref": ref})
+	e := New(KindInternal, "internal error (reference "+ref+")", map[string]any{"ref": ref})
+	e.cause = cause
+	return e
+}
+
+// Unavailable reports whether err comes from a dependency that is not answering rather than a
+// fault of the request or the code: a connection refused, reset or cut, a deadline passed, a
+// network error, or a database that says it cannot take connections now (SQLSTATE class 08,
+// 57P01–57P03, 53300). The server answers those 503 unavailable, with Retry-After.
+func Unavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return true
+	}
+	var se interface{ SQLState() string }
+	if errors.As(err, &se) {
+		code := se.SQLState()
+		return strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03" || code == "53300"
+	}
+	return false
 }

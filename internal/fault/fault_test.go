@@ -2,18 +2,22 @@ package fault
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io"
 	"log/slog"
+	"net"
 	"os"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -140,3 +144,34 @@ func TestInternalLogsOnlyTheReference(t *testing.T) {
 		t.Errorf("the log lacks the reference or the cause: %s", log)
 	}
 }
+
+// TestUnavailable: what a dependency that does not answer looks like, and what it does not.
+func TestUnavailable(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	for name, tc := range map[string]struct {
+		err  error
+		want bool
+	}{
+		"refused":            {fmt.Errorf("load: %w", refused), true},
+		"reset":              {fmt.Errorf("read: %w", syscall.ECONNRESET), true},
+		"deadline":           {fmt.Errorf("acquire: %w", context.DeadlineExceeded), true},
+		"cut mid-answer":     {fmt.Errorf("read: %w", io.ErrUnexpectedEOF), true},
+		"admin shutdown":     {sqlState("57P01"), true},
+		"connection failure": {sqlState("08006"), true},
+		"too many conns":     {sqlState("53300"), true},
+		"unique violation":   {sqlState("23505"), false},
+		"behind Internal":    {Internal(slog.New(slog.NewTextHandler(io.Discard, nil)), "x", refused), true},
+		"plain":              {errors.New("disk on fire"), false},
+		"canceled":           {context.Canceled, false},
+		"nil":                {nil, false},
+	} {
+		if got := Unavailable(tc.err); got != tc.want {
+			t.Errorf("%s: Unavailable = %v, want %v", name, got, tc.want)
+		}
+	}
+}
+
+type sqlState string
+
+func (s sqlState) Error() string    { return "SQLSTATE " + string(s) }
+func (s sqlState) SQLState() string { return string(s) }

@@ -108,12 +108,23 @@ func rateLimitedError(what string, wait int) *fault.Error {
 		map[string]any{"retry_after_seconds": wait})
 }
 
+// errUnavailable answers a request that failed because a dependency (the database) is not
+// answering: 503 with Retry-After, never 500.
+var errUnavailable = fault.New(fault.KindServiceUnavailable, "the database is not answering; try again shortly",
+	map[string]any{"retry_after_seconds": 2})
+
 // classify turns any error a handler returned into a tool error and whether it is internal
 // (to be logged with a reference and never shown).
 func classify(err error) (e *fault.Error, internal bool) {
 	var te *fault.Error
 	if errors.As(err, &te) {
+		if te.Kind == fault.KindInternal && fault.Unavailable(err) {
+			return errUnavailable, false // the cause was logged where the Internal error was made
+		}
 		return te, te.Kind == fault.KindInternal
+	}
+	if fault.Unavailable(err) {
+		return errUnavailable, false
 	}
 	var he *echo.HTTPError
 	if errors.As(err, &he) {
@@ -154,7 +165,10 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 		te = fault.Internal(s.log.With("method", c.Request().Method, "path", c.Request().URL.Path), "internal error", err)
 	}
 	status := statusOf(te.Kind)
-	if status == http.StatusTooManyRequests {
+	if te == errUnavailable {
+		s.log.WarnContext(c.Request().Context(), "unavailable", "method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
+	}
+	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
 		if wait, ok := te.Details["retry_after_seconds"].(int); ok {
 			c.Response().Header().Set("Retry-After", strconv.Itoa(wait))
 		}

@@ -2,9 +2,13 @@ package web
 
 import (
 	"encoding/json"
+	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/labstack/echo/v4"
@@ -92,4 +96,34 @@ func TestRequestLog(t *testing.T) {
 			t.Fatalf("secret in the log: %s", logs.String())
 		}
 	})
+}
+
+// TestUnavailableDependencyIs503: a request that failed because the database did not answer (a
+// refused connection, however deep in the chain, even behind the agent's Internal error) is a
+// 503 unavailable with Retry-After, not a 500; a plain failure stays a 500 with a reference.
+func TestUnavailableDependencyIs503(t *testing.T) {
+	e := newTestEnv(t, openSQLite, Config{})
+	var logs syncBuffer
+	e.srv.log = slog.New(slog.NewTextHandler(&logs, nil))
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	e.srv.echo.GET("/api/v1/refused", func(echo.Context) error {
+		return fault.Internal(e.srv.log, "agent: load conversation", fmt.Errorf("read log: %w", refused))
+	}, e.srv.requireUser)
+	e.srv.echo.GET("/api/v1/plain", func(echo.Context) error {
+		return fault.Internal(e.srv.log, "agent: load conversation", fmt.Errorf("disk on fire"))
+	}, e.srv.requireUser)
+	u := e.user("ada", store.RoleMember)
+	res := e.script(u).api("GET", "/api/v1/refused", "")
+	if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") != "2" {
+		t.Fatalf("a refused database: %d, Retry-After %q", res.StatusCode, res.Header.Get("Retry-After"))
+	}
+	if eb := decodeEnvelope(t, res); eb.Error.Kind != fault.KindServiceUnavailable {
+		t.Fatalf("envelope %+v", eb.Error)
+	}
+	if !strings.Contains(logs.String(), "connection refused") {
+		t.Fatalf("the cause is not logged: %s", logs.String())
+	}
+	if res := e.script(u).api("GET", "/api/v1/plain", ""); res.StatusCode != http.StatusInternalServerError {
+		t.Fatalf("a plain failure: %d", res.StatusCode)
+	}
 }
