@@ -719,7 +719,7 @@ func (cs *convSocket) showStreaming(ctx context.Context, seq int64, text string)
 // in the browser of the person whose conversation it is; a reviewer or an admin following it
 // must never run it (their result would be refused, but their browser would have acted).
 func (cs *convSocket) clientExec(ev agent.Event) {
-	if cs.by.UserID != cs.guard.ownerID {
+	if cs.guard.borrowed() {
 		return
 	}
 	if ev.Call == nil {
