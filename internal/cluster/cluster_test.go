@@ -397,10 +397,12 @@ func TestGracefulHandover(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.await(conv, w.ann, "awaiting", awaiting("n1"))
+	// Counted from before a leaves: b claims the conversation either at once on a's departure
+	// (its scan for conversations without an owner) or with the approval, whichever is first.
+	before := b.node.Stats()
 	a.stop()
 	// Had a kept the conversation until its heartbeat went stale, b's claim would have named a
 	// and b would have forwarded the approval to it (and waited for a to be found gone).
-	before := b.node.Stats()
 	if _, err := b.m.Resolve(context.Background(), conv, "n1", agent.Resolution{Decision: "approve"}, w.ann); err != nil {
 		t.Fatalf("approve on b after a left: %v", err)
 	}
