@@ -54,6 +54,9 @@ type Cluster interface {
 	// whose actors still run): a shutdown begins, and requests for the others should not wait
 	// for it.
 	ReleaseAllBut(ctx context.Context, keep []string) error
+	// Ready is nil when this process may take writes: it is not fenced and hears the others.
+	// Otherwise it is service_unavailable (the process is re-joining after losing the database).
+	Ready() error
 }
 
 // Inbound is what a process answers to the others.
@@ -345,6 +348,9 @@ var ErrOwnerGone = errors.New("the owning process stopped before it answered")
 // viewAtOwner asks the live owner elsewhere for the view; ok is false when there is none (or
 // it is this process, or it did not take the request): the caller reads the store.
 func (m *Manager) viewAtOwner(ctx context.Context, convID string, by Principal) (View, bool, error) {
+	if m.cluster.Ready() != nil {
+		return View{}, false, nil // re-joining: no answer could be heard; the store has the log
+	}
 	for try := 0; try < maxHops; try++ {
 		owner, err := m.cluster.Owner(ctx, convID)
 		if err != nil || owner == "" || owner == m.cluster.Self() {

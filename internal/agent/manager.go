@@ -187,6 +187,19 @@ func (m *Manager) ensureStarted(id string) (*actor, error) {
 	return a, nil
 }
 
+// Ready is nil when the manager takes requests that write: it is not shutting down and, with
+// several processes, this one holds its place in the cluster (it is not re-joining after
+// losing the database). /readyz asks it after the store.
+func (m *Manager) Ready() error {
+	if m.isClosed() {
+		return errClosed()
+	}
+	if m.cluster != nil {
+		return m.cluster.Ready()
+	}
+	return nil
+}
+
 func (m *Manager) isClosed() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -121,6 +121,11 @@ type Node struct {
 	// until it re-joined (its ownerships given up, its heartbeat and session back) it claims
 	// nothing.
 	fenced atomic.Bool
+	// listening is set while the listener holds its session (the node's life line, and where
+	// replies to forwarded requests arrive); kick asks the heartbeat to beat at once, so a node
+	// whose listener came back re-joins within a round trip rather than at the next beat.
+	listening atomic.Bool
+	kick      chan struct{}
 	// keys seal every notification and mail body with the cluster's key (key.go); keyErr
 	// is why there are none (Start returns it). ownKey: Config.OwnKey.
 	keys   *keyring
@@ -211,8 +216,8 @@ func New(cfg Config) *Node {
 		src: cfg.Pool, conns: cfg.Conns, log: cfg.Logger.With("node", id), clock: cfg.Clock, ttl: cfg.TTL, id: id,
 		hub: agent.NewHub(cfg.SubscriberBuffer), out: make(chan agent.Event, outQueue),
 		dropped: map[string]bool{}, waiting: map[uint64]waiter{}, serving: make(chan struct{}, maxServing), refusing: make(chan struct{}, maxServing),
-		replies: make(chan packedReply, maxServing),
-		ctx:     ctx, cancel: cancel,
+		replies: make(chan packedReply, maxServing), kick: make(chan struct{}, 1),
+		ctx: ctx, cancel: cancel,
 	}
 }
 
@@ -287,6 +292,7 @@ func (n *Node) start(ctx context.Context) error {
 		_ = conn.Close(ctx)
 		return err
 	}
+	n.listening.Store(true)
 	n.wg.Add(3)
 	go n.listen(conn)
 	go n.heartbeat()

@@ -48,6 +48,12 @@ type packedReply struct {
 
 // Forward implements agent.Cluster.
 func (n *Node) Forward(ctx context.Context, node string, body []byte) ([]byte, error) {
+	if err := n.Ready(); err != nil {
+		// The reply would come on a listener that is not listening (or that another process
+		// may have replaced as the conversation's owner's peer): refuse now rather than wait
+		// out the forward's bound for an answer that cannot be heard.
+		return nil, err
+	}
 	n.stats.forwarded.Add(1)
 	id := n.nextReq.Add(1)
 	reply := make(chan message, 1)

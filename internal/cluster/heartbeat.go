@@ -36,6 +36,8 @@ func (n *Node) heartbeat() {
 		case <-n.ctx.Done():
 			return
 		case <-t.C():
+		case <-n.kick:
+			t.Stop()
 		}
 		t.Reset(beat)
 		began := n.clock.Now()
@@ -149,6 +151,24 @@ func (n *Node) rejoin(conn *pgx.Conn) {
 		in.Rescan("")
 	}
 	n.log.Info("cluster: re-joined")
+}
+
+// kickHeartbeat asks for a beat now (the listener is back: the node may re-join at once). One
+// pending kick is enough; more are dropped.
+func (n *Node) kickHeartbeat() {
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Ready implements agent.Cluster: nil when the node may take writes — not fenced, its listener
+// holding its session — else service_unavailable.
+func (n *Node) Ready() error {
+	if n.fenced.Load() || !n.listening.Load() {
+		return errRejoining
+	}
+	return nil
 }
 
 // fence stops every local actor once per loss of liveness (Inbound.Fence) and stops claims

@@ -72,6 +72,8 @@ func (n *Node) listen(conn *pgx.Conn) {
 				continue
 			}
 			conn, backoff = c, 100*time.Millisecond
+			n.listening.Store(true)
+			n.kickHeartbeat() // re-join now, not at the next beat
 			n.hub.Resync("")
 			n.broadcast(n.ctx, message{T: "hello"}) // the others send events again
 		}
@@ -89,6 +91,7 @@ func (n *Node) listen(conn *pgx.Conn) {
 				n.log.Warn("cluster: listener lost its connection; stopping this process's conversations", "err", err)
 				_ = conn.Close(context.Background())
 				conn = nil
+				n.listening.Store(false)
 				n.fence()
 				n.hub.Resync("")
 			}

@@ -53,6 +53,10 @@ type Config struct {
 	// BodyTimeout bounds the time to read a request's body on every route but sockets and event
 	// streams: a slowly sent body is cut off. Default 10s.
 	BodyTimeout time.Duration
+	// RequestTimeout bounds every request but sockets and event streams, whatever the database
+	// does: past it the request is answered 503 unavailable with Retry-After. Default 9s, so the
+	// answer is back within 10 s.
+	RequestTimeout time.Duration
 	// LiveRecheck is how often a live connection (socket, event stream) re-reads its session or
 	// token and its user's role; one that no longer holds ends. It bounds how long a sign-out,
 	// revocation or demotion made by another process takes to reach this one. Default 5s.
@@ -116,6 +120,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.BodyTimeout <= 0 {
 		c.BodyTimeout = 10 * time.Second
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = 9 * time.Second
 	}
 	if c.LiveRecheck <= 0 {
 		c.LiveRecheck = 5 * time.Second

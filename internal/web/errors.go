@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -108,10 +109,13 @@ func rateLimitedError(what string, wait int) *fault.Error {
 		map[string]any{"retry_after_seconds": wait})
 }
 
+// defaultRetryAfter is the Retry-After, in seconds, of a 503 that names no wait of its own.
+const defaultRetryAfter = 2
+
 // errUnavailable answers a request that failed because a dependency (the database) is not
 // answering: 503 with Retry-After, never 500.
 var errUnavailable = fault.New(fault.KindServiceUnavailable, "the database is not answering; try again shortly",
-	map[string]any{"retry_after_seconds": 2})
+	map[string]any{"retry_after_seconds": defaultRetryAfter})
 
 // classify turns any error a handler returned into a tool error and whether it is internal
 // (to be logged with a reference and never shown).
@@ -123,7 +127,9 @@ func classify(err error) (e *fault.Error, internal bool) {
 		}
 		return te, te.Kind == fault.KindInternal
 	}
-	if fault.Unavailable(err) {
+	if fault.Unavailable(err) || errors.Is(err, context.Canceled) {
+		// Out of time (the request's deadline), or the database does not answer: the caller
+		// may try again. A request whose caller went away is answered the same (unread).
 		return errUnavailable, false
 	}
 	var he *echo.HTTPError
@@ -169,7 +175,13 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 		s.log.WarnContext(c.Request().Context(), "unavailable", "method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
 	}
 	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
-		if wait, ok := te.Details["retry_after_seconds"].(int); ok {
+		wait, ok := te.Details["retry_after_seconds"].(int)
+		if !ok && status == http.StatusServiceUnavailable {
+			// Every 503 is a moment's absence (the database, a re-join, a shutdown handing
+			// over): the caller is told when to try again.
+			wait, ok = defaultRetryAfter, true
+		}
+		if ok {
 			c.Response().Header().Set("Retry-After", strconv.Itoa(wait))
 		}
 	}

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -97,6 +98,25 @@ func (s *Server) requestLog(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		s.log.LogAttrs(r.Context(), level, "request", attrs...)
 		return nil
+	}
+}
+
+// deadline bounds every request but the live ones (sockets, event streams) by RequestTimeout:
+// whatever the database does, the caller hears back in time — a request that runs out of time
+// is answered 503 unavailable with Retry-After (classify).
+func (s *Server) deadline(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		if longLived(r.URL.Path) {
+			return next(c)
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+		defer cancel()
+		c.SetRequest(r.WithContext(ctx))
+		// The error handler runs after this returns: it renders on the request's own context,
+		// not on the canceled one.
+		defer c.SetRequest(r)
+		return next(c)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"parley/internal/fault"
 	"parley/internal/metrics"
 	"parley/internal/store"
 	"parley/static"
@@ -24,7 +25,7 @@ func (s *Server) routes() *echo.Echo {
 	// sign-in limits cannot be dodged by inventing a header.
 	e.IPExtractor = s.ipExtractor()
 	e.HTTPErrorHandler = s.errorHandler
-	e.Use(s.requestLog, recoverPanics, s.securityHeaders, s.limitBody, s.authenticate, s.checkScope, s.checkCSRF, validParams)
+	e.Use(s.requestLog, recoverPanics, s.securityHeaders, s.deadline, s.limitBody, s.authenticate, s.checkScope, s.checkCSRF, validParams)
 
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
@@ -147,6 +148,16 @@ func (s *Server) readyz(c echo.Context) error {
 			msg = "the database schema is behind this binary: run `web migrate`"
 		case errors.Is(err, store.ErrSchemaTooNew):
 			msg = "the database schema is newer than this binary"
+		}
+		return c.JSON(http.StatusServiceUnavailable, errorBody{Error: errorJSON{
+			Kind: "unavailable", Message: msg, Details: map[string]any{}}})
+	}
+	if err := s.agent.Ready(); err != nil {
+		// The store answers but this process does not take writes yet (it is re-joining the
+		// cluster after losing the database, or shutting down): a balancer must not send it traffic.
+		msg := "this server does not take writes yet"
+		if fe, ok := errors.AsType[*fault.Error](err); ok {
+			msg = fe.Message
 		}
 		return c.JSON(http.StatusServiceUnavailable, errorBody{Error: errorJSON{
 			Kind: "unavailable", Message: msg, Details: map[string]any{}}})

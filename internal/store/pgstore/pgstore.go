@@ -265,6 +265,7 @@ func parseConfig(databaseURL string) (*pgxpool.Config, error) {
 	if cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > ConnectTimeout {
 		cfg.ConnConfig.ConnectTimeout = ConnectTimeout
 	}
+	new(connHealth).install(cfg) // shared by the copies of cfg: the write pool, the cluster's
 	return cfg, nil
 }
 
