@@ -50,7 +50,9 @@ func (h *connHealth) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tra
 }
 
 // TraceQueryEnd implements pgx.QueryTracer.
-func (h *connHealth) TraceQueryEnd(_ context.Context, _ *pgx.Conn, d pgx.TraceQueryEndData) { h.saw(d.Err) }
+func (h *connHealth) TraceQueryEnd(_ context.Context, _ *pgx.Conn, d pgx.TraceQueryEndData) {
+	h.saw(d.Err)
+}
 
 // TraceBatchStart implements pgx.BatchTracer.
 func (h *connHealth) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
@@ -63,4 +65,6 @@ func (h *connHealth) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.Trace
 }
 
 // TraceBatchEnd implements pgx.BatchTracer.
-func (h *connHealth) TraceBatchEnd(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchEndData) { h.saw(d.Err) }
+func (h *connHealth) TraceBatchEnd(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchEndData) {
+	h.saw(d.Err)
+}
