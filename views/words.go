@@ -196,8 +196,9 @@ func planRows(p *tools.Plan, schema json.RawMessage) []kv {
 }
 
 // argsForm is the approval card's argument fields, when the tool's schema is a flat object of
-// strings, numbers, integers and booleans (what a form shows well); ok false otherwise (the
-// card then offers the arguments as JSON).
+// strings, numbers, integers and booleans (what a form shows well) and the call has no argument
+// the fields would not show (jsonform's Shows); ok false otherwise (the card then offers the
+// arguments as JSON, all of them).
 func argsForm(c agent.CallView) (FormSchema, bool) {
 	if len(c.Schema) == 0 {
 		return FormSchema{}, false
@@ -212,6 +213,9 @@ func argsForm(c agent.CallView) (FormSchema, bool) {
 		default:
 			return FormSchema{}, false
 		}
+	}
+	if !fs.Shows(c.Args) {
+		return FormSchema{}, false // a property no field would show: the whole JSON instead
 	}
 	var args map[string]json.RawMessage
 	if json.Unmarshal(c.Args, &args) != nil {

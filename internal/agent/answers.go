@@ -48,7 +48,8 @@ func (c *call) typeFields(r Resolution) (Resolution, error) {
 
 // ArgsFromFields types an approval card's argument fields (text by property name) into the
 // edited arguments of c: each field replaces its property of c's arguments, typed by the tool's
-// schema; the properties the card does not show stay. A field that cannot be typed is an
+// schema. A call with a property the fields do not show (jsonform's Shows) is bad_request: its
+// card offers the arguments as JSON. A field that cannot be typed is an
 // invalid_args error with a problem at its property; a call whose arguments make no form is
 // bad_request. Resolve types ArgFields with it; a plan preview of the card's fields too.
 func ArgsFromFields(c CallView, fields map[string]string) (json.RawMessage, error) {
@@ -59,6 +60,11 @@ func argsFromFields(schema, args json.RawMessage, fields map[string]string) (jso
 	fs, err := jsonform.Parse(schema)
 	if err != nil || len(schema) == 0 {
 		return nil, fault.New(fault.KindBadRequest, "this call's arguments cannot be edited as fields: send them as JSON", nil)
+	}
+	if !fs.Shows(args) {
+		// The card would have hidden an argument that runs: it offers JSON for such a call, so
+		// fields for it come from something else than what it showed.
+		return nil, fault.New(fault.KindBadRequest, "this call has arguments its fields do not show: send them as JSON", nil)
 	}
 	out, errs, err := fs.Args(args, fields)
 	if err != nil {

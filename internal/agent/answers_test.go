@@ -60,13 +60,18 @@ func TestResolveTypesACardsFields(t *testing.T) {
 }
 
 // TestArgsFromFieldsTypesByTheSchema: a card's argument fields are typed by the tool's schema
-// over the call's arguments; a word in a number field is a problem at its property.
+// over the call's arguments; a word in a number field is a problem at its property; a call with
+// a property no field shows (the card shows it as JSON) is not edited by fields.
 func TestArgsFromFieldsTypesByTheSchema(t *testing.T) {
 	c := CallView{Schema: json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"},"a/b":{"type":"integer"},"s":{"type":"string"}}}`),
-		Args: json.RawMessage(`{"n":1,"s":"x","keep":[1]}`)}
+		Args: json.RawMessage(`{"n":1,"s":"x"}`)}
 	args, err := ArgsFromFields(c, map[string]string{"n": "2", "s": "y"})
-	if err != nil || string(args) != `{"keep":[1],"n":2,"s":"y"}` {
+	if err != nil || string(args) != `{"n":2,"s":"y"}` {
 		t.Fatalf("typed %s %v", args, err)
+	}
+	hidden := CallView{Schema: c.Schema, Args: json.RawMessage(`{"n":1,"s":"x","keep":[1]}`)}
+	if _, err := ArgsFromFields(hidden, map[string]string{"n": "2", "s": "y"}); kindOf(err) != fault.KindBadRequest {
+		t.Fatalf("fields over a property they do not show: %v", err)
 	}
 	_, err = ArgsFromFields(c, map[string]string{"n": "two", "a/b": "x"})
 	te, _ := err.(*fault.Error)

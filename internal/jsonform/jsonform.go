@@ -309,6 +309,28 @@ func (fs Schema) OrderLike(args json.RawMessage) Schema {
 	return out
 }
 
+// Shows reports whether the form has a field for every property of args (a JSON object): only
+// then can a card built from the fields show everything that would run. A schema that allows
+// properties it does not name (JSON Schema's default) lets a model add one no field shows
+// ({"to": …, "cc": "thief@…"}); such arguments are shown, and edited, as JSON instead. Arguments
+// that are not an object are not shown by fields either.
+func (fs Schema) Shows(args json.RawMessage) bool {
+	var a map[string]json.RawMessage
+	if json.Unmarshal(args, &a) != nil || a == nil {
+		return false
+	}
+	named := make(map[string]bool, len(fs.Fields))
+	for _, f := range fs.Fields {
+		named[f.Name] = true
+	}
+	for k := range a {
+		if !named[k] {
+			return false
+		}
+	}
+	return true
+}
+
 // Args builds a call's edited arguments from a form of its arguments (values, by property name)
 // and the arguments the call had: every field of the form replaces its property (an empty one
 // removes it, a checkbox that was absent and stays unchecked stays absent), typed by the schema;

@@ -99,3 +99,27 @@ func mustParse(t *testing.T, raw string) Schema {
 	}
 	return fs
 }
+
+// TestShows: fields show a call's arguments only when each property has one; a property the
+// schema does not name (allowed by default), or arguments that are not an object, are not shown
+// by fields.
+func TestShows(t *testing.T) {
+	fs, err := Parse(json.RawMessage(`{"type":"object","properties":{"to":{"type":"string"},"amount":{"type":"integer"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for args, want := range map[string]bool{
+		`{"to":"a","amount":1}`:                true,
+		`{"to":"a"}`:                           true,
+		`{}`:                                   true,
+		`{"to":"a","cc":"thief@evil.test"}`:    false,
+		`{"to":"a","amount":1,"memo":{"x":1}}`: false,
+		`null`:                                 false,
+		`[]`:                                   false,
+		`not json`:                             false,
+	} {
+		if got := fs.Shows(json.RawMessage(args)); got != want {
+			t.Errorf("Shows(%s) = %v, want %v", args, got, want)
+		}
+	}
+}

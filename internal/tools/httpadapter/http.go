@@ -169,6 +169,9 @@ func (h *HTTP) Do(ctx context.Context, r Request, cc CallContext) (*Result, *Err
 		req.Header.Set("Idempotency-Key", cc.Key)
 	}
 	meta := map[string]any{"method": method, "url": RedactURL(u)}
+	// sent are the credential values this request carries: an answer that reflects one (an echo
+	// or debug endpoint, an error page quoting the request) has it cut out of the result.
+	var sent []string
 	if len(r.CredentialRefs) > 0 {
 		if h.Credentials == nil {
 			return nil, h.fail(fault.KindResourceMissing, "the request names credentials but no credential resolver is configured", nil)
@@ -182,6 +185,7 @@ func (h *HTTP) Do(ctx context.Context, r Request, cc CallContext) (*Result, *Err
 				req.Header.Del(k)
 				for _, v := range vs {
 					req.Header.Add(k, v)
+					sent = append(sent, credentialParts(v)...)
 				}
 			}
 		}
@@ -208,13 +212,13 @@ func (h *HTTP) Do(ctx context.Context, r Request, cc CallContext) (*Result, *Err
 	}
 	payload := map[string]any{
 		"status":         resp.StatusCode,
-		"headers":        headerMap(resp.Header),
-		"body":           decodeBody(raw, resp.Header.Get("Content-Type"), truncated),
+		"headers":        scrubSecrets(headerMap(resp.Header), sent),
+		"body":           scrubSecrets(decodeBody(raw, resp.Header.Get("Content-Type"), truncated), sent),
 		"body_truncated": truncated,
 	}
 	if !truncated {
 		// Trailers are known only once the body has been read to its end.
-		payload["trailers"] = headerMap(resp.Trailer)
+		payload["trailers"] = scrubSecrets(headerMap(resp.Trailer), sent)
 	} else {
 		payload["trailers"] = map[string]any{}
 	}

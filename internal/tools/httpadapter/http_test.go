@@ -2,6 +2,7 @@ package httpadapter
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -310,5 +311,37 @@ func TestHTTPRedirectLocationRedacted(t *testing.T) {
 	}
 	if got := h["content-location"].(string); strings.Contains(got, "pw-456") || strings.Contains(got, "user") {
 		t.Fatalf("content-location = %q, want the userinfo dropped", got)
+	}
+}
+
+// TestReflectedCredentialIsCut: an answer that reflects the credential the request carried (an
+// echo or debug endpoint, an error page quoting the request), in its body, a header of an
+// innocent name or an error's body, has it cut out of what the result holds.
+func TestReflectedCredentialIsCut(t *testing.T) {
+	const secret = "sk-live-reflected-0042"
+	srv := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Seen", r.Header.Get("Authorization"))
+		if r.URL.Path == "/err" {
+			w.WriteHeader(http.StatusBadRequest)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"you_sent": %q, "token only": %q}`, r.Header.Get("Authorization"), strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
+	})
+	h := &HTTP{Client: NewClient(DialPolicy{PrivateHosts: []string{"127.0.0.1"}}), Credentials: CredentialResolverFunc(func(context.Context, string) (http.Header, error) {
+		return http.Header{"Authorization": {"Bearer " + secret}}, nil
+	})}
+	res, aerr := h.Do(context.Background(), Request{Method: "GET", URL: srv.URL + "/ok", CredentialRefs: []string{"c"}}, CallContext{})
+	if aerr != nil {
+		t.Fatal(aerr)
+	}
+	_, e2 := h.Do(context.Background(), Request{Method: "GET", URL: srv.URL + "/err", CredentialRefs: []string{"c"}}, CallContext{})
+	for _, v := range []any{res.Payload, e2.Details, e2.Message} {
+		b, _ := json.Marshal(v)
+		if strings.Contains(string(b), "reflected-0042") {
+			t.Errorf("the credential came back: %s", b)
+		}
+		if !strings.Contains(string(b), Redacted) && v != any(e2.Message) {
+			t.Errorf("nothing redacted in %s", b)
+		}
 	}
 }

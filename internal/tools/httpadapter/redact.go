@@ -158,3 +158,52 @@ func toFloat(v any) (float64, bool) {
 	}
 	return 0, false
 }
+
+// minSecretPart is the shortest part of a credential cut out of an answer on its own: shorter
+// ones ("Bearer", a scheme) would cut ordinary words.
+const minSecretPart = 8
+
+// credentialParts are the strings of a credential header's value that must not come back in a
+// result: the value, and its token without the scheme ("Bearer sk-…" also as "sk-…").
+func credentialParts(v string) []string {
+	var out []string
+	if v = strings.TrimSpace(v); len(v) >= minSecretPart {
+		out = append(out, v)
+	}
+	if _, tok, ok := strings.Cut(v, " "); ok {
+		if tok = strings.TrimSpace(tok); len(tok) >= minSecretPart {
+			out = append(out, tok)
+		}
+	}
+	return out
+}
+
+// scrubSecrets returns v (decoded JSON, or a string) with every occurrence of each of secrets
+// replaced by Redacted, in keys and values at any depth: a credential the request carried, which
+// the answer reflects, never reaches a result, the model or the log. With no secrets v is
+// returned as it is.
+func scrubSecrets(v any, secrets []string) any {
+	if len(secrets) == 0 {
+		return v
+	}
+	switch x := v.(type) {
+	case string:
+		for _, s := range secrets {
+			x = strings.ReplaceAll(x, s, Redacted)
+		}
+		return x
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[scrubSecrets(k, secrets).(string)] = scrubSecrets(e, secrets)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = scrubSecrets(e, secrets)
+		}
+		return out
+	}
+	return v
+}
