@@ -129,6 +129,13 @@ func New(cfgs []Config, opts Options) (*Manager, error) {
 		}
 		m.servers = append(m.servers, newServer(m, c))
 	}
+	// Each server's tools take its place in the registry in the file's order, whichever
+	// answers first: the order in which a definitions budget keeps tools.
+	for _, s := range m.servers {
+		if err := opts.Registry.SetSource(sourcePrefix+s.cfg.Name, nil); err != nil {
+			return nil, fmt.Errorf("mcp: server %s: %w", s.cfg.Name, err)
+		}
+	}
 	return m, nil
 }
 
