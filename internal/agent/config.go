@@ -47,9 +47,10 @@ type Config struct {
 	// a too_many_calls error result instead (the protocol still has one result per call).
 	// Default 16.
 	MaxCallsPerAnswer int
-	// ContextBudget bounds the estimated tokens of the conversation sent with each model call
-	// (about 4 bytes a token); the oldest whole turns are left out of the request first (the
-	// log keeps everything). Default 100,000.
+	// ContextBudget bounds the estimated tokens of the conversation and the tool definitions
+	// sent with each model call (about 4 bytes a token); the definitions count first, then the
+	// oldest whole turns are left out of the request (the log keeps everything). Default
+	// 100,000.
 	ContextBudget int
 	// DailyTokens is each user's budget of model tokens per UTC day, counted from the usage
 	// the provider reports; a turn that would start a model call past it ends with

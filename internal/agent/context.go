@@ -49,14 +49,16 @@ func (a *actor) buildRequest() llm.Request {
 		}
 	}
 	req := llm.Request{System: a.cfg().System, Messages: msgs, MaxTokens: a.cfg().MaxTokens}
-	if dropped := fitBudget(&req, a.cfg().ContextBudget); dropped > 0 {
-		req.System += fmt.Sprintf("\n\n(%d earlier messages of this conversation were left out of this request to fit the context window.)", dropped)
-	}
+	// The definitions offered (within the registry's own budget) come out of the context
+	// budget first: the conversation gets what they leave.
 	switch a.cfg().Provider.ToolFormat() {
 	case "anthropic":
 		req.Tools = a.cfg().Tools.AnthropicTools()
 	default:
 		req.Tools = a.cfg().Tools.OpenAITools()
+	}
+	if dropped := fitBudget(&req, a.cfg().ContextBudget); dropped > 0 {
+		req.System += fmt.Sprintf("\n\n(%d earlier messages of this conversation were left out of this request to fit the context window.)", dropped)
 	}
 	return req
 }
@@ -74,13 +76,22 @@ func estimateTokens(m llm.Message) int {
 	return n/bytesPerToken + 1
 }
 
+// toolTokens is the budget's estimate of the tool definitions of a request.
+func toolTokens(defs []json.RawMessage) int {
+	n := 0
+	for _, d := range defs {
+		n += len(d)/bytesPerToken + 1
+	}
+	return n
+}
+
 // fitBudget leaves the oldest whole turns (from a user message up to the next) out of req
-// until its messages' estimate is within budget tokens, and says how many messages it left
-// out. The newest turn always stays, whatever its size: the model must see what it answers
+// until its messages' estimate, with its tool definitions', is within budget tokens, and says
+// how many messages it left out. The newest turn always stays, whatever its size: the model must see what it answers
 // (its old results are compacted by retention first). Cutting at user messages keeps every
 // tool call with its result, and the request starting with the user's turn.
 func fitBudget(req *llm.Request, budget int) int {
-	total := 0
+	total := toolTokens(req.Tools)
 	sizes := make([]int, len(req.Messages))
 	for i, m := range req.Messages {
 		sizes[i] = estimateTokens(m)

@@ -331,6 +331,31 @@ func TestContextBudget(t *testing.T) {
 	}
 }
 
+// TestContextBudgetCountsToolDefinitions: the tool definitions sent with a request come out of
+// the context budget: the conversation gets what they leave.
+func TestContextBudgetCountsToolDefinitions(t *testing.T) {
+	var msgs []llm.Message
+	for i := range 40 {
+		msgs = append(msgs, llm.Message{Role: llm.RoleUser, Content: fmt.Sprintf("turn %d %s", i, strings.Repeat("w", 1200))})
+	}
+	var defs []json.RawMessage
+	for i := range 20 {
+		defs = append(defs, json.RawMessage(fmt.Sprintf(`{"name":"t%d","description":%q}`, i, strings.Repeat("d", 1600))))
+	}
+	req := llm.Request{Messages: msgs, Tools: defs}
+	const budget = 15_000 // the messages alone (~12,000) fit; with the definitions (~8,000) they do not
+	if fitBudget(&req, budget) == 0 {
+		t.Fatal("nothing was left out: the definitions were not counted")
+	}
+	total := toolTokens(req.Tools)
+	for _, m := range req.Messages {
+		total += estimateTokens(m)
+	}
+	if total > budget || len(req.Tools) != 20 {
+		t.Fatalf("%d tokens with %d definitions, budget %d", total, len(req.Tools), budget)
+	}
+}
+
 // TestContextBudgetInTheLoop: the actor applies the budget to what it sends.
 func TestContextBudgetInTheLoop(t *testing.T) {
 	eachStore(t, func(t *testing.T, open func(testing.TB, clock.Clock) store.Store) {

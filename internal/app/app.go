@@ -5,6 +5,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -48,8 +49,9 @@ type App struct {
 	manager  *agent.Manager
 	node     *cluster.Node       // nil on the embedded store
 	mcp      *mcpadapter.Manager // nil when the tools file lists no MCP server
-	unlock   func()              // releases the embedded store's directory; nil on PostgreSQL
-	notifier *notify.Webhook     // nil unless PARLEY_NOTIFY_URL is set
+	registry *tools.Registry
+	unlock   func()          // releases the embedded store's directory; nil on PostgreSQL
+	notifier *notify.Webhook // nil unless PARLEY_NOTIFY_URL is set
 	web      *web.Server
 	http     *http.Server
 	listener net.Listener
@@ -131,6 +133,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 	if err = a.startMCP(ctx, reg); err != nil {
 		return nil, err
 	}
+	a.registry = reg
 	acfg := agent.Config{Store: a.store, Provider: provider, Tools: reg, Clock: a.clock, Logger: a.log,
 		MaxTokens: cfg.MaxTokens, MaxAnswerBytes: cfg.MaxAnswerBytes, System: cfg.SystemPrompt, MaxCallsPerAnswer: cfg.MaxCallsPerAnswer, MaxToolRuns: cfg.MaxToolRuns,
 		ContextBudget: cfg.ContextBudget, MaxModelCalls: cfg.MaxModelCalls, MaxIterations: cfg.MaxIterations,
@@ -251,8 +254,12 @@ func (o outbox) Send(ctx context.Context, call tools.Call, msg tools.Email) (str
 	return strconv.FormatInt(m.ID, 10), nil
 }
 
+// DefaultToolsBudget is PARLEY_TOOLS_BUDGET's default: the estimated tokens of tool definitions
+// sent with each model call (a third of the default context budget).
+const DefaultToolsBudget = 32_000
+
 // tools is the registry: the built-ins (with the test tools echo, failing and count_down only
-// when testTools), then the tools file's tools.
+// when testTools), then the tools file's tools, within the definitions budget.
 func (a *App) tools(testTools bool) (*tools.Registry, error) {
 	all := tools.Builtins(tools.BuiltinDeps{Clock: a.clock, Outbox: outbox{a.store}, TestTools: testTools})
 	if a.cfg.ToolsPath != "" {
@@ -266,6 +273,7 @@ func (a *App) tools(testTools bool) (*tools.Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tools: %w", err)
 	}
+	reg.SetDefinitionBudget(cmp.Or(a.cfg.ToolsBudget, DefaultToolsBudget), a.log)
 	return reg, nil
 }
 
@@ -288,12 +296,22 @@ func (a *App) startMCP(ctx context.Context, reg *tools.Registry) error {
 	return nil
 }
 
-// readyDetails reports the MCP servers on /readyz; nil when there are none.
+// readyDetails reports on /readyz the MCP servers (when there are any) and the tool definitions
+// the budget leaves out (when it leaves any out).
 func (a *App) readyDetails() func() map[string]any {
-	if a.mcp == nil {
-		return nil
+	return func() map[string]any {
+		d := map[string]any{}
+		if a.mcp != nil {
+			d["mcp_servers"] = a.mcp.Status()
+		}
+		if tokens, leftOut := a.registry.Offer(); len(leftOut) > 0 {
+			d["tool_definitions"] = map[string]any{"offered_tokens": tokens, "left_out": leftOut}
+		}
+		if len(d) == 0 {
+			return nil
+		}
+		return d
 	}
-	return func() map[string]any { return map[string]any{"mcp_servers": a.mcp.Status()} }
 }
 
 // provider builds the model PARLEY_MODEL names; it reports whether it is the demo.

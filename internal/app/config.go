@@ -54,6 +54,9 @@ type Config struct {
 	// PARLEY_MAX_MODEL_CALLS (64 in flight per process), PARLEY_MAX_ITERATIONS (10 model calls
 	// per turn).
 	MaxCallsPerAnswer, MaxToolRuns, ContextBudget, MaxModelCalls, MaxIterations int
+	// ToolsBudget bounds the estimated tokens of the tool definitions sent with each model
+	// call, every source together (PARLEY_TOOLS_BUDGET; 0 keeps DefaultToolsBudget).
+	ToolsBudget int
 	// DailyTokens is each user's daily budget of model tokens (PARLEY_DAILY_TOKENS; unset: none).
 	DailyTokens int
 	// SystemPrompt replaces the agent's default system prompt (PARLEY_SYSTEM_PROMPT).
@@ -169,6 +172,7 @@ func FromEnv(rawGetenv func(string) string) (Config, error) {
 	integer("PARLEY_MAX_CALLS_PER_ANSWER", &c.MaxCallsPerAnswer)
 	integer("PARLEY_MAX_TOOL_RUNS", &c.MaxToolRuns)
 	integer("PARLEY_CONTEXT_BUDGET", &c.ContextBudget)
+	integer("PARLEY_TOOLS_BUDGET", &c.ToolsBudget)
 	integer("PARLEY_MAX_MODEL_CALLS", &c.MaxModelCalls)
 	integer("PARLEY_MAX_ITERATIONS", &c.MaxIterations)
 	integer("PARLEY_DAILY_TOKENS", &c.DailyTokens)

@@ -144,3 +144,80 @@ func TestMCPServerEndToEnd(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestToolsBudgetWithAHugeMCPServer: an MCP server listing 300 large tools (about 9 MB of
+// definitions, in pages within the bounds) does not put them all into the model's calls: the
+// definitions sent stay within PARLEY_TOOLS_BUDGET, built-ins first, and /readyz names what is
+// left out.
+func TestToolsBudgetWithAHugeMCPServer(t *testing.T) {
+	srv := mcptest.NewServerWith(false, &mcp.ServerOptions{PageSize: 50})
+	mcptest.AddBigTools(srv, 300*24<<10, 24<<10)
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	t.Cleanup(hs.Close)
+	dir := t.TempDir()
+	toolsPath := filepath.Join(dir, "tools.json")
+	file := fmt.Sprintf(`{"tools": [], "mcp_servers": [{"name": "m", "transport": "http", "url": %q,
+		"allow_private_network": true, "max_list_bytes": 16777216}]}`, hs.URL)
+	if err := os.WriteFile(toolsPath, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const budget = 20_000
+	env := map[string]string{
+		"PARLEY_ADDR": "127.0.0.1:0", "PARLEY_DATA_DIR": dir, "PARLEY_MODEL": "demo", "PARLEY_SHUTDOWN_TIMEOUT": "10s",
+		"PARLEY_TOOLS": toolsPath, "PARLEY_TOOLS_BUDGET": fmt.Sprint(budget),
+	}
+	getenv := func(k string) string { return env[k] }
+	ctx := context.Background()
+	std := IO{Stdin: strings.NewReader("a long password\n"), Stdout: io.Discard, Stderr: io.Discard}
+	if code := Main(ctx, []string{"user", "add", "--name", "ada", "--role", "member", "--password-stdin"}, getenv, std); code != 0 {
+		t.Fatalf("user add: %d", code)
+	}
+	var out strings.Builder
+	if code := Main(ctx, []string{"token", "create", "--user", "ada"}, getenv, IO{Stdout: &out, Stderr: io.Discard}); code != 0 {
+		t.Fatalf("token create: %d", code)
+	}
+	cfg, err := FromEnv(getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov := llmtest.New(llmtest.Reply("hello"))
+	a, err := New(ctx, cfg, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), PasswordCost: bcrypt.MinCost, Provider: prov})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	r := &running{url: a.URL(), token: strings.TrimSpace(out.String()), app: a}
+
+	code, body := r.call(t, "GET", "/readyz", "")
+	details, _ := body["details"].(map[string]any)
+	defs, _ := details["tool_definitions"].(map[string]any)
+	leftOut, _ := defs["left_out"].([]any)
+	if code != 200 || len(leftOut) == 0 || len(leftOut) >= 256 {
+		t.Fatalf("readyz %d: tool_definitions %v", code, defs)
+	}
+	_, body = r.call(t, "POST", "/api/v1/conversations", `{}`)
+	conv := body["id"].(string)
+	r.call(t, "POST", "/api/v1/conversations/"+conv+"/messages", `{"text":"hi"}`)
+	deadline := time.Now().Add(20 * time.Second)
+	for prov.Calls() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the model was never called")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	req, _ := prov.LastRequest()
+	size := 0
+	for _, d := range req.Tools {
+		size += len(d)/4 + 1
+	}
+	// 256 of the 300 join (a server's bound), besides the built-ins.
+	if size > budget || len(req.Tools)+len(leftOut) < 256 {
+		t.Fatalf("the model got %d definitions of about %d tokens (budget %d); %d left out", len(req.Tools), size, budget, len(leftOut))
+	}
+	if !strings.Contains(string(req.Tools[0]), "get_current_time") {
+		t.Errorf("the built-ins are not first: %.80s", req.Tools[0])
+	}
+}

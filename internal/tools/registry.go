@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 )
@@ -15,17 +16,36 @@ const (
 	FormatAnthropic = "anthropic" // Anthropic Messages "tools"
 )
 
-// Registry holds the tools a conversation may call, by unique name, in declaration order.
-// It is built at start-up; afterwards only a dynamic source (an MCP server, SetSource) changes
-// it, replacing its own tools as a whole. Every method is safe for concurrent use.
+// Registry holds the tools a conversation may call, by unique name, in a fixed order: the static
+// tools as added (the built-ins, then the tools file's), then each dynamic source's (an MCP
+// server's) in the order the sources were first set, each in the source's own order. It is built
+// at start-up; afterwards only a dynamic source (SetSource) changes it, replacing its own tools
+// as a whole. Every method is safe for concurrent use.
+//
+// With a definition budget (SetDefinitionBudget) the model is offered the tools that fit it, in
+// that order (Offered); the rest are left out of every model call, logged once per change.
 type Registry struct {
-	mu      sync.RWMutex
-	byName  map[string]*Tool    // guarded by mu
-	order   []*Tool             // guarded by mu
-	sources map[string][]string // guarded by mu: a dynamic source's tool names
+	mu          sync.RWMutex
+	byName      map[string]*Tool    // guarded by mu
+	static      []*Tool             // guarded by mu: Add's tools, in order
+	sources     map[string][]string // guarded by mu: a dynamic source's tool names
+	sourceOrder []string            // guarded by mu: the sources, in the order first set
+	order       []*Tool             // guarded by mu: static, then each source's in sourceOrder
 	// exported holds each format's tool definitions as last built (every model call sends
 	// them); guarded by mu, emptied whenever the tools change.
 	exported map[string][]json.RawMessage
+
+	budget  int          // tokens of definitions offered per model call; 0: no budget
+	log     *slog.Logger // says what the budget leaves out
+	offer   *offer       // guarded by mu: what the budget keeps; nil when the tools changed since
+	omitLog []string     // guarded by mu: what was last logged as left out
+}
+
+// offer is what a definition budget keeps of the tools.
+type offer struct {
+	kept    []*Tool
+	omitted []string // names, in the registry's order
+	tokens  int      // estimated tokens of the kept definitions
 }
 
 // NewRegistry builds a registry, refusing a duplicate name.
@@ -39,12 +59,29 @@ func NewRegistry(ts ...*Tool) (*Registry, error) {
 	return r, nil
 }
 
+// SetDefinitionBudget bounds the tool definitions offered with each model call, across every
+// source, to about tokens estimated tokens (DefinitionTokens); 0 removes the bound. Tools are
+// kept in the registry's order while they fit (a tool too large for what is left is left out,
+// and a later smaller one may still fit); log hears, once per change of the tools, which were
+// left out. Call it while building the registry, before it is shared.
+func (r *Registry) SetDefinitionBudget(tokens int, log *slog.Logger) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.budget, r.log = max(tokens, 0), log
+	r.changedLocked()
+}
+
 // Add registers t; a second tool of the same name is refused. Add is for building the registry
 // before it is shared.
 func (r *Registry) Add(t *Tool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.addLocked(t)
+	if err := r.addLocked(t); err != nil {
+		return err
+	}
+	r.static = append(r.static, t)
+	r.reorderLocked()
+	return nil
 }
 
 func (r *Registry) addLocked(t *Tool) error {
@@ -58,29 +95,47 @@ func (r *Registry) addLocked(t *Tool) error {
 		return &DefinitionError{Tool: t.Name(), Rule: "duplicate name in registry"}
 	}
 	r.byName[t.Name()] = t
-	r.order = append(r.order, t)
-	clear(r.exported)
 	return nil
 }
 
+// reorderLocked rebuilds order from the static tools and the sources', and marks what was
+// derived from it stale.
+func (r *Registry) reorderLocked() {
+	r.order = append(r.order[:0:0], r.static...)
+	for _, src := range r.sourceOrder {
+		for _, name := range r.sources[src] {
+			r.order = append(r.order, r.byName[name])
+		}
+	}
+	r.changedLocked()
+}
+
+func (r *Registry) changedLocked() {
+	clear(r.exported)
+	r.offer = nil
+}
+
 // SetSource replaces the tools of a dynamic source (an MCP server's, named by the server) with
-// ts: the source's previous tools leave the registry, ts join it at the end. A tool whose name
-// another source or a static tool already has is refused (its error is returned, joined with
-// the others); the rest are added. Calls already holding a replaced *Tool keep it.
+// ts: the source's previous tools leave the registry, ts join it in the source's place (after
+// the static tools and the sources set before it; a source set with no tools holds its place).
+// A tool whose name another source or a static tool already has is refused (its error is
+// returned, joined with the others); the rest are added. Calls already holding a replaced *Tool
+// keep it.
 func (r *Registry) SetSource(source string, ts []*Tool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.sources == nil {
 		r.sources = map[string][]string{}
 	}
-	for _, name := range r.sources[source] {
+	old, known := r.sources[source]
+	if !known {
+		r.sourceOrder = append(r.sourceOrder, source)
+	}
+	for _, name := range old {
 		delete(r.byName, name)
 	}
-	old := r.sources[source]
-	r.order = slices.DeleteFunc(r.order, func(t *Tool) bool { return slices.Contains(old, t.Name()) && r.byName[t.Name()] == nil })
-	clear(r.exported)
 	var errs []error
-	var names []string
+	names := []string{}
 	for _, t := range ts {
 		if err := r.addLocked(t); err != nil {
 			errs = append(errs, err)
@@ -89,10 +144,71 @@ func (r *Registry) SetSource(source string, ts []*Tool) error {
 		names = append(names, t.Name())
 	}
 	r.sources[source] = names
+	r.reorderLocked()
 	if len(errs) > 0 {
 		return fmt.Errorf("tools of %s: %w", source, joinErrors(errs))
 	}
 	return nil
+}
+
+// definitionOverhead is the bytes a definition takes beside its name, description and
+// parameters (the format's keys and punctuation), rounded up.
+const definitionOverhead = 64
+
+// DefinitionTokens is a tool's definition in the budget's estimate (about 4 bytes a token, as
+// the agent's context budget counts): its name, description and parameters, or its provider's
+// native definition.
+func DefinitionTokens(t *Tool) int {
+	n := len(t.Native())
+	if t.Executor() != Provider {
+		n = len(t.Name()) + len(t.Description()) + len(t.Parameters()) + definitionOverhead
+	}
+	return n/4 + 1
+}
+
+// offerLocked is what the budget keeps, computed once per change of the tools; the caller
+// holds mu for writing.
+func (r *Registry) offerLocked() *offer {
+	if r.offer != nil {
+		return r.offer
+	}
+	o := &offer{}
+	for _, t := range r.order {
+		n := DefinitionTokens(t)
+		if r.budget > 0 && o.tokens+n > r.budget {
+			o.omitted = append(o.omitted, t.Name())
+			continue
+		}
+		o.kept = append(o.kept, t)
+		o.tokens += n
+	}
+	r.offer = o
+	if !slices.Equal(o.omitted, r.omitLog) && r.log != nil {
+		if len(o.omitted) > 0 {
+			r.log.Warn("tool definitions over the budget are left out of every model call",
+				"budget_tokens", r.budget, "offered_tokens", o.tokens, "offered", len(o.kept), "left_out", o.omitted)
+		} else {
+			r.log.Info("every tool definition fits the budget again", "budget_tokens", r.budget, "offered_tokens", o.tokens)
+		}
+	}
+	r.omitLog = o.omitted
+	return o
+}
+
+// Offer reports what the definition budget keeps: the estimated tokens of the definitions
+// offered with each model call, and the names left out (nil when none).
+func (r *Registry) Offer() (tokens int, leftOut []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	o := r.offerLocked()
+	return o.tokens, slices.Clone(o.omitted)
+}
+
+// Offered returns the tools offered to the model: All within the definition budget.
+func (r *Registry) Offered() []*Tool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.offerLocked().kept)
 }
 
 // Get returns the tool named name.
@@ -110,7 +226,7 @@ func (r *Registry) All() []*Tool {
 	return append([]*Tool(nil), r.order...)
 }
 
-// Export returns the tool definitions in a provider's format: FormatAnthropic gets
+// Export returns the offered tools' definitions in a provider's format: FormatAnthropic gets
 // AnthropicTools, any other format (openai, the demo model) OpenAITools.
 func (r *Registry) Export(format string) []json.RawMessage {
 	if format == FormatAnthropic {
@@ -119,9 +235,9 @@ func (r *Registry) Export(format string) []json.RawMessage {
 	return r.OpenAITools()
 }
 
-// cached returns format's definitions, building them with build on the first call after the
-// tools changed. The definitions are shared by every caller: the returned slice is the
-// caller's, the bytes of each definition are read-only.
+// cached returns format's definitions of the offered tools, building them with build on the
+// first call after the tools changed. The definitions are shared by every caller: the returned
+// slice is the caller's, the bytes of each definition are read-only.
 func (r *Registry) cached(format string, build func([]*Tool) []json.RawMessage) []json.RawMessage {
 	r.mu.RLock()
 	defs, ok := r.exported[format]
@@ -129,7 +245,7 @@ func (r *Registry) cached(format string, build func([]*Tool) []json.RawMessage) 
 	if !ok {
 		r.mu.Lock()
 		if defs, ok = r.exported[format]; !ok {
-			defs = build(r.order)
+			defs = build(r.offerLocked().kept)
 			if r.exported == nil {
 				r.exported = map[string][]json.RawMessage{}
 			}

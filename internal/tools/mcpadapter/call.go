@@ -40,37 +40,61 @@ const (
 
 // refresh lists the server's tools and replaces its tools in the registry. A tool that is not
 // allowed is left out; one that cannot be a Parley tool (its name, its schema) is skipped with
-// the reason logged.
+// the reason logged. A list past Config.MaxListBytes (every page together, as re-encoded) or
+// maxListPages fails the refresh, and with it the session.
 func (s *server) refresh(ctx context.Context, cs *mcp.ClientSession) error {
 	ctx, cancel := context.WithTimeout(ctx, s.m.opts.ConnectTimeout)
 	defer cancel()
 	var built []*tools.Tool
 	var opened []string // tools the server's trusted read-only hint made auto
-	n := 0
-	for t, err := range cs.Tools(ctx, nil) {
+	n, size, cursor := 0, 0, ""
+	for page := 1; ; page++ {
+		if page > maxListPages {
+			return fmt.Errorf("list tools: %w: more than %d pages", ErrListTooLarge, maxListPages)
+		}
+		res, err := cs.ListTools(ctx, &mcp.ListToolsParams{Cursor: cursor})
 		if err != nil {
 			return fmt.Errorf("list tools: %w", err)
 		}
-		if n++; n > maxTools {
-			s.log.Warn("mcp server lists too many tools; the rest are ignored", "max", maxTools)
+		b, err := json.Marshal(res)
+		if err != nil {
+			return fmt.Errorf("list tools: %w", err)
+		}
+		if size += len(b); size > s.cfg.maxList() {
+			return fmt.Errorf("list tools: %w: more than %d bytes", ErrListTooLarge, s.cfg.maxList())
+		}
+		for _, t := range res.Tools {
+			if n++; n > maxTools {
+				break
+			}
+			if t == nil || !s.cfg.allows(t.Name) {
+				continue
+			}
+			tool, err := s.build(t)
+			if err != nil {
+				s.log.Warn("mcp tool skipped", "tool", bounded(t.Name, 100), "reason", err)
+				continue
+			}
+			built = append(built, tool)
+			if _, byHint := s.cfg.approval(t.Name, readOnlyHint(t)); byHint {
+				opened = append(opened, tool.Name())
+			}
+		}
+		if res.NextCursor == "" || n > maxTools {
 			break
 		}
-		if !s.cfg.allows(t.Name) {
-			continue
-		}
-		tool, err := s.build(t)
-		if err != nil {
-			s.log.Warn("mcp tool skipped", "tool", bounded(t.Name, 100), "reason", err)
-			continue
-		}
-		built = append(built, tool)
-		if _, byHint := s.cfg.approval(t.Name, readOnlyHint(t)); byHint {
-			opened = append(opened, tool.Name())
-		}
+		cursor = res.NextCursor
 	}
-	if len(opened) > 0 {
-		// The operator chose to trust this server's annotations: say which tools that opened.
-		s.log.Warn("mcp tools run without approval on the server's read-only hint (trust_annotations)", "tools", opened)
+	if n > maxTools {
+		s.log.Warn("mcp server lists too many tools; the rest are ignored", "max", maxTools)
+	}
+	if !slices.Equal(opened, s.opened) {
+		// The operator chose to trust this server's annotations: say which tools that opened,
+		// once for each list that opens a different set.
+		if len(opened) > 0 {
+			s.log.Warn("mcp tools run without approval on the server's read-only hint (trust_annotations)", "tools", opened)
+		}
+		s.opened = opened
 	}
 	if err := s.m.opts.Registry.SetSource(sourcePrefix+s.cfg.Name, built); err != nil {
 		s.log.Warn("mcp tools not registered", "err", err)
@@ -393,7 +417,7 @@ const (
 	maxFormBytes      = 64 << 10 // bytes of the form's schema, as JSON
 	maxFormFields     = 64       // properties of one form (or of any object in it)
 	maxFormEnum       = 100      // values of an enum (or items of any array in the schema)
-	maxFormLabelBytes = 1 << 10  // bytes of a title or description
+	maxFormLabelBytes = 1 << 10  // bytes of a title or description, or of a value in an enum (or any array)
 )
 
 // checkFormBounds refuses a form schema that exceeds the bounds above, naming the first excess.
@@ -429,6 +453,9 @@ func walkForm(v any, path string) error {
 			return fmt.Errorf("its form's %s has %d values (at most %d)", path, len(v), maxFormEnum)
 		}
 		for i, x := range v {
+			if s, ok := x.(string); ok && len(s) > maxFormLabelBytes {
+				return fmt.Errorf("its form's value at %s/%d is %d bytes (at most %d)", path, i, len(s), maxFormLabelBytes)
+			}
 			if err := walkForm(x, fmt.Sprintf("%s/%d", path, i)); err != nil {
 				return err
 			}

@@ -60,6 +60,11 @@ type Config struct {
 	// MaxAttempts bounds tries of a call that failed retryably (server down, connection lost);
 	// 0 means 3.
 	MaxAttempts int
+	// MaxMessageBytes bounds each message read from the server (a stdio line, an HTTP response
+	// body, an SSE event); 0 means DefaultMaxMessageBytes. MaxListBytes bounds one tools/list,
+	// all its pages together; 0 means DefaultMaxListBytes. Past either the session fails and is
+	// reconnected with backoff (bound.go).
+	MaxMessageBytes, MaxListBytes int
 }
 
 var serverNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9-]{0,31}$`)
@@ -91,6 +96,9 @@ func (c Config) Check() error {
 	}
 	if d := c.DefaultApproval; d != "" && d != tools.Auto && d != tools.RequiresApproval {
 		return fmt.Errorf("server %s: default approval %q is not one of auto, requires_approval", c.Name, d)
+	}
+	if c.MaxMessageBytes < 0 || c.MaxListBytes < 0 {
+		return fmt.Errorf("server %s: max_message_bytes and max_list_bytes must be positive", c.Name)
 	}
 	return nil
 }

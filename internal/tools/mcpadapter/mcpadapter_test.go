@@ -527,12 +527,13 @@ func TestQuestionResumesFromItsRequestState(t *testing.T) {
 }
 
 // TestHostileQuestionForm: a server's question whose form is too large, has too many fields, too
-// long an enum or too long a title is refused before it is asked (so nothing is stored or
+// long an enum, too long a title or too long a value in an enum is refused before it is asked (so nothing is stored or
 // shown): the call fails with the reason (2026-07-28 protocol, the question comes with the
 // call's result), or the server hears the reason (older protocol, asked on the session).
 func TestHostileQuestionForm(t *testing.T) {
 	want := map[string]string{"bytes": "bytes (at most 65536)", "fields": "200 fields (at most 64)",
-		"enum": "has 1000 values (at most 100)", "title": "title at /properties/name is 4096 bytes (at most 1024)"}
+		"enum": "has 1000 values (at most 100)", "title": "title at /properties/name is 4096 bytes (at most 1024)",
+		"enum value": "value at /properties/pick/enum/1 is 4096 bytes (at most 1024)"}
 	neverAsk := func(t *testing.T) tools.Call {
 		return tools.Call{Ask: func(_ context.Context, q tools.Question) (tools.Answer, error) {
 			t.Errorf("a hostile form was asked (%d bytes of schema)", len(q.Schema))

@@ -36,6 +36,11 @@ type Options struct {
 	// PingEvery is how often a connected server is pinged (a server that does not answer is
 	// reconnected); 0 means 30 s.
 	PingEvery time.Duration
+	// RelistEvery is the least time between two listings of a server's tools on its
+	// notifications that the list changed: a change inside it is listed once when it ends (so
+	// the last change is never lost); 0 means 5 s. A listing that fails ends the session, which
+	// is reconnected with the backoff above.
+	RelistEvery time.Duration
 	// HTTPClient builds the client of an http server from its dial policy; nil uses
 	// httpadapter.NewClient (no proxy, no redirects, private addresses refused unless allowed).
 	HTTPClient func(httpadapter.DialPolicy) *http.Client
@@ -59,6 +64,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.PingEvery <= 0 {
 		o.PingEvery = 30 * time.Second
+	}
+	if o.RelistEvery <= 0 {
+		o.RelistEvery = 5 * time.Second
 	}
 	if o.HTTPClient == nil {
 		o.HTTPClient = httpadapter.NewClient
@@ -120,6 +128,13 @@ func New(cfgs []Config, opts Options) (*Manager, error) {
 			}
 		}
 		m.servers = append(m.servers, newServer(m, c))
+	}
+	// Each server's tools take its place in the registry in the file's order, whichever
+	// answers first: the order in which a definitions budget keeps tools.
+	for _, s := range m.servers {
+		if err := opts.Registry.SetSource(sourcePrefix+s.cfg.Name, nil); err != nil {
+			return nil, fmt.Errorf("mcp: server %s: %w", s.cfg.Name, err)
+		}
 	}
 	return m, nil
 }
@@ -185,6 +200,9 @@ type server struct {
 	// tried is closed after the first connection attempt, whatever its outcome.
 	tried     chan struct{}
 	triedOnce sync.Once
+	// opened is owned by run (refresh): the tools the last list opened on a trusted hint, so
+	// that they are logged when the set changes rather than at every list.
+	opened []string
 
 	mu       sync.Mutex
 	session  *mcp.ClientSession   // guarded by mu; nil while not connected
@@ -273,7 +291,7 @@ func (s *server) run(ctx context.Context) {
 				return
 			}
 			s.setState(nil, StateDown, err)
-			s.log.Warn("mcp server unavailable", "err", err, "attempt", failures+1)
+			s.logFailure("mcp server unavailable", err, "attempt", failures+1)
 		} else {
 			s.setState(cs, StateUp, nil)
 			s.log.Info("mcp server connected", "tools", s.status().Tools)
@@ -287,7 +305,7 @@ func (s *server) run(ctx context.Context) {
 				return
 			}
 			s.setState(nil, StateDown, err)
-			s.log.Warn("mcp server connection ended", "err", err)
+			s.logFailure("mcp server connection ended", err)
 			if clk.Now().Sub(upAt) >= stableAfter {
 				failures = 0
 			}
@@ -306,6 +324,16 @@ func (s *server) run(ctx context.Context) {
 	}
 }
 
+// logFailure logs why a session failed; a server that sent more than a bound allows is said to
+// have done so, with the bounds.
+func (s *server) logFailure(msg string, err error, attrs ...any) {
+	if overflowed(err) {
+		msg = "mcp server sent more than its bounds allow; its session is dropped and reconnected with backoff"
+		attrs = append(attrs, "max_message_bytes", s.cfg.maxMessage(), "max_list_bytes", s.cfg.maxList())
+	}
+	s.log.Warn(msg, append([]any{"err", err}, attrs...)...)
+}
+
 func (s *server) backoff(failures int) time.Duration {
 	d := s.m.opts.MinBackoff
 	for i := 1; i < failures && d < s.m.opts.MaxBackoff; i++ {
@@ -314,22 +342,42 @@ func (s *server) backoff(failures int) time.Duration {
 	return min(d, s.m.opts.MaxBackoff)
 }
 
-// watch serves a connected session until it ends: it relists on a list change and reconnects
-// after a failed call or ping. It always closes the session and waits for it.
+// watch serves a connected session until it ends: it relists on a list change (at most once
+// every RelistEvery, the last change of a burst listed when the interval ends) and reconnects
+// after a failed call, ping or listing. It always closes the session and waits for it.
 func (s *server) watch(ctx context.Context, cs *mcp.ClientSession) error {
 	// A ring left by a call on the previous session is about that one, not this.
 	select {
 	case <-s.broken:
 	default:
 	}
+	clk := s.m.opts.Clock
 	closed := make(chan error, 1)
 	go func() { closed <- cs.Wait() }()
-	ping := s.m.opts.Clock.NewTimer(s.m.opts.PingEvery)
+	ping := clk.NewTimer(s.m.opts.PingEvery)
 	defer ping.Stop()
+	// The list was read when the session connected. A change heard before RelistEvery has
+	// passed since is listed when it has: relist is armed meanwhile (nil otherwise).
+	listedAt := clk.Now()
+	var relist clock.Timer
+	var relistC <-chan time.Time
+	defer func() {
+		if relist != nil {
+			relist.Stop()
+		}
+	}()
 	end := func(err error) error {
 		_ = cs.Close()
 		<-closed
 		return err
+	}
+	list := func() error {
+		listedAt = clk.Now()
+		if err := s.refresh(ctx, cs); err != nil {
+			return end(fmt.Errorf("relist tools: %w", err))
+		}
+		s.log.Info("mcp server tools changed", "tools", s.status().Tools)
+		return nil
 	}
 	for {
 		select {
@@ -344,10 +392,22 @@ func (s *server) watch(ctx context.Context, cs *mcp.ClientSession) error {
 			}
 			return fmt.Errorf("connection closed: %w", err)
 		case <-s.listChanged:
-			if err := s.refresh(ctx, cs); err != nil {
-				return end(fmt.Errorf("relist tools: %w", err))
+			if relist != nil {
+				continue // already due when the interval ends
 			}
-			s.log.Info("mcp server tools changed", "tools", s.status().Tools)
+			if wait := listedAt.Add(s.m.opts.RelistEvery).Sub(clk.Now()); wait > 0 {
+				relist = clk.NewTimer(wait)
+				relistC = relist.C()
+				continue
+			}
+			if err := list(); err != nil {
+				return err
+			}
+		case <-relistC:
+			relist, relistC = nil, nil
+			if err := list(); err != nil {
+				return err
+			}
 		case <-s.broken:
 			return end(errors.New("a call found the connection broken"))
 		case <-ping.C():
@@ -373,11 +433,12 @@ func (s *server) connect(ctx context.Context) (*mcp.ClientSession, error) {
 		cmd.Env = childEnv(s.cfg.Env)
 		cmd.Stderr = &stderrLog{log: s.log}
 		cmd.WaitDelay = 2 * time.Second // a grandchild holding stderr open cannot hang Close
-		t = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
+		t = &commandTransport{cmd: cmd, terminate: 2 * time.Second, maxLine: s.cfg.maxMessage()}
 	case HTTP:
 		hc := s.m.opts.HTTPClient(httpadapter.DialPolicy{AllowPrivateNetwork: s.cfg.AllowPrivateNetwork})
-		hc.Transport = callStreams{base: headerTransport{base: hc.Transport, headers: s.cfg.Headers}}
-		t = &mcp.StreamableClientTransport{Endpoint: s.cfg.URL, HTTPClient: hc, MaxRetries: 1}
+		hc.Transport = boundBodies{max: s.cfg.maxMessage(),
+			base: callStreams{base: headerTransport{base: hc.Transport, headers: s.cfg.Headers}}}
+		t = &mcp.StreamableClientTransport{Endpoint: s.cfg.URL, HTTPClient: hc, MaxRetries: 1, MaxEventSize: s.cfg.maxMessage()}
 	}
 	cs, err := s.client.Connect(ctx, t, nil)
 	if err != nil {

@@ -30,6 +30,8 @@ type mcpServerJSON struct {
 	TimeoutSecs         int               `json:"timeout_secs"`
 	MaxRetries          *int              `json:"max_retries"`
 	TrustAnnotations    bool              `json:"trust_annotations"`
+	MaxMessageBytes     int               `json:"max_message_bytes"`
+	MaxListBytes        int               `json:"max_list_bytes"`
 	Tools               struct {
 		Allow           []string                  `json:"allow"`
 		Approval        map[string]tools.Approval `json:"approval"`
@@ -108,6 +110,7 @@ func ParseMCP(data []byte, env Env) ([]mcpadapter.Config, error) {
 			Allow: s.Tools.Allow, Approval: s.Tools.Approval, DefaultApproval: s.Tools.DefaultApproval,
 			TrustAnnotations: s.TrustAnnotations,
 			Timeout:          time.Duration(s.TimeoutSecs) * time.Second,
+			MaxMessageBytes:  s.MaxMessageBytes, MaxListBytes: s.MaxListBytes,
 		}
 		if s.MaxRetries != nil {
 			c.MaxAttempts = *s.MaxRetries + 1

@@ -15,7 +15,8 @@ const mcpFile = `{"tools": [], "mcp_servers": [
    "env": {"FILES_TOKEN": "PARLEY_FILES_TOKEN"}, "timeout_secs": 20, "max_retries": 1,
    "tools": {"allow": ["read", "write"], "approval": {"read": "auto"}, "default_approval": "requires_approval"}},
   {"name": "tickets", "transport": "http", "url": "https://mcp.example.test/mcp",
-   "headers_env": {"Authorization": "TICKETS_AUTH"}, "trust_annotations": true}
+   "headers_env": {"Authorization": "TICKETS_AUTH"}, "trust_annotations": true,
+   "max_message_bytes": 1048576, "max_list_bytes": 2097152}
 ]}`
 
 func TestParseMCP(t *testing.T) {
@@ -37,7 +38,8 @@ func TestParseMCP(t *testing.T) {
 	if f.TrustAnnotations {
 		t.Errorf("annotations trusted without trust_annotations: %+v", f)
 	}
-	if h.Transport != mcpadapter.HTTP || h.Headers["Authorization"] != "Bearer t" || !h.TrustAnnotations {
+	if h.Transport != mcpadapter.HTTP || h.Headers["Authorization"] != "Bearer t" || !h.TrustAnnotations ||
+		h.MaxMessageBytes != 1<<20 || h.MaxListBytes != 2<<20 || f.MaxMessageBytes != 0 {
 		t.Errorf("http server %+v", h)
 	}
 	// The tools part of the same file still loads.
@@ -64,6 +66,10 @@ func TestParseMCPProblems(t *testing.T) {
 			"/mcp_servers/0/tools/approval/t", ""},
 		{"trust as text", `{"tools":[],"mcp_servers":[{"name":"a","transport":"stdio","command":["x"],"trust_annotations":"yes"}]}`,
 			"/mcp_servers/0/trust_annotations", ""},
+		{"tiny message bound", `{"tools":[],"mcp_servers":[{"name":"a","transport":"stdio","command":["x"],"max_message_bytes":10}]}`,
+			"/mcp_servers/0/max_message_bytes", ""},
+		{"huge list bound", `{"tools":[],"mcp_servers":[{"name":"a","transport":"stdio","command":["x"],"max_list_bytes":1e12}]}`,
+			"/mcp_servers/0/max_list_bytes", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,8 +8,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -18,18 +22,78 @@ import (
 // EnvServe is the variable that makes a test binary serve MCP over stdio (see ServeIfChild).
 const EnvServe = "MCPTEST_SERVE"
 
+// EnvListBytes, beside EnvServe, makes the child's tools/list that many bytes larger in tools of
+// EnvToolBytes each (AddBigTools; default 1 MiB); EnvPageSize sets how many tools one page of its
+// list holds.
+const (
+	EnvListBytes = "MCPTEST_LIST_BYTES"
+	EnvToolBytes = "MCPTEST_TOOL_BYTES"
+	EnvPageSize  = "MCPTEST_PAGE_SIZE"
+)
+
+// ServeHTTP and ServeHTTPJSON, as the value of EnvServe, make the child serve streamable HTTP on
+// a loopback port instead of stdio (the second answering with application/json rather than
+// SSE); it writes its URL as the first line of its standard output. They keep a hostile
+// server's memory out of the measured process (measure_test.go).
+const (
+	ServeHTTP     = "http"
+	ServeHTTPJSON = "http-json"
+)
+
 // ServeIfChild serves the test server over stdio and exits when the process was started with
 // EnvServe=1 (a TestMain calls it first): a test re-executes its own binary as the server.
 func ServeIfChild() {
-	if os.Getenv(EnvServe) != "1" {
+	mode := os.Getenv(EnvServe)
+	if mode == "" {
 		return
 	}
-	s := NewServer(true)
-	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
+	pageSize, _ := strconv.Atoi(os.Getenv(EnvPageSize))
+	s := NewServerWith(mode == "1", &mcp.ServerOptions{PageSize: pageSize})
+	if n, _ := strconv.Atoi(os.Getenv(EnvListBytes)); n > 0 {
+		each, _ := strconv.Atoi(os.Getenv(EnvToolBytes))
+		AddBigTools(s, n, each)
+	}
+	var err error
+	switch mode {
+	case ServeHTTP, ServeHTTPJSON:
+		err = serveHTTP(s, mode == ServeHTTPJSON)
+	default:
+		err = s.Run(context.Background(), &mcp.StdioTransport{MaxLineLength: -1})
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "mcptest:", err)
 		os.Exit(1)
 	}
 	os.Exit(0)
+}
+
+func serveHTTP(s *mcp.Server, jsonResponse bool) error {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	fmt.Printf("http://%s\n", l.Addr())
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{JSONResponse: jsonResponse})
+	// The parent ends the child by closing its standard input.
+	go func() {
+		_, _ = os.Stdin.Read(make([]byte, 1))
+		os.Exit(0)
+	}()
+	return http.Serve(l, h) //nolint:gosec // a test server on loopback
+}
+
+// AddBigTools adds tools whose descriptions come to about n bytes, each bytes or less each (0:
+// 1 MiB): a tools/list far beyond what a client should read.
+func AddBigTools(s *mcp.Server, n, each int) {
+	if each <= 0 {
+		each = 1 << 20
+	}
+	for i := 0; n > 0; i++ {
+		size := min(n, each)
+		n -= size
+		s.AddTool(&mcp.Tool{Name: fmt.Sprintf("big_%d", i), Description: strings.Repeat("d", size), InputSchema: objectSchema},
+			func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return text("big"), nil })
+	}
 }
 
 // AskState is the "ask" tool's request state: opaque text that PostgreSQL would not keep as
@@ -56,8 +120,11 @@ var objectSchema = json.RawMessage(`{"type":"object"}`)
 const HangFor = 5 * time.Second
 
 // NewServer builds the test server; crash adds the tool that kills the process (stdio only).
-func NewServer(crash bool) *mcp.Server {
-	s := mcp.NewServer(&mcp.Implementation{Name: "mcptest", Version: "1"}, nil)
+func NewServer(crash bool) *mcp.Server { return NewServerWith(crash, nil) }
+
+// NewServerWith is NewServer with the SDK's server options (a page size).
+func NewServerWith(crash bool, opts *mcp.ServerOptions) *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "mcptest", Version: "1"}, opts)
 	s.AddTool(&mcp.Tool{Name: "lookup", Description: "Look a word up (read-only).",
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}`),
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
@@ -184,8 +251,8 @@ func NewServer(crash bool) *mcp.Server {
 }
 
 // HostileForms are the shapes of HostileForm: a form too large, with too many fields, an enum
-// too long, a title too long.
-var HostileForms = []string{"bytes", "fields", "enum", "title"}
+// too long, a title too long, an enum value too long.
+var HostileForms = []string{"bytes", "fields", "enum", "title", "enum value"}
 
 var shapeSchema = json.RawMessage(`{"type":"object","properties":{"shape":{"type":"string"}}}`)
 
@@ -194,9 +261,9 @@ var shapeSchema = json.RawMessage(`{"type":"object","properties":{"shape":{"type
 func HostileForm(shape string) json.RawMessage {
 	props := map[string]any{}
 	switch shape {
-	case "bytes": // about 10 MB in 20 fields
+	case "bytes": // about 160 KB in 20 fields: past the form's bound, within a message's
 		for i := range 20 {
-			props[fmt.Sprintf("f%d", i)] = map[string]any{"type": "string", "default": strings.Repeat("x", 500<<10)}
+			props[fmt.Sprintf("f%d", i)] = map[string]any{"type": "string", "default": strings.Repeat("x", 8<<10)}
 		}
 	case "fields":
 		for i := range 200 { // small enough to pass the bytes bound
@@ -208,6 +275,8 @@ func HostileForm(shape string) json.RawMessage {
 			enum[i] = fmt.Sprintf("v%d", i)
 		}
 		props["pick"] = map[string]any{"type": "string", "enum": enum}
+	case "enum value":
+		props["pick"] = map[string]any{"type": "string", "enum": []string{"short", strings.Repeat("V", 4<<10)}}
 	case "title":
 		props["name"] = map[string]any{"type": "string", "title": strings.Repeat("T", 4<<10)}
 	default:
@@ -261,4 +330,42 @@ func NewLegacyServer() *mcp.Server {
 			return text("answered: " + r.Action), nil
 		})
 	return s
+}
+
+// FloodListChanged makes s send each of its tools/list_changed notifications n times, back to
+// back (the SDK's server coalesces a burst of changes into one): a server that floods its
+// clients with list changes. It returns the count of notifications sent.
+func FloodListChanged(s *mcp.Server, n int) *atomic.Int64 {
+	var sent atomic.Int64
+	s.AddSendingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method != "notifications/tools/list_changed" {
+				return next(ctx, method, req)
+			}
+			for range n - 1 {
+				if _, err := next(ctx, method, req); err != nil {
+					return nil, err
+				}
+				sent.Add(1)
+			}
+			res, err := next(ctx, method, req)
+			sent.Add(1)
+			return res, err
+		}
+	})
+	return &sent
+}
+
+// CountLists counts the tools/list requests s receives (each page is one).
+func CountLists(s *mcp.Server) *atomic.Int64 {
+	var lists atomic.Int64
+	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method == "tools/list" {
+				lists.Add(1)
+			}
+			return next(ctx, method, req)
+		}
+	})
+	return &lists
 }
