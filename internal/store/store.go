@@ -359,6 +359,13 @@ type Store interface {
 	Append(ctx context.Context, conversationID string, afterSeq int64, b Batch) (int64, error)
 	// Log returns the entries with Seq > afterSeq in order.
 	Log(ctx context.Context, conversationID string, afterSeq int64) ([]Entry, error)
+	// LogPage returns a page of the log: the entries with Seq > afterSeq, in order, at most limit
+	// (> 0) of them and none after the one whose data brings the page to maxBytes (> 0; a page
+	// holds at least one entry). A reader that writes each page before it reads the next (an event
+	// stream catching up) holds one page in memory, not the log. A page of fewer than limit
+	// entries whose data come to less than maxBytes ends the log (as of the read). A
+	// conversation that does not exist is ErrNotFound.
+	LogPage(ctx context.Context, conversationID string, afterSeq int64, limit, maxBytes int) ([]Entry, error)
 	ToolCalls(ctx context.Context, conversationID string) ([]ToolCall, error) // in log order
 	GetToolCall(ctx context.Context, conversationID, toolCallID string) (ToolCall, error)
 	ListPending(ctx context.Context, f PendingFilter) ([]PendingCall, error)

@@ -90,6 +90,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 		{"RenameDeleteSearch", testRenameDeleteSearch},
 		{"FindConversations", testFindConversations},
 		{"AppendAndLog", testAppendAndLog},
+		{"LogPages", testLogPages},
 		{"AppendRace", testAppendRace},
 		{"AppendRaceTwoHandles", testAppendRaceTwoHandles},
 		{"BatchAtomicity", testBatchAtomicity},
@@ -564,6 +565,63 @@ func testAppendAndLog(t *testing.T, open Opener) {
 	must(s.Append(ctx, c.ID, 4, store.Batch{Entries: []store.Entry{{Type: store.EntryExpiry, ToolCallID: "c1", Actor: "system"}}}))(t)
 	if got := must(s.Log(ctx, c.ID, 4))(t); len(got) != 1 || len(got[0].Data) != 0 {
 		t.Fatalf("entry without data = %+v", got)
+	}
+}
+
+// testLogPages: LogPage reads the log a page at a time: read page after page from where the
+// last one ended, a log several pages long comes whole, in order, without a duplicate; a short
+// page says the log ends; a page stops at the entry whose data reach maxBytes (at least one
+// entry, however large); an unknown conversation is ErrNotFound; a limit or a byte bound that is
+// not positive is refused.
+func testLogPages(t *testing.T, open Opener) {
+	s, ctx := open(t), ctxT(t)
+	c := newConv(t, s, "ana", "pages")
+	const n, page = 23, 5
+	var last int64
+	for i := range n {
+		last = must(s.Append(ctx, c.ID, last, store.Batch{Entries: []store.Entry{
+			entry(store.EntryUserMessage, "", fmt.Sprintf(`{"text":"m%d"}`, i+1)),
+		}}))(t)
+	}
+	var got []store.Entry
+	after, reads := int64(0), 0
+	for {
+		es := must(s.LogPage(ctx, c.ID, after, page, 1<<20))(t)
+		reads++
+		if len(es) > page {
+			t.Fatalf("a page of %d holds %d entries", page, len(es))
+		}
+		got = append(got, es...)
+		if len(es) < page {
+			break
+		}
+		after = es[len(es)-1].Seq
+	}
+	if len(got) != n || reads != n/page+1 {
+		t.Fatalf("read %d entries in %d pages, want %d in %d", len(got), reads, n, n/page+1)
+	}
+	for i, e := range got {
+		if e.Seq != int64(i+1) || string(e.Data) != fmt.Sprintf(`{"text":"m%d"}`, i+1) {
+			t.Fatalf("entry %d of the pages = seq %d %s", i, e.Seq, e.Data)
+		}
+	}
+	if es := must(s.LogPage(ctx, c.ID, 20, page, 1<<20))(t); len(es) != 3 || es[0].Seq != 21 {
+		t.Fatalf("the last page = %+v, want 21..23", es)
+	}
+	// The first entries' data are 13 bytes each: a bound of 30 bytes ends the page at the third.
+	if es := must(s.LogPage(ctx, c.ID, 0, page, 30))(t); len(es) != 3 || es[2].Seq != 3 {
+		t.Fatalf("a page of at most 30 bytes = %d entries, want 3", len(es))
+	}
+	if es := must(s.LogPage(ctx, c.ID, 0, page, 1))(t); len(es) != 1 || es[0].Seq != 1 {
+		t.Fatalf("a page of at most 1 byte = %d entries, want the first alone", len(es))
+	}
+	_, err := s.LogPage(ctx, "nope", 0, page, 1<<20)
+	wantErr(t, err, store.ErrNotFound, "LogPage of a missing conversation")
+	if _, err := s.LogPage(ctx, c.ID, 0, 0, 1<<20); err == nil {
+		t.Fatal("LogPage with limit 0 succeeded")
+	}
+	if _, err := s.LogPage(ctx, c.ID, 0, page, 0); err == nil {
+		t.Fatal("LogPage with maxBytes 0 succeeded")
 	}
 }
 

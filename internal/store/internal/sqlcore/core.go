@@ -880,14 +880,45 @@ func anySlice(ss []string) []any {
 
 // Log implements store.Store. A conversation that does not exist is store.ErrNotFound.
 func (c *Core) Log(ctx context.Context, conversationID string, afterSeq int64) ([]store.Entry, error) {
-	es, err := queryAll(ctx, c.DB, `SELECT seq, type, tool_call_id, actor, data, created_at FROM entries WHERE conversation_id = $1 AND seq > $2 ORDER BY seq`,
-		[]any{conversationID, afterSeq}, func(r Rows) (store.Entry, error) {
+	return c.logPage(ctx, conversationID, afterSeq, 0, 0)
+}
+
+// LogPage implements store.Store: the primary key (conversation_id, seq) gives the page in order
+// without reading past it, and the rows are scanned one by one, so those past maxBytes are never
+// kept.
+func (c *Core) LogPage(ctx context.Context, conversationID string, afterSeq int64, limit, maxBytes int) ([]store.Entry, error) {
+	if limit <= 0 || maxBytes <= 0 {
+		return nil, fmt.Errorf("log page of conversation %q: limit %d and maxBytes %d must be positive", conversationID, limit, maxBytes)
+	}
+	return c.logPage(ctx, conversationID, afterSeq, limit, maxBytes)
+}
+
+// logPage reads the entries after afterSeq, at most limit (0: all) and up to the one whose data
+// reaches maxBytes (0: no bound).
+func (c *Core) logPage(ctx context.Context, conversationID string, afterSeq int64, limit, maxBytes int) ([]store.Entry, error) {
+	es, err := func() ([]store.Entry, error) {
+		rows, err := c.DB.Query(ctx, `SELECT seq, type, tool_call_id, actor, data, created_at FROM entries WHERE conversation_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`,
+			conversationID, afterSeq, int64(limitOrAll(limit)))
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		var out []store.Entry
+		size := 0
+		for rows.Next() {
 			var e store.Entry
 			var typ string
-			err := r.Scan(&e.Seq, &typ, &e.ToolCallID, &e.Actor, &e.Data, &e.CreatedAt)
+			if err := rows.Scan(&e.Seq, &typ, &e.ToolCallID, &e.Actor, &e.Data, &e.CreatedAt); err != nil {
+				return nil, err
+			}
 			e.Type = store.EntryType(typ)
-			return e, err
-		})
+			out = append(out, e)
+			if size += len(e.Data); maxBytes > 0 && size >= maxBytes {
+				return out, nil
+			}
+		}
+		return out, rows.Err()
+	}()
 	if err != nil {
 		return nil, fmt.Errorf("log of conversation %q: %w", conversationID, err)
 	}
