@@ -24,7 +24,9 @@ type Core struct {
 	// the chain's head after each commit that moved it (governance.go).
 	ChainKey *store.AuditKey
 	Anchor   store.AuditAnchor
-	legacy   int64 // unkeyed records at the chain's start (InitAudit)
+	// SearchTimeout bounds FindConversations (0: store.SearchTimeout); tests shorten it.
+	SearchTimeout time.Duration
+	legacy        int64 // unkeyed records at the chain's start (InitAudit)
 
 	mu   sync.Mutex
 	last time.Time // the newest stamp handed out
