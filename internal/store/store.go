@@ -305,6 +305,15 @@ type Store interface {
 	EndUserSessions(ctx context.Context, userID string, keep []byte) (int, error)
 	// PurgeSessions deletes the sessions expired at now and says how many.
 	PurgeSessions(ctx context.Context, now time.Time) (int, error)
+	// UpdateSignInAttempts reads the failed sign-in tries counted against each of keys (the
+	// zero SignInAttempts for a key with none), hands them to update in the order of keys, and
+	// stores what it returns in their place (a zero Failures deletes the key), atomically: every
+	// process on the database sees one count per key, and sign-ins at the same moment are each
+	// counted. update must be pure (it may be called again); keys are distinct.
+	UpdateSignInAttempts(ctx context.Context, keys []string, update func([]SignInAttempts) []SignInAttempts) error
+	// SweepSignInAttempts deletes the keys whose first counted try is before since and says how
+	// many: their window is over.
+	SweepSignInAttempts(ctx context.Context, since time.Time) (int, error)
 	SetPassword(ctx context.Context, userID string, hash []byte) error
 	CreateAPIToken(ctx context.Context, t APIToken) (APIToken, error)
 	APITokenByHash(ctx context.Context, hash []byte) (APIToken, error)    // ErrNotFound when missing, revoked or expired
@@ -463,6 +472,13 @@ func Ready(ctx context.Context, s Store) error {
 		return fmt.Errorf("store not ready: schema version %d, this binary needs %d: %w", have, want, ErrSchemaBehind)
 	}
 	return nil
+}
+
+// SignInAttempts are the failed sign-in tries counted against one key since First, the latest
+// at Last.
+type SignInAttempts struct {
+	First, Last time.Time
+	Failures    int
 }
 
 // SearchHit is one conversation FindConversations found. Seq is the message that matched (0 when

@@ -100,7 +100,7 @@ func Open(ctx context.Context, databaseURL string, logger *slog.Logger, opts ...
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{
-		Core:       sqlcore.Core{Dialect: sqlcore.Dialect{SkipLocked: "FOR UPDATE SKIP LOCKED", KeyShare: "FOR KEY SHARE", ChainLock: sqlcore.ChainLockPG, FindSQL: findSQL, SearchTimeoutSQL: searchTimeoutSQL, Match: tsMatch}, Clock: clock.Real{}},
+		Core:       sqlcore.Core{Dialect: sqlcore.Dialect{SkipLocked: "FOR UPDATE SKIP LOCKED", KeyShare: "FOR KEY SHARE", ForUpdate: "FOR UPDATE", ChainLock: sqlcore.ChainLockPG, FindSQL: findSQL, SearchTimeoutSQL: searchTimeoutSQL, Match: tsMatch}, Clock: clock.Real{}},
 		committers: -1, // half the pool, decided once its size is known
 	}
 	for _, o := range opts {

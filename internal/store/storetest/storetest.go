@@ -108,6 +108,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 		{"Usage", testUsage},
 		{"FirstAdmin", testFirstAdmin},
 		{"EndSessions", testEndSessions},
+		{"SignInAttempts", testSignInAttempts},
 		{"Audit", testAudit},
 		{"AuditChain", func(t *testing.T, open Opener) { testAuditChain(t, open, cfg.tamper) }},
 		{"AuditAppendOnly", func(t *testing.T, open Opener) { testAuditAppendOnly(t, open, cfg.exec) }},
@@ -1419,4 +1420,78 @@ func testEndSessions(t *testing.T, open Opener) {
 	if err := s.SetPassword(ctx, "nobody", []byte("x")); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("the password of nobody: %v", err)
 	}
+}
+
+// testSignInAttempts: UpdateSignInAttempts is one atomic read-modify-write of several keys:
+// counts made at once through two handles (two processes) are all kept; a key update returns
+// with no failures is gone; the keys come to update in the caller's order; the sweep deletes
+// the keys whose first try is before its time, and only those.
+func testSignInAttempts(t *testing.T, open Opener) {
+	s1, ctx := open(t), ctxT(t)
+	s2 := open(t)
+	t0 := time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
+	count := func(s store.Store, keys ...string) error {
+		return s.UpdateSignInAttempts(ctx, keys, func(cur []store.SignInAttempts) []store.SignInAttempts {
+			for i := range cur {
+				if cur[i].Failures == 0 {
+					cur[i].First = t0
+				}
+				cur[i].Failures++
+				cur[i].Last = t0.Add(time.Duration(cur[i].Failures) * time.Second)
+			}
+			return cur
+		})
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 40)
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, keys := s1, []string{"b", "a"}
+			if i%2 == 1 {
+				s, keys = s2, []string{"a", "c", "b"}
+			}
+			errs <- count(s, keys...)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []store.SignInAttempts
+	must(0, s2.UpdateSignInAttempts(ctx, []string{"c", "a", "b", "none"}, func(cur []store.SignInAttempts) []store.SignInAttempts {
+		got = slices.Clone(cur)
+		cur[0] = store.SignInAttempts{} // c goes
+		return cur
+	}))(t)
+	if got[0].Failures != 20 || got[1].Failures != 40 || got[2].Failures != 40 || got[3] != (store.SignInAttempts{}) {
+		t.Fatalf("counts c, a, b, none = %+v, want 20, 40, 40 and none", got)
+	}
+	if !got[1].First.Equal(t0) || !got[1].Last.Equal(t0.Add(40*time.Second)) {
+		t.Fatalf("a = %+v, want first %v, last 40 s later", got[1], t0)
+	}
+	must(0, s1.UpdateSignInAttempts(ctx, []string{"c"}, func(cur []store.SignInAttempts) []store.SignInAttempts {
+		if cur[0] != (store.SignInAttempts{}) {
+			t.Errorf("c after it was cleared = %+v", cur[0])
+		}
+		return cur
+	}))(t)
+	if err := s1.UpdateSignInAttempts(ctx, []string{"d"}, func(cur []store.SignInAttempts) []store.SignInAttempts {
+		return []store.SignInAttempts{{First: t0.Add(time.Hour), Last: t0.Add(time.Hour), Failures: 1}}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := must(s2.SweepSignInAttempts(ctx, t0.Add(time.Minute)))(t); n != 2 {
+		t.Fatalf("the sweep deleted %d keys, want a and b", n)
+	}
+	must(0, s1.UpdateSignInAttempts(ctx, []string{"a", "d"}, func(cur []store.SignInAttempts) []store.SignInAttempts {
+		if cur[0].Failures != 0 || cur[1].Failures != 1 {
+			t.Errorf("after the sweep a, d = %+v, want none and 1", cur)
+		}
+		return cur
+	}))(t)
 }

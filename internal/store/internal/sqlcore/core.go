@@ -354,6 +354,64 @@ func (c *Core) EndUserSessions(ctx context.Context, userID string, keep []byte) 
 	return int(n), nil
 }
 
+// UpdateSignInAttempts implements store.Store: each key's row is made if missing and locked
+// (Dialect.ForUpdate), in the keys' sorted order so two sign-ins never wait on each other in a
+// circle, then update decides and the rows are written, all in one transaction.
+func (c *Core) UpdateSignInAttempts(ctx context.Context, keys []string, update func([]store.SignInAttempts) []store.SignInAttempts) error {
+	order := make([]int, len(keys))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
+	err := c.inTx(ctx, func(tx Tx) error {
+		now := ts(c.now())
+		cur := make([]store.SignInAttempts, len(keys))
+		for _, i := range order {
+			if _, err := tx.Exec(ctx, `INSERT INTO signin_attempts (key, first_at, last_at, failures) VALUES ($1, $2, $2, 0) ON CONFLICT (key) DO NOTHING`, keys[i], now); err != nil {
+				return err
+			}
+			a := &cur[i]
+			if err := queryRow(ctx, tx, `SELECT first_at, last_at, failures FROM signin_attempts WHERE key = $1 `+c.Dialect.ForUpdate,
+				[]any{keys[i]}, &a.First, &a.Last, &a.Failures); err != nil {
+				return err
+			}
+			if a.Failures == 0 {
+				*a = store.SignInAttempts{}
+			}
+		}
+		next := update(slices.Clone(cur))
+		if len(next) != len(keys) {
+			return fmt.Errorf("update returned %d attempts for %d keys", len(next), len(keys))
+		}
+		for _, i := range order {
+			var err error
+			if a := next[i]; a.Failures <= 0 {
+				_, err = tx.Exec(ctx, `DELETE FROM signin_attempts WHERE key = $1`, keys[i])
+			} else {
+				_, err = tx.Exec(ctx, `UPDATE signin_attempts SET first_at = $2, last_at = $3, failures = $4 WHERE key = $1`,
+					keys[i], ts(a.First), ts(a.Last), int64(a.Failures))
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("update sign-in attempts: %w", err)
+	}
+	return nil
+}
+
+// SweepSignInAttempts implements store.Store.
+func (c *Core) SweepSignInAttempts(ctx context.Context, since time.Time) (int, error) {
+	n, err := c.DB.Exec(ctx, `DELETE FROM signin_attempts WHERE first_at < $1`, ts(since))
+	if err != nil {
+		return 0, fmt.Errorf("sweep sign-in attempts: %w", err)
+	}
+	return int(n), nil
+}
+
 // PurgeSessions implements store.Store.
 func (c *Core) PurgeSessions(ctx context.Context, now time.Time) (int, error) {
 	n, err := c.DB.Exec(ctx, `DELETE FROM sessions WHERE expires_at <= $1`, ts(now))

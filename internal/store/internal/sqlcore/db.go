@@ -83,6 +83,10 @@ type Dialect struct {
 	// that a deletion of the conversation waits for the insert and then deletes its row; empty on
 	// SQLite, whose single writer serializes the two and whose key refuses the row anyway.
 	KeyShare string
+	// ForUpdate locks the sign-in attempts' rows a transaction reads before it writes them:
+	// "FOR UPDATE" on PostgreSQL; empty on SQLite, whose write transaction holds the only write
+	// lock from its start.
+	ForUpdate string
 	// ChainLock serializes the audit chain's writers before one reads its head (governance.go):
 	// a transaction-level advisory lock on PostgreSQL (ChainLockPG); empty on SQLite, whose
 	// write transaction holds the only write lock from its start.
