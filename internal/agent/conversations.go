@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -20,8 +21,9 @@ import (
 // autoTitleRunes bounds a title made from the first message: a list line, not a paragraph.
 const autoTitleRunes = 60
 
-// maxSearchResults bounds one search's answer.
-const maxSearchResults = 200
+// maxSearchResults bounds one search's answer: the page it shows, and the hits whose excerpts
+// the store makes (each costs the database a highlight of a window of the message).
+const maxSearchResults = 50
 
 // Rename sets the conversation's title. Only the owner may (MayManage): not_found for whoever
 // may not see the conversation, permission_denied for whoever may; invalid_args for an empty
@@ -54,11 +56,12 @@ func (m *Manager) Delete(ctx context.Context, convID string, by Principal) error
 
 // Search lists by's conversations whose title contains query (ignoring case) or one of whose
 // messages holds every word of query (full-text, each word also as a prefix:
-// store.FindConversations), newest first, at most 200, a message match with its excerpt. Only
+// store.FindConversations), newest first, at most 50, a message match with its excerpt. Only
 // by's own conversations are searched (a reviewer's read-only view of someone else's is not a
 // conversation of theirs). An empty query lists them all, as List does. A query over 200
 // characters, with more than 16 words, or holding a control character (NUL included) is
-// invalid_args on "q"; punctuation and query operators are text.
+// invalid_args on "q"; punctuation and query operators are text. A search the database stopped
+// at store.SearchTimeout is timeout, saying to narrow it.
 func (m *Manager) Search(ctx context.Context, by Principal, query string) ([]Summary, error) {
 	query = strings.TrimSpace(query)
 	if query == "" {
@@ -77,6 +80,9 @@ func (m *Manager) Search(ctx context.Context, by Principal, query string) ([]Sum
 		return nil, fault.InvalidField("q", "a search has at most 16 words")
 	}
 	hits, err := m.cfg.Store.FindConversations(ctx, by.UserID, query, maxSearchResults)
+	if errors.Is(err, store.ErrSearchTimeout) {
+		return nil, errSearchTimeout()
+	}
 	if err != nil {
 		return nil, m.internalError("search conversations", err)
 	}
@@ -88,6 +94,12 @@ func (m *Manager) Search(ctx context.Context, by Principal, query string) ([]Sum
 		}
 	}
 	return out, nil
+}
+
+// errSearchTimeout answers a search the database stopped at store.SearchTimeout.
+func errSearchTimeout() *fault.Error {
+	return fault.New(fault.KindTimeout, fmt.Sprintf("the search took longer than %s and was stopped: use more words, or longer ones", store.SearchTimeout),
+		map[string]any{"timeout_seconds": int(store.SearchTimeout.Seconds())})
 }
 
 // maxSnippetBytes bounds an excerpt, whatever the store made of it.

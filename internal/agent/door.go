@@ -215,13 +215,14 @@ func (m *Manager) Subscribe(ctx context.Context, convID string, by Principal) (*
 	return sub, nil
 }
 
-// Log returns the subscribed conversation's log entries after the sequence after, in order
-// (an event stream catching up). The subscription is the permission: Subscribe checked it.
-func (s *Subscription) Log(ctx context.Context, after int64) ([]store.Entry, error) {
+// Log returns a page of the subscribed conversation's log after the sequence after, in order:
+// at most limit entries, up to maxBytes of data (store.LogPage; an event stream catches up page
+// by page). The subscription is the permission: Subscribe checked it.
+func (s *Subscription) Log(ctx context.Context, after int64, limit, maxBytes int) ([]store.Entry, error) {
 	if s.m == nil {
 		return nil, fault.New(fault.KindNotFound, "this subscription follows no single conversation", nil)
 	}
-	entries, err := s.m.cfg.Store.Log(ctx, s.convID, after)
+	entries, err := s.m.cfg.Store.LogPage(ctx, s.convID, after, limit, maxBytes)
 	if err != nil {
 		return nil, s.m.internalError("read log", err)
 	}

@@ -386,8 +386,9 @@ func (a *App) Run(ctx context.Context) error {
 // sessionSweep is how often expired sessions are deleted.
 const sessionSweep = time.Hour
 
-// sweepSessions deletes expired session rows now and every sessionSweep until ctx ends (an
-// expired session is refused at once anyway; this keeps the table from growing). With several
+// sweepSessions deletes expired session rows, and sign-in limits whose window ended, now and
+// every sessionSweep until ctx ends (an expired session is refused at once anyway; this keeps
+// the tables from growing). With several
 // processes each sweeps; the deletes are idempotent.
 func (a *App) sweepSessions(ctx context.Context) {
 	clk := a.clock
@@ -405,6 +406,11 @@ func (a *App) sweepSessions(ctx context.Context) {
 				a.log.Warn("purge expired sessions", "err", err)
 			} else if n > 0 {
 				a.log.Info("purged expired sessions", "count", n)
+			}
+			if n, err := a.web.SweepSignIns(ctx); err != nil && ctx.Err() == nil {
+				a.log.Warn("sweep sign-in limits", "err", err)
+			} else if n > 0 {
+				a.log.Info("swept sign-in limits whose window ended", "count", n)
 			}
 			timer.Reset(sessionSweep)
 		}

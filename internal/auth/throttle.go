@@ -84,24 +84,51 @@ func (t *Throttle) waitLocked(key string) time.Duration {
 		return 0
 	}
 	now := t.clock.Now()
-	end := a.first.Add(t.window)
-	if !now.Before(end) {
+	if !now.Before(a.first.Add(t.window)) {
 		delete(t.keys, key)
 		return 0
 	}
-	if a.failures < t.max {
+	return t.WaitOf(Attempts{First: a.first, Last: a.last, Failures: a.failures}, now)
+}
+
+// Attempts are the failures counted against one key, wherever they are kept: the throttle's
+// own table, or a database every process shares (web's sign-in limits). The zero value is a
+// key with none.
+type Attempts struct {
+	First, Last time.Time
+	Failures    int
+}
+
+// WaitOf is the throttle's rule, apart from where the counts live: how long a key with the
+// attempts a must wait at now before it tries again (0: it may try now).
+func (t *Throttle) WaitOf(a Attempts, now time.Time) time.Duration {
+	end := a.First.Add(t.window)
+	if a.Failures == 0 || !now.Before(end) || a.Failures < t.max {
 		return 0
 	}
 	if t.progressive {
 		wait := t.base
-		for i := t.max; i < a.failures && wait < t.maxWait; i++ {
+		for i := t.max; i < a.Failures && wait < t.maxWait; i++ {
 			wait *= 2
 		}
 		wait = min(wait, t.maxWait)
-		return max(a.last.Add(wait).Sub(now), 0)
+		return max(a.Last.Add(wait).Sub(now), 0)
 	}
 	return end.Sub(now)
 }
+
+// Counted is a with one more failure at now; a window that is over starts again.
+func (t *Throttle) Counted(a Attempts, now time.Time) Attempts {
+	if a.Failures == 0 || !now.Before(a.First.Add(t.window)) {
+		a = Attempts{First: now}
+	}
+	a.Failures++
+	a.Last = now
+	return a
+}
+
+// Window is how long a key's failures count from the first.
+func (t *Throttle) Window() time.Duration { return t.window }
 
 // Fail records a failed attempt of key.
 func (t *Throttle) Fail(key string) {

@@ -30,6 +30,8 @@ var (
 	// ErrSchemaBehind means the database lacks migrations this binary needs (it was restored
 	// from an older backup or its migrations were removed after this process started).
 	ErrSchemaBehind = errors.New("database schema is older than this binary")
+	// ErrSearchTimeout is a search that ran past SearchTimeout and was stopped.
+	ErrSearchTimeout = errors.New("the search took too long")
 )
 
 // TokenTouchEvery is how stale an API token's LastUsedAt may get: TouchAPIToken writes only
@@ -303,6 +305,15 @@ type Store interface {
 	EndUserSessions(ctx context.Context, userID string, keep []byte) (int, error)
 	// PurgeSessions deletes the sessions expired at now and says how many.
 	PurgeSessions(ctx context.Context, now time.Time) (int, error)
+	// UpdateSignInAttempts reads the failed sign-in tries counted against each of keys (the
+	// zero SignInAttempts for a key with none), hands them to update in the order of keys, and
+	// stores what it returns in their place (a zero Failures deletes the key), atomically: every
+	// process on the database sees one count per key, and sign-ins at the same moment are each
+	// counted. update must be pure (it may be called again); keys are distinct.
+	UpdateSignInAttempts(ctx context.Context, keys []string, update func([]SignInAttempts) []SignInAttempts) error
+	// SweepSignInAttempts deletes the keys whose first counted try is before since and says how
+	// many: their window is over.
+	SweepSignInAttempts(ctx context.Context, since time.Time) (int, error)
 	SetPassword(ctx context.Context, userID string, hash []byte) error
 	CreateAPIToken(ctx context.Context, t APIToken) (APIToken, error)
 	APITokenByHash(ctx context.Context, hash []byte) (APIToken, error)    // ErrNotFound when missing, revoked or expired
@@ -348,8 +359,9 @@ type Store interface {
 	// SearchConversations) or one of whose messages (user and assistant) holds every word of
 	// query (SearchWords: full-text, each word also as a prefix, ignoring case), most recently
 	// updated first, at most limit (0: all). A hit by message names the most recent such message
-	// and an excerpt of it (Snippet). Only the first MaxIndexedText bytes of a message are
-	// searched. Messages are indexed in the transaction that appends them and leave the index
+	// and an excerpt of it (Snippet), made for the hits returned only, from a window of the
+	// message (SnippetWindow). Only the first MaxIndexedText bytes of a message are searched.
+	// A search that runs past SearchTimeout is stopped: ErrSearchTimeout. Messages are indexed in the transaction that appends them and leave the index
 	// with their conversation.
 	FindConversations(ctx context.Context, ownerID, query string, limit int) ([]SearchHit, error)
 	// ListActive returns conversations whose status is not idle, for revival at start-up.
@@ -359,6 +371,13 @@ type Store interface {
 	Append(ctx context.Context, conversationID string, afterSeq int64, b Batch) (int64, error)
 	// Log returns the entries with Seq > afterSeq in order.
 	Log(ctx context.Context, conversationID string, afterSeq int64) ([]Entry, error)
+	// LogPage returns a page of the log: the entries with Seq > afterSeq, in order, at most limit
+	// (> 0) of them and none after the one whose data brings the page to maxBytes (> 0; a page
+	// holds at least one entry). A reader that writes each page before it reads the next (an event
+	// stream catching up) holds one page in memory, not the log. A page of fewer than limit
+	// entries whose data come to less than maxBytes ends the log (as of the read). A
+	// conversation that does not exist is ErrNotFound.
+	LogPage(ctx context.Context, conversationID string, afterSeq int64, limit, maxBytes int) ([]Entry, error)
 	ToolCalls(ctx context.Context, conversationID string) ([]ToolCall, error) // in log order
 	GetToolCall(ctx context.Context, conversationID, toolCallID string) (ToolCall, error)
 	ListPending(ctx context.Context, f PendingFilter) ([]PendingCall, error)
@@ -455,6 +474,13 @@ func Ready(ctx context.Context, s Store) error {
 	return nil
 }
 
+// SignInAttempts are the failed sign-in tries counted against one key since First, the latest
+// at Last.
+type SignInAttempts struct {
+	First, Last time.Time
+	Failures    int
+}
+
 // SearchHit is one conversation FindConversations found. Seq is the message that matched (0 when
 // only the title did); Snippet is a short excerpt of it in plain text, each matched word between
 // SnippetMark and SnippetEnd (control characters the message itself cannot hold: they are
@@ -476,6 +502,14 @@ const (
 	MaxIndexedText = 100_000
 	// MaxSearchWords bounds the words of one search.
 	MaxSearchWords = 16
+	// SnippetWindow bounds the text an excerpt is made from: SnippetWindow characters of the
+	// message, starting SnippetLead characters before the first place its longest search word
+	// appears (or at its start). Highlighting a whole 100 000-byte message cost PostgreSQL
+	// ~12 ms a hit; a window costs a fraction of that, whatever the message's length.
+	SnippetWindow = 4000
+	SnippetLead   = 1000
+	// SearchTimeout bounds one search in the database: one stopped is ErrSearchTimeout.
+	SearchTimeout = 2 * time.Second
 )
 
 // SearchWords splits a search into the words the full-text index matches: runs of letters and

@@ -29,8 +29,12 @@ func (s *Server) apiCreateConversation(c echo.Context) error {
 
 // apiListConversations: GET /api/v1/conversations[?q=…] → the caller's conversations, newest
 // first (those whose title holds q, ignoring case, or one of whose messages holds every word of
-// q, when it is given: then a message match carries "match"; docs/api.md, "Search").
+// q, when it is given: then a message match carries "match"; docs/api.md, "Search"). A search
+// spends the user's search budget.
 func (s *Server) apiListConversations(c echo.Context) error {
+	if err := s.allowSearch(c, c.QueryParam("q")); err != nil {
+		return err
+	}
 	list, err := s.agent.Search(c.Request().Context(), principal(c), c.QueryParam("q"))
 	if err != nil {
 		return err

@@ -51,6 +51,11 @@ func (s *conversationReads) Log(ctx context.Context, conv string, after int64) (
 	return s.Store.Log(ctx, conv, after)
 }
 
+func (s *conversationReads) LogPage(ctx context.Context, conv string, after int64, limit, maxBytes int) ([]store.Entry, error) {
+	s.reads.Add(1)
+	return s.Store.LogPage(ctx, conv, after, limit, maxBytes)
+}
+
 // TestResolveRulesRunInTheAgent: the resolve and send handlers read no conversation data from
 // the store (the agent has it and applies the policy), and every rule holds through the real
 // agent: 404 "no such conversation" for whoever may not see the conversation (a stranger; a

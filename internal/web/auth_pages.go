@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +19,7 @@ import (
 
 	"parley/internal/agent"
 	"parley/internal/auth"
+	"parley/internal/fault"
 	"parley/internal/store"
 	"parley/views"
 )
@@ -65,7 +68,10 @@ func (s *Server) login(c echo.Context) error {
 	name := strings.TrimSpace(c.FormValue("username"))
 	password := c.FormValue("password")
 	f := views.AuthForm{Username: name, Next: c.FormValue("next")}
-	try, wait := s.startPasswordTry(c, name)
+	try, wait, err := s.startPasswordTry(c, name)
+	if err != nil {
+		return err
+	}
 	if wait > 0 {
 		secs := retryAfterSeconds(wait)
 		c.Response().Header().Set("Retry-After", strconv.Itoa(secs))
@@ -104,37 +110,74 @@ func (s *Server) signInKeys(c echo.Context, name string) (account, addr, subnet 
 	return "acct|" + strings.ToLower(name), "ip|" + ip, "net|" + subnetOf(ip)
 }
 
+// The sign-in limits live in the store (store.UpdateSignInAttempts), so every process on one
+// database counts against one budget and a restart forgets nothing. A key is stored as its
+// SHA-256: the table holds no name and no address, and any text a client sends (a name the
+// store could not hold, a forged address) makes a key.
+func signInKey(k string) string {
+	sum := sha256.Sum256([]byte(k))
+	return hex.EncodeToString(sum[:])
+}
+
+// errSignInLimits answers a sign-in whose limits could not be read or written: it is refused
+// (503, try again) rather than let through uncounted, and never a 500.
+var errSignInLimits = fault.New(fault.KindServiceUnavailable, "sign-in is unavailable for a moment: try again shortly",
+	map[string]any{"retry_after_seconds": 2})
+
 // reserveSignIn counts a password try against the account, the address and its subnet before
-// the password is checked, so tries sent at once cannot all pass the limits; it returns how long
-// to wait instead when any of them is spent (and then counts nothing).
-func (s *Server) reserveSignIn(account, addr, subnet string) time.Duration {
-	w := s.throttle.Reserve(account)
-	if w > 0 {
-		return w
+// the password is checked, so tries sent at once (to any process) cannot all pass the limits; it
+// returns how long to wait instead when any of them is spent (and then counts nothing). The
+// account's throttle is progressive, the address's and the subnet's hard (auth.Throttle).
+func (s *Server) reserveSignIn(ctx context.Context, keys [3]string) (time.Duration, error) {
+	rules := [3]*auth.Throttle{s.throttle, s.perIP, s.perNet}
+	var wait time.Duration
+	err := s.store.UpdateSignInAttempts(ctx, hashedKeys(keys), func(cur []store.SignInAttempts) []store.SignInAttempts {
+		now := s.clock.Now()
+		wait = 0
+		for i, r := range rules {
+			if w := r.WaitOf(auth.Attempts(cur[i]), now); w > 0 {
+				wait = w
+				return cur
+			}
+		}
+		next := make([]store.SignInAttempts, len(cur))
+		for i, r := range rules {
+			next[i] = store.SignInAttempts(r.Counted(auth.Attempts(cur[i]), now))
+		}
+		return next
+	})
+	if err != nil {
+		s.log.WarnContext(ctx, "sign-in limits", "err", err)
+		return 0, errSignInLimits
 	}
-	if w = s.perIP.Reserve(addr); w > 0 {
-		s.throttle.Undo(account)
-		return w
-	}
-	if w = s.perNet.Reserve(subnet); w > 0 {
-		s.throttle.Undo(account)
-		s.perIP.Undo(addr)
-	}
-	return w
+	return wait, nil
+}
+
+// SweepSignIns deletes the sign-in limits' keys whose window is over (they count nothing any
+// more) and says how many; the app calls it with the sessions' purge.
+func (s *Server) SweepSignIns(ctx context.Context) (int, error) {
+	return s.store.SweepSignInAttempts(ctx, s.clock.Now().Add(-s.cfg.LoginWindow))
+}
+
+func hashedKeys(keys [3]string) []string {
+	return []string{signInKey(keys[0]), signInKey(keys[1]), signInKey(keys[2])}
 }
 
 // passwordTry is one password check by name from this client, already counted against the
 // sign-in limits (startPasswordTry).
 type passwordTry struct {
-	s                     *Server
-	account, addr, subnet string
+	s    *Server
+	keys [3]string // the account, the address, the subnet
 }
 
 // startPasswordTry reserves a password try by name from this client within the sign-in limits;
-// wait > 0 says how long to wait instead (nothing was counted).
-func (s *Server) startPasswordTry(c echo.Context, name string) (passwordTry, time.Duration) {
+// wait > 0 says how long to wait instead (nothing was counted). An error (the limits could not
+// be read) refuses the try.
+func (s *Server) startPasswordTry(c echo.Context, name string) (passwordTry, time.Duration, error) {
 	account, addr, subnet := s.signInKeys(c, name)
-	return passwordTry{s, account, addr, subnet}, s.reserveSignIn(account, addr, subnet)
+	try := passwordTry{s, [3]string{account, addr, subnet}}
+	wait, err := s.reserveSignIn(c.Request().Context(), try.keys)
+	return try, wait, err
 }
 
 // check compares password with hash in a hashing slot. A right password clears the account's
@@ -147,9 +190,18 @@ func (t passwordTry) check(ctx context.Context, hash []byte, password string) (b
 	ok := auth.CheckPassword(hash, password, t.s.cfg.PasswordCost)
 	<-t.s.hashing
 	if ok {
-		t.s.throttle.Succeed(t.account)
-		t.s.perIP.Undo(t.addr)
-		t.s.perNet.Undo(t.subnet)
+		err := t.s.store.UpdateSignInAttempts(ctx, hashedKeys(t.keys), func(cur []store.SignInAttempts) []store.SignInAttempts {
+			next := slices.Clone(cur)
+			next[0] = store.SignInAttempts{}
+			for i := 1; i < len(next); i++ {
+				next[i].Failures = max(next[i].Failures-1, 0)
+			}
+			return next
+		})
+		if err != nil {
+			// The password was right: the sign-in goes on; the try stays counted.
+			t.s.log.WarnContext(ctx, "sign-in limits: take back a right password's try", "err", err)
+		}
 	}
 	return ok, nil
 }
@@ -425,7 +477,10 @@ func (s *Server) changePassword(c echo.Context) error {
 	ctx := c.Request().Context()
 	u := currentUser(c)
 	// The current password is guessed no faster here than at sign-in.
-	try, wait := s.startPasswordTry(c, u.Name)
+	try, wait, err := s.startPasswordTry(c, u.Name)
+	if err != nil {
+		return err
+	}
 	if wait > 0 {
 		c.Response().Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(wait)))
 		return s.renderAccount(c, http.StatusTooManyRequests, views.AccountForm{Error: fmt.Sprintf("Too many wrong passwords. Try again in %s.", humanWait(retryAfterSeconds(wait)))})

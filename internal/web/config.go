@@ -47,6 +47,11 @@ type Config struct {
 	// from the page budget so typing never spends the Approve click's. Default 120 and 30.
 	PreviewsPerMinute float64
 	PreviewBurst      int
+	// SearchesPerMinute and SearchBurst bound each user's searches (a conversation list with a
+	// query, page and API), apart from the other budgets: a search costs the database far more
+	// than any other read (up to store.SearchTimeout of its CPU). Default 12 and 6.
+	SearchesPerMinute float64
+	SearchBurst       int
 	// MaxConnsPerUser and MaxConns bound the live connections (sockets and event streams) of
 	// one user and of the whole process; one past them is refused (429, or 503 for the process).
 	MaxConnsPerUser, MaxConns int
@@ -111,6 +116,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PreviewBurst <= 0 {
 		c.PreviewBurst = 30
+	}
+	if c.SearchesPerMinute <= 0 {
+		c.SearchesPerMinute = 12
+	}
+	if c.SearchBurst <= 0 {
+		c.SearchBurst = 6
 	}
 	if c.MaxConnsPerUser <= 0 {
 		c.MaxConnsPerUser = 32

@@ -16,7 +16,7 @@ import (
 // ?q= on the list, and the page's rename, delete and search forms (plain POSTs and a GET).
 func TestRenameDeleteSearchOverTheAPIAndThePage(t *testing.T) {
 	eachStore(t, func(t *testing.T, open opener) {
-		e := newTestEnv(t, open, Config{})
+		e := newTestEnv(t, open, Config{SearchBurst: 1000})
 		ann := e.user("ann", store.RoleMember)
 		bob := e.user("bob", store.RoleMember)
 		api := e.script(ann)

@@ -19,16 +19,22 @@ import (
 // conversationsPage: GET /conversations[?q=…] → the user's conversations (those whose title or
 // messages match q, when it is given: agent.Search, each message match with its excerpt) and the
 // new-conversation form. A search the agent refuses (too long, control characters) is a 400 page
-// saying why, with the search box to fix it.
+// saying why, with the search box to fix it; one the database stopped (too costly) a 422 page
+// saying so. A search spends the user's search budget (429 beyond it).
 func (s *Server) conversationsPage(c echo.Context) error {
 	q := strings.TrimSpace(c.QueryParam("q"))
 	status, notice := http.StatusOK, noticeFor(c.QueryParam("notice"))
+	if err := s.allowSearch(c, q); err != nil {
+		return err
+	}
 	list, err := s.agent.Search(c.Request().Context(), principal(c), q)
 	var fe *fault.Error
 	switch {
 	case errors.As(err, &fe) && fe.Kind == fault.KindInvalidArgs:
 		status, notice, list = http.StatusBadRequest, "This search cannot be run: "+fe.Message+".", nil
 		q = tools.StorableText(q)
+	case errors.As(err, &fe) && fe.Kind == fault.KindTimeout:
+		status, notice, list = statusOf(fe.Kind), "This search was stopped: "+fe.Message+".", nil
 	case err != nil:
 		return err
 	}

@@ -3,8 +3,11 @@ package web
 import (
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/labstack/echo/v4"
 
 	"parley/internal/clock"
 	"parley/internal/fault"
@@ -79,6 +82,7 @@ type limiters struct {
 	api      *limiter
 	pages    *limiter // page POSTs and socket upgrades
 	previews *limiter // plan previews (plan.go), page and API
+	searches *limiter // searches (allowSearch), page and API
 }
 
 func newLimiters(c clock.Clock, cfg Config) *limiters {
@@ -87,7 +91,21 @@ func newLimiters(c clock.Clock, cfg Config) *limiters {
 		api:      newLimiter(c, cfg.APIPerMinute, cfg.APIBurst),
 		pages:    newLimiter(c, cfg.PagesPerMinute, cfg.PageBurst),
 		previews: newLimiter(c, cfg.PreviewsPerMinute, cfg.PreviewBurst),
+		searches: newLimiter(c, cfg.SearchesPerMinute, cfg.SearchBurst),
 	}
+}
+
+// allowSearch spends one token of the user's search budget when q is a search (not blank: a
+// blank one lists the conversations, as without it): a 429 with Retry-After beyond it.
+func (s *Server) allowSearch(c echo.Context, q string) error {
+	u := currentUser(c)
+	if u == nil || strings.TrimSpace(q) == "" {
+		return nil
+	}
+	if ok, wait := s.limits.searches.allow(u.ID); !ok {
+		return rateLimitedError("searches", retryAfterSeconds(wait))
+	}
+	return nil
 }
 
 // conns counts the live connections (sockets, event streams) of this process, per user and in

@@ -51,11 +51,13 @@ import (
 // Server holds what every handler needs. Its fields are set by New and read-only afterwards;
 // the mutable parts (limiters, throttle) guard themselves.
 type Server struct {
-	cfg      Config
-	store    store.Store // accounts, sessions, tokens and names only
-	agent    *agent.Manager
-	clock    clock.Clock
-	log      *slog.Logger
+	cfg   Config
+	store store.Store // accounts, sessions, tokens and names only
+	agent *agent.Manager
+	clock clock.Clock
+	log   *slog.Logger
+	// The sign-in limits' rules (auth.Throttle.WaitOf, Counted); their counts are in the store,
+	// shared by every process (auth_pages.go, reserveSignIn).
 	throttle *auth.Throttle // per account: progressive
 	perIP    *auth.Throttle // per client address, whatever the name
 	perNet   *auth.Throttle // per subnet of the address

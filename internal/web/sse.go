@@ -105,18 +105,34 @@ type eventStream struct {
 
 var _ liveSink[agent.Event] = (*eventStream)(nil)
 
-// catchUp writes the log's entries after the last one sent, read from the store.
+// A catch-up reads the log a page at a time, at most catchUpPage entries and catchUpBytes of
+// their data (one entry more when a single entry is larger), and writes each page before it
+// reads the next: a stream holds one page of the log, never the log (32 slow readers of a 10 MB
+// log held 32 copies of it: docs/benchmarks.md, "Event stream catch-up").
+const (
+	catchUpPage  = 64
+	catchUpBytes = 256 << 10
+)
+
+// catchUp writes the log's entries after the last one sent, read from the store page by page.
 func (es *eventStream) catchUp(ctx context.Context) error {
-	entries, err := es.sub.Log(ctx, es.st.last)
-	if err != nil {
-		return fmt.Errorf("read log of %s: %w", es.id, err)
-	}
-	for _, e := range entries {
-		if err := es.st.entry(e); err != nil {
-			return err
+	for {
+		entries, err := es.sub.Log(ctx, es.st.last, catchUpPage, catchUpBytes)
+		if err != nil {
+			return fmt.Errorf("read log of %s: %w", es.id, err)
+		}
+		size := 0
+		for i := range entries {
+			size += len(entries[i].Data)
+			if err := es.st.entry(entries[i]); err != nil {
+				return err
+			}
+			entries[i] = store.Entry{} // written: let it go before the page ends
+		}
+		if len(entries) < catchUpPage && size < catchUpBytes {
+			return nil // the log ends here
 		}
 	}
-	return nil
 }
 
 // updates is the conversation's events.

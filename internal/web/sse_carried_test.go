@@ -21,11 +21,11 @@ type requestLogReads struct {
 	reads atomic.Int64
 }
 
-func (s *requestLogReads) Log(ctx context.Context, id string, after int64) ([]store.Entry, error) {
+func (s *requestLogReads) LogPage(ctx context.Context, id string, after int64, limit, maxBytes int) ([]store.Entry, error) {
 	if ctx.Value(http.ServerContextKey) != nil {
 		s.reads.Add(1)
 	}
-	return s.Store.Log(ctx, id, after)
+	return s.Store.LogPage(ctx, id, after, limit, maxBytes)
 }
 
 // withLogReads has the agent read through a requestLogReads, stored in *into.

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -227,4 +229,83 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// pagedLogReads records how an event stream reads the log for a request: the size of each page
+// it asked for and got, and every unbounded read (Log), which a catch-up must never make.
+type pagedLogReads struct {
+	store.Store
+	mu        sync.Mutex
+	pages     []int // entries per page read
+	unbounded int
+}
+
+func (s *pagedLogReads) Log(ctx context.Context, id string, after int64) ([]store.Entry, error) {
+	if ctx.Value(http.ServerContextKey) != nil {
+		s.mu.Lock()
+		s.unbounded++
+		s.mu.Unlock()
+	}
+	return s.Store.Log(ctx, id, after)
+}
+
+func (s *pagedLogReads) LogPage(ctx context.Context, id string, after int64, limit, maxBytes int) ([]store.Entry, error) {
+	es, err := s.Store.LogPage(ctx, id, after, limit, maxBytes)
+	if ctx.Value(http.ServerContextKey) != nil {
+		s.mu.Lock()
+		s.pages = append(s.pages, len(es))
+		s.mu.Unlock()
+	}
+	return es, err
+}
+
+// TestEventsCatchUpInPages: a stream that resumes behind a log several pages long reads it a
+// page at a time (never the whole log: 32 slow readers of a 10 MB log held 32 copies of it) and
+// sends every entry once, in order, from its resume point on.
+func TestEventsCatchUpInPages(t *testing.T) {
+	eachStore(t, func(t *testing.T, open opener) {
+		var lr *pagedLogReads
+		e := newTestEnv(t, open, Config{SSEHeartbeat: time.Minute}, withAgentStore(func(st store.Store) store.Store {
+			lr = &pagedLogReads{Store: st}
+			return lr
+		}))
+		owner := e.user("owner", store.RoleMember)
+		conv := e.conversation(owner)
+		const n = 3*catchUpPage + 7
+		ctx := context.Background()
+		for i := range n { // straight into the store: the conversation's actor is not running
+			data := fmt.Sprintf(`{"text":"m%d"}`, i+1)
+			if _, err := e.st.Append(ctx, conv.ID, int64(i), store.Batch{Entries: []store.Entry{
+				{Type: store.EntryUserMessage, Actor: owner.ID, Data: json.RawMessage(data)}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, from := range []int{0, 5} {
+			lr.mu.Lock()
+			lr.pages, lr.unbounded = nil, 0
+			lr.mu.Unlock()
+			last := ""
+			if from > 0 {
+				last = strconv.Itoa(from)
+			}
+			events, stop := openStream(t, e.script(owner), "/api/v1/conversations/"+conv.ID+"/events", last)
+			for seq := from + 1; seq <= n; seq++ {
+				ev := next(t, events)
+				if ev.id != strconv.Itoa(seq) || entryText(t, ev) != fmt.Sprintf("m%d", seq) {
+					t.Fatalf("from %d: got %+v, want entry %d", from, ev, seq)
+				}
+			}
+			stop()
+			lr.mu.Lock()
+			pages, unbounded := lr.pages, lr.unbounded
+			lr.mu.Unlock()
+			if unbounded != 0 {
+				t.Fatalf("from %d: the catch-up read the whole log %d times", from, unbounded)
+			}
+			want := (n-from)/catchUpPage + 1
+			if len(pages) != want || slices.Max(pages) > catchUpPage {
+				t.Fatalf("from %d: pages read %v, want %d of at most %d entries", from, pages, want, catchUpPage)
+			}
+		}
+	})
 }

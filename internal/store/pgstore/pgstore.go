@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -76,6 +77,9 @@ type Option func(*Store)
 // a pool of one connection does not group.
 func WithCommitters(n int) Option { return func(s *Store) { s.committers = max(n, 0) } }
 
+// WithSearchTimeout bounds each search (default store.SearchTimeout): tests make it short.
+func WithSearchTimeout(d time.Duration) Option { return func(s *Store) { s.SearchTimeout = d } }
+
 // WithClock sets the clock that stamps rows and decides session expiry (default: the wall clock).
 func WithClock(c clock.Clock) Option { return func(s *Store) { s.Clock = c } }
 
@@ -96,7 +100,7 @@ func Open(ctx context.Context, databaseURL string, logger *slog.Logger, opts ...
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{
-		Core:       sqlcore.Core{Dialect: sqlcore.Dialect{SkipLocked: "FOR UPDATE SKIP LOCKED", KeyShare: "FOR KEY SHARE", ChainLock: sqlcore.ChainLockPG, FindSQL: findSQL, Match: tsMatch}, Clock: clock.Real{}},
+		Core:       sqlcore.Core{Dialect: sqlcore.Dialect{SkipLocked: "FOR UPDATE SKIP LOCKED", KeyShare: "FOR KEY SHARE", ForUpdate: "FOR UPDATE", ChainLock: sqlcore.ChainLockPG, FindSQL: findSQL, SearchTimeoutSQL: searchTimeoutSQL, Match: tsMatch}, Clock: clock.Real{}},
 		committers: -1, // half the pool, decided once its size is known
 	}
 	for _, o := range opts {
@@ -181,11 +185,15 @@ func Migrate(ctx context.Context, databaseURL string) error {
 // (the entries' tsvector, migration 009), naming each conversation's most recent matching message
 // with an excerpt. It walks the owner's own conversations, newest message first (the entries'
 // primary key), never an index over every owner's messages: its cost is bounded by the
-// searcher's data, not by everyone's (migration 012). The excerpt is ts_headline over the
-// message as written (markers removed, so the only markers are ts_headline's), which marks the
-// words its own parser sees; a match inside what that parser reads as one token (a tag, an
-// address, a path) is shown unmarked.
-const findSQL = `WITH q AS (SELECT to_tsquery('simple', $2) AS q),
+// searcher's data, not by everyone's (migration 012). The excerpt is ts_headline over a window
+// of the message as written (markers removed, so the only markers are ts_headline's), made for
+// the page of hits returned alone: store.SnippetWindow characters from store.SnippetLead before
+// the first place $5 (the longest search word) appears, else from the start. ts_headline parses
+// all the text it is given, ~12 ms per 100 kB message: over the whole message, one search of
+// 200 such hits cost 0.63–2.7 s of the database's CPU. It marks the words its own parser sees; a
+// match inside what that parser reads as one token (a tag, an address, a path) is shown
+// unmarked.
+var findSQL = `WITH q AS (SELECT to_tsquery('simple', $2) AS q),
 hits AS (
 	SELECT c.id AS conversation_id, h.seq
 	FROM conversations c, q, LATERAL (
@@ -200,11 +208,21 @@ found AS (
 	ORDER BY c.updated_at DESC, c.created_at DESC, c.id LIMIT $4
 )
 SELECT f.id, f.owner_id, f.title, f.status, f.last_seq, f.created_at, f.updated_at, coalesce(f.seq, 0),
-	coalesce((SELECT ts_headline('simple', left(translate(parley_message_text(e.data), E'\x02\x03', ''), 100000), q.q,
+	coalesce((SELECT ts_headline('simple', substr(m.t, greatest(1, strpos(lower(m.t), $5) - ` + snippetLead + `), ` + snippetWindow + `), q.q,
 			'StartSel=' || chr(2) || ', StopSel=' || chr(3) || ', MaxWords=24, MinWords=8')
-		FROM entries e, q WHERE e.conversation_id = f.id AND e.seq = f.seq), '')
+		FROM entries e, q, LATERAL (SELECT left(translate(parley_message_text(e.data), E'\x02\x03', ''), 100000) AS t) m
+		WHERE e.conversation_id = f.id AND e.seq = f.seq), '')
 FROM found f
 ORDER BY f.updated_at DESC, f.created_at DESC, f.id`
+
+var (
+	snippetLead   = strconv.Itoa(store.SnippetLead)
+	snippetWindow = strconv.Itoa(store.SnippetWindow)
+)
+
+// searchTimeoutSQL bounds a search in the server (sqlcore.Dialect.SearchTimeoutSQL): it holds
+// even when the client that asked is gone.
+const searchTimeoutSQL = `SELECT set_config('statement_timeout', $1::text, true)`
 
 // tsMatch is the tsquery of FindSQL: every word, each also as a prefix when it has at least
 // sqlcore.MinPrefix characters ("budg:* & q3"): a one-letter prefix matches nearly every

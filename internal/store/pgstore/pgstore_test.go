@@ -430,3 +430,14 @@ func TestMigration019KeepsOldGrantsForAnyArguments(t *testing.T) {
 		t.Fatalf("an old grant covers any arguments: %v %+v", err, g)
 	}
 }
+
+// TestSearchTimeout: a search past its statement timeout is stopped by PostgreSQL (SET LOCAL
+// statement_timeout) and answered store.ErrSearchTimeout.
+func TestSearchTimeout(t *testing.T) {
+	s, err := Open(t.Context(), pgtest.NewURL(t), nil, WithSearchTimeout(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	storetest.SearchTimeout(t, s)
+}

@@ -126,6 +126,9 @@ type Option func(*Store)
 // WithClock sets the clock that stamps rows and decides session expiry (default: the wall clock).
 func WithClock(c clock.Clock) Option { return func(s *Store) { s.Clock = c } }
 
+// WithSearchTimeout bounds each search (default store.SearchTimeout): tests make it short.
+func WithSearchTimeout(d time.Duration) Option { return func(s *Store) { s.SearchTimeout = d } }
+
 // WithAuditKey sets the key the audit chain is linked with (store/auditkey.go). Without it the
 // store links with a random key of its own: its records cannot be verified once it is closed.
 func WithAuditKey(k *store.AuditKey) Option { return func(s *Store) { s.ChainKey = k } }
@@ -507,6 +510,8 @@ func (r *sqlRows) Scan(dest ...any) error {
 // findSQL finds an owner's conversations by title (LIKE, as SearchConversations) or by message
 // (the FTS5 index, migrations/sqlite/009), naming each conversation's most recent matching
 // message with an excerpt (FTS5's snippet; the indexed text holds no markers but snippet's).
+// The excerpt is made for the page of hits returned only; snippet places it by the positions
+// the index recorded, so the window's word ($5) is not needed here and only bound.
 const findSQL = `WITH hits AS (
 	SELECT t.conversation_id, max(t.seq) AS seq
 	FROM message_search s JOIN message_text t ON t.id = s.rowid JOIN conversations c ON c.id = t.conversation_id
@@ -516,7 +521,7 @@ const findSQL = `WITH hits AS (
 found AS (
 	SELECT c.id, c.owner_id, c.title, c.status, c.last_seq, c.created_at, c.updated_at, h.seq
 	FROM conversations c LEFT JOIN hits h ON h.conversation_id = c.id
-	WHERE c.owner_id = $1 AND (h.seq IS NOT NULL OR lower(c.title) LIKE lower($3) ESCAPE '\')
+	WHERE c.owner_id = $1 AND (h.seq IS NOT NULL OR lower(c.title) LIKE lower($3) ESCAPE '\') AND $5 IS NOT NULL
 	ORDER BY c.updated_at DESC, c.created_at DESC, c.id LIMIT $4
 )
 SELECT f.id, f.owner_id, f.title, f.status, f.last_seq, f.created_at, f.updated_at, coalesce(f.seq, 0),

@@ -318,3 +318,14 @@ func TestUpgradeKeepsOldGrantsForAnyArguments(t *testing.T) {
 		t.Fatalf("an exact grant for other arguments: %v", err)
 	}
 }
+
+// TestSearchTimeout: a search past its deadline is interrupted and answered
+// store.ErrSearchTimeout.
+func TestSearchTimeout(t *testing.T) {
+	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "parley.db"), WithSearchTimeout(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	storetest.SearchTimeout(t, s)
+}

@@ -106,6 +106,11 @@ func testFindConversations(t *testing.T, open Opener) {
 	if h := find("farawayword"); len(h) != 0 {
 		t.Errorf("a word past MaxIndexedText was indexed: %+v", h)
 	}
+	// The excerpt is made from a window of the message placed at its match: a word far past
+	// the window's width from the start is shown, marked, and the excerpt stays short.
+	if h := find("w9876"); len(h) != 1 || !strings.Contains(h[0].Snippet, store.SnippetMark+"w9876"+store.SnippetEnd) || len(h[0].Snippet) > 600 {
+		t.Errorf("the excerpt of a word deep in a long message = %+v", h)
+	}
 
 	// Deleting a conversation takes its messages out of the search.
 	if err := s.DeleteConversation(ctx, trip.ID, store.AuditRecord{ActorID: "ana", Action: "delete_conversation"}); err != nil {
@@ -113,5 +118,23 @@ func testFindConversations(t *testing.T, open Opener) {
 	}
 	if h := find("zürich"); len(h) != 0 {
 		t.Errorf("a deleted conversation is still found: %+v", h)
+	}
+}
+
+// SearchTimeout checks a store opened with a search timeout far shorter than its searches take
+// (1 ms): a search of many long messages is stopped, and says so with store.ErrSearchTimeout,
+// not as a failure of the store; the store then serves the next request as usual.
+func SearchTimeout(t *testing.T, s store.Store) {
+	ctx := ctxT(t)
+	text := strings.Repeat("lorem ipsum dolor sit amet ", store.MaxIndexedText/27) + " budget"
+	data, _ := json.Marshal(map[string]string{"text": text})
+	for range 40 {
+		c := newConv(t, s, "ana", "long")
+		must(s.Append(ctx, c.ID, 0, store.Batch{Entries: []store.Entry{{Type: store.EntryAssistantMessage, Actor: "model", Data: data}}}))(t)
+	}
+	_, err := s.FindConversations(ctx, "ana", "budget lorem", 0)
+	wantErr(t, err, store.ErrSearchTimeout, "a search past its timeout")
+	if got := must(s.ListConversations(ctx, "ana"))(t); len(got) != 40 {
+		t.Fatalf("after a stopped search the store lists %d conversations, want 40", len(got))
 	}
 }

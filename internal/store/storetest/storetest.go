@@ -90,6 +90,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 		{"RenameDeleteSearch", testRenameDeleteSearch},
 		{"FindConversations", testFindConversations},
 		{"AppendAndLog", testAppendAndLog},
+		{"LogPages", testLogPages},
 		{"AppendRace", testAppendRace},
 		{"AppendRaceTwoHandles", testAppendRaceTwoHandles},
 		{"BatchAtomicity", testBatchAtomicity},
@@ -107,6 +108,7 @@ func Run(t *testing.T, open Opener, opts ...Option) {
 		{"Usage", testUsage},
 		{"FirstAdmin", testFirstAdmin},
 		{"EndSessions", testEndSessions},
+		{"SignInAttempts", testSignInAttempts},
 		{"Audit", testAudit},
 		{"AuditChain", func(t *testing.T, open Opener) { testAuditChain(t, open, cfg.tamper) }},
 		{"AuditAppendOnly", func(t *testing.T, open Opener) { testAuditAppendOnly(t, open, cfg.exec) }},
@@ -564,6 +566,63 @@ func testAppendAndLog(t *testing.T, open Opener) {
 	must(s.Append(ctx, c.ID, 4, store.Batch{Entries: []store.Entry{{Type: store.EntryExpiry, ToolCallID: "c1", Actor: "system"}}}))(t)
 	if got := must(s.Log(ctx, c.ID, 4))(t); len(got) != 1 || len(got[0].Data) != 0 {
 		t.Fatalf("entry without data = %+v", got)
+	}
+}
+
+// testLogPages: LogPage reads the log a page at a time: read page after page from where the
+// last one ended, a log several pages long comes whole, in order, without a duplicate; a short
+// page says the log ends; a page stops at the entry whose data reach maxBytes (at least one
+// entry, however large); an unknown conversation is ErrNotFound; a limit or a byte bound that is
+// not positive is refused.
+func testLogPages(t *testing.T, open Opener) {
+	s, ctx := open(t), ctxT(t)
+	c := newConv(t, s, "ana", "pages")
+	const n, page = 23, 5
+	var last int64
+	for i := range n {
+		last = must(s.Append(ctx, c.ID, last, store.Batch{Entries: []store.Entry{
+			entry(store.EntryUserMessage, "", fmt.Sprintf(`{"text":"m%d"}`, i+1)),
+		}}))(t)
+	}
+	var got []store.Entry
+	after, reads := int64(0), 0
+	for {
+		es := must(s.LogPage(ctx, c.ID, after, page, 1<<20))(t)
+		reads++
+		if len(es) > page {
+			t.Fatalf("a page of %d holds %d entries", page, len(es))
+		}
+		got = append(got, es...)
+		if len(es) < page {
+			break
+		}
+		after = es[len(es)-1].Seq
+	}
+	if len(got) != n || reads != n/page+1 {
+		t.Fatalf("read %d entries in %d pages, want %d in %d", len(got), reads, n, n/page+1)
+	}
+	for i, e := range got {
+		if e.Seq != int64(i+1) || string(e.Data) != fmt.Sprintf(`{"text":"m%d"}`, i+1) {
+			t.Fatalf("entry %d of the pages = seq %d %s", i, e.Seq, e.Data)
+		}
+	}
+	if es := must(s.LogPage(ctx, c.ID, 20, page, 1<<20))(t); len(es) != 3 || es[0].Seq != 21 {
+		t.Fatalf("the last page = %+v, want 21..23", es)
+	}
+	// The first entries' data are 13 bytes each: a bound of 30 bytes ends the page at the third.
+	if es := must(s.LogPage(ctx, c.ID, 0, page, 30))(t); len(es) != 3 || es[2].Seq != 3 {
+		t.Fatalf("a page of at most 30 bytes = %d entries, want 3", len(es))
+	}
+	if es := must(s.LogPage(ctx, c.ID, 0, page, 1))(t); len(es) != 1 || es[0].Seq != 1 {
+		t.Fatalf("a page of at most 1 byte = %d entries, want the first alone", len(es))
+	}
+	_, err := s.LogPage(ctx, "nope", 0, page, 1<<20)
+	wantErr(t, err, store.ErrNotFound, "LogPage of a missing conversation")
+	if _, err := s.LogPage(ctx, c.ID, 0, 0, 1<<20); err == nil {
+		t.Fatal("LogPage with limit 0 succeeded")
+	}
+	if _, err := s.LogPage(ctx, c.ID, 0, page, 0); err == nil {
+		t.Fatal("LogPage with maxBytes 0 succeeded")
 	}
 }
 
@@ -1361,4 +1420,78 @@ func testEndSessions(t *testing.T, open Opener) {
 	if err := s.SetPassword(ctx, "nobody", []byte("x")); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("the password of nobody: %v", err)
 	}
+}
+
+// testSignInAttempts: UpdateSignInAttempts is one atomic read-modify-write of several keys:
+// counts made at once through two handles (two processes) are all kept; a key update returns
+// with no failures is gone; the keys come to update in the caller's order; the sweep deletes
+// the keys whose first try is before its time, and only those.
+func testSignInAttempts(t *testing.T, open Opener) {
+	s1, ctx := open(t), ctxT(t)
+	s2 := open(t)
+	t0 := time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
+	count := func(s store.Store, keys ...string) error {
+		return s.UpdateSignInAttempts(ctx, keys, func(cur []store.SignInAttempts) []store.SignInAttempts {
+			for i := range cur {
+				if cur[i].Failures == 0 {
+					cur[i].First = t0
+				}
+				cur[i].Failures++
+				cur[i].Last = t0.Add(time.Duration(cur[i].Failures) * time.Second)
+			}
+			return cur
+		})
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 40)
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, keys := s1, []string{"b", "a"}
+			if i%2 == 1 {
+				s, keys = s2, []string{"a", "c", "b"}
+			}
+			errs <- count(s, keys...)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []store.SignInAttempts
+	must(0, s2.UpdateSignInAttempts(ctx, []string{"c", "a", "b", "none"}, func(cur []store.SignInAttempts) []store.SignInAttempts {
+		got = slices.Clone(cur)
+		cur[0] = store.SignInAttempts{} // c goes
+		return cur
+	}))(t)
+	if got[0].Failures != 20 || got[1].Failures != 40 || got[2].Failures != 40 || got[3] != (store.SignInAttempts{}) {
+		t.Fatalf("counts c, a, b, none = %+v, want 20, 40, 40 and none", got)
+	}
+	if !got[1].First.Equal(t0) || !got[1].Last.Equal(t0.Add(40*time.Second)) {
+		t.Fatalf("a = %+v, want first %v, last 40 s later", got[1], t0)
+	}
+	must(0, s1.UpdateSignInAttempts(ctx, []string{"c"}, func(cur []store.SignInAttempts) []store.SignInAttempts {
+		if cur[0] != (store.SignInAttempts{}) {
+			t.Errorf("c after it was cleared = %+v", cur[0])
+		}
+		return cur
+	}))(t)
+	if err := s1.UpdateSignInAttempts(ctx, []string{"d"}, func(cur []store.SignInAttempts) []store.SignInAttempts {
+		return []store.SignInAttempts{{First: t0.Add(time.Hour), Last: t0.Add(time.Hour), Failures: 1}}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := must(s2.SweepSignInAttempts(ctx, t0.Add(time.Minute)))(t); n != 2 {
+		t.Fatalf("the sweep deleted %d keys, want a and b", n)
+	}
+	must(0, s1.UpdateSignInAttempts(ctx, []string{"a", "d"}, func(cur []store.SignInAttempts) []store.SignInAttempts {
+		if cur[0].Failures != 0 || cur[1].Failures != 1 {
+			t.Errorf("after the sweep a, d = %+v, want none and 1", cur)
+		}
+		return cur
+	}))(t)
 }

@@ -2,7 +2,9 @@ package sqlcore
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"parley/internal/store"
@@ -76,7 +78,10 @@ func (c *Core) SearchConversations(ctx context.Context, ownerID, query string, l
 }
 
 // FindConversations implements store.Store with the dialect's full-text search (FindSQL): a
-// query with no word (only punctuation) matches titles alone.
+// query with no word (only punctuation) matches titles alone. It runs under SearchTimeout:
+// the context's deadline (the driver stops the statement) and, where the dialect has one, the
+// database's own statement timeout (SearchTimeoutSQL, in a transaction of the search alone),
+// which holds even when the client is gone.
 func (c *Core) FindConversations(ctx context.Context, ownerID, query string, limit int) ([]store.SearchHit, error) {
 	words := store.SearchWords(query)
 	if len(words) > store.MaxSearchWords {
@@ -94,16 +99,59 @@ func (c *Core) FindConversations(ctx context.Context, ownerID, query string, lim
 		return hits, nil
 	}
 	pattern := "%" + escapeLike(query) + "%"
-	hits, err := queryAll(ctx, c.DB, c.Dialect.FindSQL, []any{ownerID, c.Dialect.Match(words), pattern, int64(limitOrAll(limit))},
-		func(r Rows) (store.SearchHit, error) {
+	args := []any{ownerID, c.Dialect.Match(words), pattern, int64(limitOrAll(limit)), anchorWord(words)}
+	timeout := c.SearchTimeout
+	if timeout <= 0 {
+		timeout = store.SearchTimeout
+	}
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var hits []store.SearchHit
+	find := func(q Querier) (err error) {
+		hits, err = queryAll(sctx, q, c.Dialect.FindSQL, args, func(r Rows) (store.SearchHit, error) {
 			var h store.SearchHit
 			err := r.Scan(&h.ID, &h.OwnerID, &h.Title, &h.Status, &h.LastSeq, &h.CreatedAt, &h.UpdatedAt, &h.Seq, &h.Snippet)
 			return h, err
 		})
+		return err
+	}
+	var err error
+	if c.Dialect.SearchTimeoutSQL == "" {
+		err = find(c.DB)
+	} else {
+		err = c.inTx(sctx, func(tx Tx) error {
+			if _, err := tx.Exec(sctx, c.Dialect.SearchTimeoutSQL, strconv.FormatInt(max(timeout.Milliseconds(), 1), 10)); err != nil {
+				return err
+			}
+			return find(tx)
+		})
+	}
 	if err != nil {
+		if searchTimedOut(err) || (sctx.Err() != nil && ctx.Err() == nil) {
+			return nil, fmt.Errorf("find conversations: %w: %w", store.ErrSearchTimeout, err)
+		}
 		return nil, fmt.Errorf("find conversations: %w", err)
 	}
 	return hits, nil
+}
+
+// anchorWord is the search word an excerpt's window is placed around (store.SnippetWindow): the
+// longest, the likeliest to be rare.
+func anchorWord(words []string) string {
+	best := words[0]
+	for _, w := range words[1:] {
+		if len(w) > len(best) {
+			best = w
+		}
+	}
+	return best
+}
+
+// searchTimedOut reports whether the database stopped a statement at its statement timeout
+// (PostgreSQL's query_canceled, 57014).
+func searchTimedOut(err error) bool {
+	var se interface{ SQLState() string }
+	return errors.As(err, &se) && se.SQLState() == "57014"
 }
 
 // escapeLike makes s match itself in a LIKE pattern whose escape character is a backslash.

@@ -24,7 +24,9 @@ type Core struct {
 	// the chain's head after each commit that moved it (governance.go).
 	ChainKey *store.AuditKey
 	Anchor   store.AuditAnchor
-	legacy   int64 // unkeyed records at the chain's start (InitAudit)
+	// SearchTimeout bounds FindConversations (0: store.SearchTimeout); tests shorten it.
+	SearchTimeout time.Duration
+	legacy        int64 // unkeyed records at the chain's start (InitAudit)
 
 	mu   sync.Mutex
 	last time.Time // the newest stamp handed out
@@ -348,6 +350,64 @@ func (c *Core) EndUserSessions(ctx context.Context, userID string, keep []byte) 
 	n, err := c.DB.Exec(ctx, q, args...)
 	if err != nil {
 		return 0, fmt.Errorf("end the sessions of %q: %w", userID, err)
+	}
+	return int(n), nil
+}
+
+// UpdateSignInAttempts implements store.Store: each key's row is made if missing and locked
+// (Dialect.ForUpdate), in the keys' sorted order so two sign-ins never wait on each other in a
+// circle, then update decides and the rows are written, all in one transaction.
+func (c *Core) UpdateSignInAttempts(ctx context.Context, keys []string, update func([]store.SignInAttempts) []store.SignInAttempts) error {
+	order := make([]int, len(keys))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
+	err := c.inTx(ctx, func(tx Tx) error {
+		now := ts(c.now())
+		cur := make([]store.SignInAttempts, len(keys))
+		for _, i := range order {
+			if _, err := tx.Exec(ctx, `INSERT INTO signin_attempts (key, first_at, last_at, failures) VALUES ($1, $2, $2, 0) ON CONFLICT (key) DO NOTHING`, keys[i], now); err != nil {
+				return err
+			}
+			a := &cur[i]
+			if err := queryRow(ctx, tx, `SELECT first_at, last_at, failures FROM signin_attempts WHERE key = $1 `+c.Dialect.ForUpdate,
+				[]any{keys[i]}, &a.First, &a.Last, &a.Failures); err != nil {
+				return err
+			}
+			if a.Failures == 0 {
+				*a = store.SignInAttempts{}
+			}
+		}
+		next := update(slices.Clone(cur))
+		if len(next) != len(keys) {
+			return fmt.Errorf("update returned %d attempts for %d keys", len(next), len(keys))
+		}
+		for _, i := range order {
+			var err error
+			if a := next[i]; a.Failures <= 0 {
+				_, err = tx.Exec(ctx, `DELETE FROM signin_attempts WHERE key = $1`, keys[i])
+			} else {
+				_, err = tx.Exec(ctx, `UPDATE signin_attempts SET first_at = $2, last_at = $3, failures = $4 WHERE key = $1`,
+					keys[i], ts(a.First), ts(a.Last), int64(a.Failures))
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("update sign-in attempts: %w", err)
+	}
+	return nil
+}
+
+// SweepSignInAttempts implements store.Store.
+func (c *Core) SweepSignInAttempts(ctx context.Context, since time.Time) (int, error) {
+	n, err := c.DB.Exec(ctx, `DELETE FROM signin_attempts WHERE first_at < $1`, ts(since))
+	if err != nil {
+		return 0, fmt.Errorf("sweep sign-in attempts: %w", err)
 	}
 	return int(n), nil
 }
@@ -880,14 +940,45 @@ func anySlice(ss []string) []any {
 
 // Log implements store.Store. A conversation that does not exist is store.ErrNotFound.
 func (c *Core) Log(ctx context.Context, conversationID string, afterSeq int64) ([]store.Entry, error) {
-	es, err := queryAll(ctx, c.DB, `SELECT seq, type, tool_call_id, actor, data, created_at FROM entries WHERE conversation_id = $1 AND seq > $2 ORDER BY seq`,
-		[]any{conversationID, afterSeq}, func(r Rows) (store.Entry, error) {
+	return c.logPage(ctx, conversationID, afterSeq, 0, 0)
+}
+
+// LogPage implements store.Store: the primary key (conversation_id, seq) gives the page in order
+// without reading past it, and the rows are scanned one by one, so those past maxBytes are never
+// kept.
+func (c *Core) LogPage(ctx context.Context, conversationID string, afterSeq int64, limit, maxBytes int) ([]store.Entry, error) {
+	if limit <= 0 || maxBytes <= 0 {
+		return nil, fmt.Errorf("log page of conversation %q: limit %d and maxBytes %d must be positive", conversationID, limit, maxBytes)
+	}
+	return c.logPage(ctx, conversationID, afterSeq, limit, maxBytes)
+}
+
+// logPage reads the entries after afterSeq, at most limit (0: all) and up to the one whose data
+// reaches maxBytes (0: no bound).
+func (c *Core) logPage(ctx context.Context, conversationID string, afterSeq int64, limit, maxBytes int) ([]store.Entry, error) {
+	es, err := func() ([]store.Entry, error) {
+		rows, err := c.DB.Query(ctx, `SELECT seq, type, tool_call_id, actor, data, created_at FROM entries WHERE conversation_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`,
+			conversationID, afterSeq, int64(limitOrAll(limit)))
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		var out []store.Entry
+		size := 0
+		for rows.Next() {
 			var e store.Entry
 			var typ string
-			err := r.Scan(&e.Seq, &typ, &e.ToolCallID, &e.Actor, &e.Data, &e.CreatedAt)
+			if err := rows.Scan(&e.Seq, &typ, &e.ToolCallID, &e.Actor, &e.Data, &e.CreatedAt); err != nil {
+				return nil, err
+			}
 			e.Type = store.EntryType(typ)
-			return e, err
-		})
+			out = append(out, e)
+			if size += len(e.Data); maxBytes > 0 && size >= maxBytes {
+				return out, nil
+			}
+		}
+		return out, rows.Err()
+	}()
 	if err != nil {
 		return nil, fmt.Errorf("log of conversation %q: %w", conversationID, err)
 	}

@@ -83,15 +83,23 @@ type Dialect struct {
 	// that a deletion of the conversation waits for the insert and then deletes its row; empty on
 	// SQLite, whose single writer serializes the two and whose key refuses the row anyway.
 	KeyShare string
+	// ForUpdate locks the sign-in attempts' rows a transaction reads before it writes them:
+	// "FOR UPDATE" on PostgreSQL; empty on SQLite, whose write transaction holds the only write
+	// lock from its start.
+	ForUpdate string
 	// ChainLock serializes the audit chain's writers before one reads its head (governance.go):
 	// a transaction-level advisory lock on PostgreSQL (ChainLockPG); empty on SQLite, whose
 	// write transaction holds the only write lock from its start.
 	ChainLock string
 	// FindSQL finds an owner's conversations by title or message text (conversations.go,
 	// FindConversations): $1 the owner, $2 the full-text query (Match), $3 the title's LIKE
-	// pattern, $4 the limit; it selects convCols, the matched message's seq (0 when none) and its
-	// excerpt ('' when none).
+	// pattern, $4 the limit, $5 the word an excerpt's window is placed around (lowercase); it
+	// selects convCols, the matched message's seq (0 when none) and its excerpt ('' when none).
 	FindSQL string
+	// SearchTimeoutSQL, when set, runs before FindSQL in the same transaction with $1 the
+	// timeout in milliseconds (a string): the database's own bound on the search (PostgreSQL's SET LOCAL
+	// statement_timeout). Empty: the context's deadline alone bounds it.
+	SearchTimeoutSQL string
 	// Match makes the full-text query of FindSQL from SearchWords (never empty): every word, each
 	// also as a prefix. The words are letters and digits only, so nothing in them is syntax.
 	Match func(words []string) string
