@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/goleak"
@@ -22,6 +23,7 @@ import (
 	"parley/internal/cluster"
 	"parley/internal/fault"
 	"parley/internal/llm/llmtest"
+	"parley/internal/metrics"
 	"parley/internal/store"
 	"parley/internal/store/pgstore"
 	"parley/internal/store/pgtest"
@@ -655,6 +657,22 @@ func TestForeignNotificationsAreRefused(t *testing.T) {
 	}
 	if v := a.view(conv, w.ann); v.Status != store.StatusAwaiting {
 		t.Fatalf("after a forged approval: %s", v.Status)
+	}
+	// A flood is counted, each one, and logged once (per 10 s).
+	before := testutil.ToFloat64(metrics.ClusterRefused.WithLabelValues("unsealed"))
+	for range 200 {
+		if _, err := a.st.Pool().Exec(context.Background(), `SELECT pg_notify($1, $2)`, "parley_n_"+a.node.Self(), forged); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for testutil.ToFloat64(metrics.ClusterRefused.WithLabelValues("unsealed"))-before < 200 {
+		if time.Now().After(deadline.Add(5 * time.Second)) {
+			t.Fatalf("refused notifications counted: %v of 200", testutil.ToFloat64(metrics.ClusterRefused.WithLabelValues("unsealed"))-before)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := strings.Count(a.log.String(), "refused a notification not sealed by this cluster"); n != 1 {
+		t.Fatalf("the flood logged %d lines, want 1", n)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"parley/internal/agent"
+	"parley/internal/metrics"
 )
 
 // listenConn opens the connection that LISTENs on the node's own channel and on the events:
@@ -119,6 +120,7 @@ func (n *Node) receive(note *pgconn.Notification) {
 	if err != nil {
 		// Not sealed with the cluster's key: someone else's NOTIFY on our channels, or another
 		// process's when this one made its own key. A flood logs once per 10 s.
+		metrics.ClusterRefused.WithLabelValues("unsealed").Inc()
 		if now := n.clock.Now(); now.Sub(n.foreignWarned) >= 10*time.Second {
 			n.foreignWarned = now
 			if n.ownKey {
@@ -141,6 +143,7 @@ func (n *Node) receive(note *pgconn.Notification) {
 	}
 	if msg.Ch != "" && !n.replays.fresh(note.Channel, msg, n.clock.Now(), n.listenedAt.Load()) {
 		refused := n.stats.replays.Add(1)
+		metrics.ClusterRefused.WithLabelValues("replayed").Inc()
 		if now := n.clock.Now(); now.Sub(n.replayWarned) >= 10*time.Second { // a flood logs once per 10 s
 			n.replayWarned = now
 			n.log.Warn("cluster: refused a notification heard before, too old or moved from another channel",

@@ -30,8 +30,15 @@ var (
 	ClusterFences = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "parley_cluster_fences_total", Help: "Times this process stopped its conversations after losing its liveness.",
 	})
+	// ClusterRefused counts notifications the listener refused, by reason: unsealed (not sealed
+	// with the cluster's key: someone else's NOTIFY, or a process with another key) and replayed
+	// (heard before, too old, or moved from another channel). Each reason logs at most once per
+	// 10 s; the counter says how many.
+	ClusterRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "parley_cluster_notifications_refused_total", Help: "Notifications the listener refused, by reason (unsealed, replayed).",
+	}, []string{"reason"})
 )
 
 func init() {
-	Registry.MustRegister(ClusterForwards, ClusterServed, ClusterNotifications, ClusterTakeovers, ClusterPeers, ClusterFences)
+	Registry.MustRegister(ClusterForwards, ClusterServed, ClusterNotifications, ClusterTakeovers, ClusterPeers, ClusterFences, ClusterRefused)
 }
