@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"parley/internal/store"
@@ -98,5 +99,37 @@ func BenchmarkSearchOthers(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestExcerpt: an excerpt shows the words around the first match, every matching word marked
+// (whole, or as a prefix of at least sqlcore.MinPrefix characters), "…" where the message goes
+// on, a word cut by the window's edge left out, and stays short whatever the window holds.
+func TestExcerpt(t *testing.T) {
+	const m, e = store.SnippetMark, store.SnippetEnd
+	long := strings.Repeat("x", 3000)
+	words := strings.Repeat("w ", 40)
+	for _, tc := range []struct {
+		name, window string
+		words        []string
+		want         string
+	}{
+		{"whole text", "Sure.", []string{"sur"}, m + "Sure" + e + "."},
+		{"opening punctuation kept", `"Budget" now`, []string{"budget"}, `"` + m + "Budget" + e + `" now`},
+		{"every match marked", "the budget and the budgets", []string{"budget"}, "the " + m + "budget" + e + " and the " + m + "budgets" + e},
+		{"short words whole only", "q3 q30", []string{"q3"}, m + "q3" + e + " q30"},
+		{"cut before: a partial word dropped", m + "dget plan budget", []string{"budget"}, "… plan " + m + "budget" + e},
+		{"cut after", "budget " + strings.Repeat("a", store.SnippetWindow), []string{"budget"}, m + "budget" + e + " …"},
+		{"words after the match bounded", "budget " + words, []string{"budget"}, m + "budget" + e + " " + strings.Repeat("w ", store.SnippetWords-2) + "w …"},
+		{"words before the match bounded", words + "budget", []string{"budget"}, "… " + strings.Repeat("w ", excerptBefore) + m + "budget" + e},
+		{"a long word clipped", long + " budget", []string{"budget"}, clip(long) + " " + m + "budget" + e},
+		{"no match shown from the start", "nothing here", []string{"zzz"}, "nothing here"},
+	} {
+		if got := excerpt(tc.window, tc.words); got != tc.want {
+			t.Errorf("%s: excerpt(%q, %q) = %q, want %q", tc.name, tc.window, tc.words, got, tc.want)
+		}
+	}
+	if got := excerpt(strings.Repeat(long+" ", 10), []string{"xxx"}); len(got) > 600 {
+		t.Errorf("an excerpt of long words is %d bytes", len(got))
 	}
 }
