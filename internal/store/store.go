@@ -516,7 +516,11 @@ const (
 // digits, lowercased; everything else (punctuation, quotes, operators of any query syntax)
 // separates words and is never interpreted. FindConversations uses the first MaxSearchWords.
 func SearchWords(query string) []string {
-	return strings.FieldsFunc(strings.ToLower(query), func(r rune) bool {
-		return !unicode.IsLetter(r) && !unicode.IsDigit(r) && !unicode.IsMark(r)
-	})
+	return strings.FieldsFunc(strings.ToLower(query), func(r rune) bool { return !IsWordRune(r) })
+}
+
+// IsWordRune reports whether r belongs to a search word (SearchWords): a letter, a decimal digit
+// or a mark.
+func IsWordRune(r rune) bool {
+	return unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r)
 }

@@ -227,7 +227,7 @@ const searchTimeoutSQL = `SELECT set_config('statement_timeout', $1::text, true)
 // tsMatch is the tsquery of FindSQL: every word, each also as a prefix when it has at least
 // sqlcore.MinPrefix characters ("budg:* & q3"): a one-letter prefix matches nearly every
 // message in the index, every owner's, before the owner's are kept.
-func tsMatch(words []string) string {
+func tsMatch(_ string, words []string) string {
 	return sqlcore.MatchTerms(words, func(w string) string { return w }, ":*", " & ")
 }
 

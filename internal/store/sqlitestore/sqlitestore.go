@@ -179,7 +179,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	r.SetMaxOpenConns(readers)
 	r.SetMaxIdleConns(readers)
 	d := &db{pool: w, w: wr, r: r}
-	s := &Store{Core: sqlcore.Core{DB: d, Clock: clock.Real{}, Dialect: sqlcore.Dialect{FindSQL: findSQL, Match: ftsMatch}}, d: d,
+	s := &Store{Core: sqlcore.Core{DB: d, Clock: clock.Real{}, Dialect: sqlcore.Dialect{FindSQL: findSQL, Match: ftsMatch, Excerpt: excerpt}}, d: d,
 		log: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		o(s)
@@ -505,35 +505,4 @@ func (r *sqlRows) Scan(dest ...any) error {
 		f()
 	}
 	return nil
-}
-
-// findSQL finds an owner's conversations by title (LIKE, as SearchConversations) or by message
-// (the FTS5 index, migrations/sqlite/009), naming each conversation's most recent matching
-// message with an excerpt (FTS5's snippet; the indexed text holds no markers but snippet's).
-// The excerpt is made for the page of hits returned only; snippet places it by the positions
-// the index recorded, so the window's word ($5) is not needed here and only bound.
-const findSQL = `WITH hits AS (
-	SELECT t.conversation_id, max(t.seq) AS seq
-	FROM message_search s JOIN message_text t ON t.id = s.rowid JOIN conversations c ON c.id = t.conversation_id
-	WHERE message_search MATCH $2 AND c.owner_id = $1
-	GROUP BY t.conversation_id
-),
-found AS (
-	SELECT c.id, c.owner_id, c.title, c.status, c.last_seq, c.created_at, c.updated_at, h.seq
-	FROM conversations c LEFT JOIN hits h ON h.conversation_id = c.id
-	WHERE c.owner_id = $1 AND (h.seq IS NOT NULL OR lower(c.title) LIKE lower($3) ESCAPE '\') AND $5 IS NOT NULL
-	ORDER BY c.updated_at DESC, c.created_at DESC, c.id LIMIT $4
-)
-SELECT f.id, f.owner_id, f.title, f.status, f.last_seq, f.created_at, f.updated_at, coalesce(f.seq, 0),
-	CASE WHEN f.seq IS NULL THEN '' ELSE coalesce((SELECT snippet(message_search, 0, char(2), char(3), ' … ', 24) FROM message_search
-		WHERE message_search MATCH $2 AND rowid = (SELECT t.id FROM message_text t WHERE t.conversation_id = f.id AND t.seq = f.seq)), '') END
-FROM found f
-ORDER BY f.updated_at DESC, f.created_at DESC, f.id`
-
-// ftsMatch is the FTS5 query of findSQL: every word, each also as a prefix when it has at least
-// sqlcore.MinPrefix characters ("budg"* "q3"), as on PostgreSQL.
-// The words are letters and digits only; quoting them keeps FTS5 from reading a word such as
-// NOT or AND as an operator.
-func ftsMatch(words []string) string {
-	return sqlcore.MatchTerms(words, func(w string) string { return `"` + w + `"` }, "*", " ")
 }

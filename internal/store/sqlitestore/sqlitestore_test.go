@@ -160,6 +160,7 @@ func TestUpgradeFromVersion1(t *testing.T) {
 			to_addr TEXT NOT NULL, subject TEXT NOT NULL, body TEXT NOT NULL, created_at INTEGER NOT NULL)`,
 		`CREATE INDEX outbox_conversation ON outbox (conversation_id, id)`,
 		fmt.Sprintf(`INSERT INTO outbox (conversation_id, tool_call_id, to_addr, subject, body, created_at) VALUES ('%s', 'call_0', 'a@example.test', 's', 'b', 0)`, ana.ID),
+		`DROP TABLE signin_attempts`, // migration 021
 		`PRAGMA user_version = 1`,
 	} {
 		if _, err := s.DB.Exec(ctx, q); err != nil {
@@ -252,7 +253,7 @@ func TestSearchIndexFollowsDeletes(t *testing.T) {
 	}
 	count := func() (n int64) {
 		t.Helper()
-		rows, err := s.DB.Query(ctx, `SELECT (SELECT count(*) FROM message_text) + (SELECT count(*) FROM message_search WHERE message_search MATCH 'zebras')`)
+		rows, err := s.DB.Query(ctx, `SELECT (SELECT count(*) FROM message_text) + (SELECT count(*) FROM message_search WHERE message_search MATCH $1)`, ftsMatch("ana", []string{"zebras"}))
 		if err != nil {
 			t.Fatal(err)
 		}

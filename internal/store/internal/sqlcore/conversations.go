@@ -99,7 +99,7 @@ func (c *Core) FindConversations(ctx context.Context, ownerID, query string, lim
 		return hits, nil
 	}
 	pattern := "%" + escapeLike(query) + "%"
-	args := []any{ownerID, c.Dialect.Match(words), pattern, int64(limitOrAll(limit)), anchorWord(words)}
+	args := []any{ownerID, c.Dialect.Match(ownerID, words), pattern, int64(limitOrAll(limit)), anchorWord(words)}
 	timeout := c.SearchTimeout
 	if timeout <= 0 {
 		timeout = store.SearchTimeout
@@ -131,6 +131,13 @@ func (c *Core) FindConversations(ctx context.Context, ownerID, query string, lim
 			return nil, fmt.Errorf("find conversations: %w: %w", store.ErrSearchTimeout, err)
 		}
 		return nil, fmt.Errorf("find conversations: %w", err)
+	}
+	if c.Dialect.Excerpt != nil {
+		for i := range hits {
+			if hits[i].Seq != 0 {
+				hits[i].Snippet = c.Dialect.Excerpt(hits[i].Snippet, words)
+			}
+		}
 	}
 	return hits, nil
 }

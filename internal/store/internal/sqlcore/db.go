@@ -100,9 +100,15 @@ type Dialect struct {
 	// timeout in milliseconds (a string): the database's own bound on the search (PostgreSQL's SET LOCAL
 	// statement_timeout). Empty: the context's deadline alone bounds it.
 	SearchTimeoutSQL string
-	// Match makes the full-text query of FindSQL from SearchWords (never empty): every word, each
-	// also as a prefix. The words are letters and digits only, so nothing in them is syntax.
-	Match func(words []string) string
+	// Match makes the full-text query of FindSQL for ownerID's search from SearchWords (never
+	// empty): every word, each also as a prefix. The words are letters and digits only, so
+	// nothing in them is syntax. The owner is for an index whose terms are the owner's own
+	// (SQLite's, migrations/sqlite/022).
+	Match func(ownerID string, words []string) string
+	// Excerpt, when set, makes a message hit's excerpt in Go from what FindSQL selected in its
+	// place (a window of the message, in the dialect's own form) and the search words; unset,
+	// FindSQL selects the excerpt itself.
+	Excerpt func(selected string, words []string) string
 }
 
 // NewID returns 16 random bytes, hex-encoded: the id of a row whose caller gave none.

@@ -1,0 +1,2 @@
+-- Nothing on PostgreSQL: its search walks the owner's own conversations already (migration 012);
+-- sqlite/022 scopes the embedded store's FTS5 index to the owner.
