@@ -246,7 +246,6 @@ func TestUpgradeFromVersion7KeepsTheIndex(t *testing.T) {
 	INSERT INTO message_text (conversation_id, seq, body) VALUES (new.conversation_id, new.seq,
 		substr(replace(replace(coalesce(json_extract(CAST(new.data AS TEXT), '$.text'), ''), char(2), ''), char(3), ''), 1, 100000));
 END`,
-		`DROP TABLE signin_attempts`, // migration 021
 		// The audit table as version 8 had it.
 		`DROP TRIGGER audit_no_update`,
 		`DROP TRIGGER audit_no_delete`,

@@ -141,7 +141,6 @@ func TestUpgradeFromVersion1(t *testing.T) {
 		`DROP TRIGGER entries_search_ad`,
 		`DROP TABLE message_search`,
 		`DROP TABLE message_text`,
-		`DROP TABLE signin_attempts`,
 		`DROP TABLE invitations`,
 		`DROP TABLE grants`,
 		`DROP TABLE inbox_claims`,
