@@ -58,12 +58,33 @@ func TestSocketDoesNotRepeatTextTheViewHad(t *testing.T) {
 	})
 }
 
+// settle returns once the pump of every page socket in conns has done all it had to do for the
+// conversation's events published before it. The hub sends the sockets a client_exec of a call
+// that does not exist (marker names it); a pump handles its events in order and passes that
+// one on as a frame of its own, reading no view and rendering nothing, so the marker's frame
+// on a page says its pump is done with what came before, the view it read after them included.
+func settle(t *testing.T, e *testEnv, convID, marker string, conns []*websocket.Conn) {
+	t.Helper()
+	e.hub.Publish(agent.Event{ConversationID: convID, Type: agent.EventClientExec, ToolCallID: marker,
+		Call: &agent.CallView{ID: marker, Name: marker}})
+	for _, conn := range conns {
+		readUntil(t, conn, marker, func(f frame) bool { return f.Type == "client_exec" && f.ToolCallID == marker })
+	}
+}
+
 // TestOneRenderForEverySocket: N pages of one conversation get every render of the streaming
 // answer, and each render is made once for all of them.
+//
+// Before the test lets an answer end (release) it waits until every socket's pump is done
+// with the first delta (settle), not only until the page shows it: a pump that took the delta
+// together with the events before it (the question logged, the status) reads the view after
+// showing it, and had the answer been logged by then, that view shows it over: the page gets
+// the logged message and an empty streaming area instead of the last render, rightly, and this
+// test would wait for a render that never comes.
 func TestOneRenderForEverySocket(t *testing.T) {
 	eachStore(t, func(t *testing.T, open opener) {
 		const pages = 4
-		e := newTestEnv(t, open, Config{})
+		e := newTestEnv(t, open, Config{}, withTestHub())
 		ann := e.user("ann", store.RoleMember)
 		conv := e.conversation(ann)
 		var conns []*websocket.Conn
@@ -88,6 +109,7 @@ func TestOneRenderForEverySocket(t *testing.T) {
 		if n := e.srv.streams.renders.Load() - before; n != 1 {
 			t.Errorf("%d renders of the first delta for %d pages, want 1", n, pages)
 		}
+		settle(t, e, conv.ID, "settle-1", conns)
 		close(release)
 		for i, conn := range conns {
 			if f := readUntil(t, conn, "text", streamingFrame); !strings.Contains(*f.HTML, "<p>Hello there</p>") {
@@ -110,6 +132,7 @@ func TestOneRenderForEverySocket(t *testing.T) {
 		if n := e.srv.streams.renders.Load() - mid; n != 1 {
 			t.Errorf("%d renders of the first delta for %d pages, want 1", n, pages)
 		}
+		settle(t, e, conv.ID, "settle-2", conns)
 		close(release)
 		for _, conn := range conns {
 			readUntil(t, conn, "text", func(f frame) bool { return streamingFrame(f) && strings.Contains(*f.HTML, "<p>One two</p>") })
