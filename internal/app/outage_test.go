@@ -413,18 +413,21 @@ func TestDatabaseOutage(t *testing.T) {
 			}
 			l.mu.Lock()
 			var slowest time.Duration
-			refused := 0
+			refused, refusedAfter := 0, 0
 			for _, o := range l.all {
 				slowest = max(slowest, o.took)
 				if o.status != http.StatusOK && o.status != http.StatusAccepted {
 					refused++
+					if o.at.After(back) {
+						refusedAfter++
+					}
 				}
 				if o.took > requestDeadline || !honest(o) {
 					t.Errorf("dishonest or slow answer: %v", o)
 				}
 			}
-			t.Logf("%s: %d requests, %d refused, slowest %v, ready %v after the database returned",
-				outage.name, len(l.all), refused, slowest.Round(time.Millisecond), ready.Round(time.Millisecond))
+			t.Logf("%s: %d requests, %d refused (%d sent after the database returned), slowest %v, ready %v after the database returned",
+				outage.name, len(l.all), refused, refusedAfter, slowest.Round(time.Millisecond), ready.Round(time.Millisecond))
 			l.all = nil
 			l.mu.Unlock()
 		})
