@@ -236,6 +236,13 @@ func TestCutOffProcessRecovers(t *testing.T) {
 				time.Sleep(100 * time.Millisecond)
 			}
 			t.Logf("%s: b served again %v after the heal", mode.name, back.Round(time.Millisecond))
+			// Live again too: an event stream opened on b hears the approvals' results.
+			streams := map[string]<-chan string{}
+			for conv := range calls {
+				ch, res := rb.entries(t, conv)
+				t.Cleanup(func() { res.Body.Close() })
+				streams[conv] = ch
+			}
 			for conv, call := range calls {
 				o := try(client, rb.url, rb.token, "b", "POST", "/api/v1/conversations/"+conv+"/calls/"+call+"/resolve", `{"decision":"approve"}`)
 				if o.status != http.StatusOK {
@@ -243,6 +250,7 @@ func TestCutOffProcessRecovers(t *testing.T) {
 				}
 			}
 			for conv := range calls {
+				waitEntry(t, streams[conv], "tool_result")
 				waitConv(t, rb, conv, "finished", finished)
 				o := try(client, rb.url, rb.token, "b", "POST", "/api/v1/conversations/"+conv+"/messages", `{"text":"thanks"}`)
 				if o.status != http.StatusAccepted {

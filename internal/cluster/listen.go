@@ -69,7 +69,7 @@ func (n *Node) listen(conn *pgx.Conn) {
 				case <-wait.C():
 				}
 				wait.Stop()
-				backoff = min(backoff*2, 5*time.Second)
+				backoff = min(backoff*2, time.Second) // back within a second of the database's return
 				continue
 			}
 			conn, backoff = c, 100*time.Millisecond
