@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 
 	"parley/internal/fault"
 	"parley/internal/store"
@@ -44,4 +45,43 @@ func (m *Manager) Audit(ctx context.Context, by Principal, f store.AuditFilter) 
 		return nil, m.internalError("list the audit trail", err)
 	}
 	return recs, nil
+}
+
+// editHashes is what an audit record of an approval with edited arguments says of them
+// (editDetail): their hashes, not their values.
+type editHashes struct {
+	Edited    bool   `json:"edited"`
+	ModelHash string `json:"model_args_hash"`
+	ArgsHash  string `json:"args_hash"`
+}
+
+func editHashesOf(rec store.AuditRecord) (editHashes, bool) {
+	var d editHashes
+	if len(rec.Detail) == 0 || json.Unmarshal(rec.Detail, &d) != nil || !d.Edited || rec.ConversationID == "" || rec.ToolCallID == "" {
+		return editHashes{}, false
+	}
+	return d, true
+}
+
+// AuditsEdit reports whether rec records an approval whose approver edited the arguments.
+func AuditsEdit(rec store.AuditRecord) bool {
+	_, ok := editHashesOf(rec)
+	return ok
+}
+
+// EditedArgs is, for an audit record of an approval whose approver edited the arguments
+// (AuditsEdit), the model's arguments and those approved, read from the record's call in v (its
+// conversation, as the reader may see it). The record keeps only their hashes, so the values
+// stay with the conversation (and go with it); ok is false unless the call still holds the very
+// arguments the record hashed.
+func EditedArgs(v View, rec store.AuditRecord) (model, run json.RawMessage, ok bool) {
+	d, edit := editHashesOf(rec)
+	if !edit || v.ID != rec.ConversationID {
+		return nil, nil, false
+	}
+	c, found := v.Call(rec.ToolCallID)
+	if !found || canonicalHash(c.ModelArgs) != d.ModelHash || canonicalHash(c.Args) != d.ArgsHash {
+		return nil, nil, false
+	}
+	return c.ModelArgs, c.Args, true
 }
