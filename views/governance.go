@@ -75,14 +75,9 @@ type AuditRow struct {
 	ToolCallID     string
 	Reason         string
 	Detail         string
-	// ModelArgs and Args are, for an approval with edited arguments, the model's and those
-	// approved (agent.EditedArgs), when the reader may still see them: the row shows what
-	// changed, old → new.
-	ModelArgs, Args json.RawMessage
+	// Changes are, for an approval with edited arguments, what the edit changed, old → new.
+	Changes []ArgChange
 }
-
-// Changes is what the row's edit changed, field by field; none when its values are not known.
-func (r AuditRow) Changes() []ArgChange { return argChanges(r.ModelArgs, r.Args) }
 
 // AuditFilters are the audit page's filters, as the query carries them.
 type AuditFilters struct {

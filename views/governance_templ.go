@@ -700,7 +700,7 @@ func AuditTrailPage(d LayoutData, a AuditPage) templ.Component {
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
-					if ch := r.Changes(); len(ch) > 0 {
+					if ch := r.Changes; len(ch) > 0 {
 						templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 56, "<div class=\"arg-changes\" data-parley=\"audit-changes\">")
 						if templ_7745c5c3_Err != nil {
 							return templ_7745c5c3_Err

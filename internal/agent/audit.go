@@ -3,9 +3,12 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"maps"
+	"slices"
 
 	"parley/internal/fault"
 	"parley/internal/store"
+	"parley/internal/tools"
 )
 
 // MayReadAudit reports whether by may read the audit trail: admins (and the system).
@@ -47,41 +50,69 @@ func (m *Manager) Audit(ctx context.Context, by Principal, f store.AuditFilter) 
 	return recs, nil
 }
 
-// editHashes is what an audit record of an approval with edited arguments says of them
-// (editDetail): their hashes, not their values.
-type editHashes struct {
-	Edited    bool   `json:"edited"`
-	ModelHash string `json:"model_args_hash"`
-	ArgsHash  string `json:"args_hash"`
+// ArgChange is one argument an approver's edit changed: its top-level field ("" when the
+// arguments are not an object), and its value before and after as compact JSON, each bounded
+// to maxChangeRunes ("" when the field was not set, or was removed).
+type ArgChange struct {
+	Field string `json:"field"`
+	From  string `json:"from,omitempty"`
+	To    string `json:"to,omitempty"`
 }
 
-func editHashesOf(rec store.AuditRecord) (editHashes, bool) {
-	var d editHashes
-	if len(rec.Detail) == 0 || json.Unmarshal(rec.Detail, &d) != nil || !d.Edited || rec.ConversationID == "" || rec.ToolCallID == "" {
-		return editHashes{}, false
+// maxChangeRunes bounds each value an audit record keeps of an edit: the record says what
+// changed; the arguments in full stay with the conversation (and go with it).
+const maxChangeRunes = 160
+
+// argChangesOf lists what an edit changed from the model's arguments to those approved, field
+// by field in name order.
+func argChangesOf(from, to json.RawMessage) []ArgChange {
+	a, errA := tools.DecodeJSON(nonEmpty(from))
+	b, errB := tools.DecodeJSON(nonEmpty(to))
+	ma, okA := a.(map[string]any)
+	mb, okB := b.(map[string]any)
+	if errA != nil || errB != nil || !okA || !okB {
+		return []ArgChange{{From: changeValue(a, from), To: changeValue(b, to)}}
 	}
-	return d, true
+	var out []ArgChange
+	for _, k := range slices.Sorted(maps.Keys(ma)) {
+		if vb, ok := mb[k]; !ok || canonicalHash(mustJSON(ma[k])) != canonicalHash(mustJSON(vb)) {
+			ch := ArgChange{Field: k, From: changeValue(ma[k], nil)}
+			if ok {
+				ch.To = changeValue(vb, nil)
+			}
+			out = append(out, ch)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(mb)) {
+		if _, ok := ma[k]; !ok {
+			out = append(out, ArgChange{Field: k, To: changeValue(mb[k], nil)})
+		}
+	}
+	return out
 }
 
-// AuditsEdit reports whether rec records an approval whose approver edited the arguments.
-func AuditsEdit(rec store.AuditRecord) bool {
-	_, ok := editHashesOf(rec)
-	return ok
+// changeValue is v as compact JSON (raw when it does not decode), bounded to maxChangeRunes.
+func changeValue(v any, raw json.RawMessage) string {
+	s := string(raw)
+	if b, err := json.Marshal(v); err == nil && (raw == nil || v != nil) {
+		s = string(b)
+	}
+	if r := []rune(s); len(r) > maxChangeRunes {
+		s = string(r[:maxChangeRunes-1]) + "…"
+	}
+	return s
 }
 
-// EditedArgs is, for an audit record of an approval whose approver edited the arguments
-// (AuditsEdit), the model's arguments and those approved, read from the record's call in v (its
-// conversation, as the reader may see it). The record keeps only their hashes, so the values
-// stay with the conversation (and go with it); ok is false unless the call still holds the very
-// arguments the record hashed.
-func EditedArgs(v View, rec store.AuditRecord) (model, run json.RawMessage, ok bool) {
-	d, edit := editHashesOf(rec)
-	if !edit || v.ID != rec.ConversationID {
-		return nil, nil, false
+// AuditChanges is what an audit record of an approval with edited arguments says changed (its
+// detail's "changes", editDetail); none for any other record, or one written before they were
+// kept (it has only the arguments' hashes).
+func AuditChanges(rec store.AuditRecord) []ArgChange {
+	var d struct {
+		Edited  bool        `json:"edited"`
+		Changes []ArgChange `json:"changes"`
 	}
-	c, found := v.Call(rec.ToolCallID)
-	if !found || canonicalHash(c.ModelArgs) != d.ModelHash || canonicalHash(c.Args) != d.ArgsHash {
-		return nil, nil, false
+	if len(rec.Detail) == 0 || json.Unmarshal(rec.Detail, &d) != nil || !d.Edited {
+		return nil
 	}
-	return c.ModelArgs, c.Args, true
+	return d.Changes
 }

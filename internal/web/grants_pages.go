@@ -1,8 +1,6 @@
 package web
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
@@ -115,7 +113,6 @@ func (s *Server) auditPage(c echo.Context) error {
 		page.Next = recs[len(recs)-1].Seq
 	}
 	names := map[string]string{}
-	edits := auditEdits{agent: s.agent, by: principal(c), views: map[string]*agent.View{}}
 	for _, r := range recs {
 		actor := r.ActorID
 		if n, ok := names[actor]; ok {
@@ -134,40 +131,10 @@ func (s *Server) auditPage(c echo.Context) error {
 		}
 		row := views.AuditRow{Seq: r.Seq, At: r.At.UTC().Format("2006-01-02 15:04:05 UTC"), Actor: actor, ActorID: r.ActorID,
 			Action: r.Action, Tool: r.Tool, ConversationID: r.ConversationID, ToolCallID: r.ToolCallID, Reason: r.Reason, Detail: detail}
-		row.ModelArgs, row.Args = edits.of(ctx, r)
+		for _, ch := range agent.AuditChanges(r) {
+			row.Changes = append(row.Changes, views.ArgChange{Field: ch.Field, From: ch.From, To: ch.To})
+		}
 		page.Rows = append(page.Rows, row)
 	}
 	return s.render(c, http.StatusOK, views.AuditTrailPage(s.layoutData(c, "Audit trail"), page))
-}
-
-// auditEdits finds the values of the audit page's edited approvals: the record keeps only their
-// hashes, so they are read from the call's conversation, as the reader may see it, one view per
-// conversation on the page.
-type auditEdits struct {
-	agent *agent.Manager
-	by    agent.Principal
-	views map[string]*agent.View // by conversation id; nil when it cannot be seen (deleted)
-}
-
-// of is the model's arguments and those approved of the edited approval r; nil when r is no
-// such record or they are not known any more.
-func (e auditEdits) of(ctx context.Context, r store.AuditRecord) (model, run json.RawMessage) {
-	if !agent.AuditsEdit(r) {
-		return nil, nil
-	}
-	v, seen := e.views[r.ConversationID]
-	if !seen {
-		if got, err := e.agent.View(ctx, r.ConversationID, e.by); err == nil {
-			v = &got
-		}
-		e.views[r.ConversationID] = v
-	}
-	if v == nil {
-		return nil, nil
-	}
-	model, run, ok := agent.EditedArgs(*v, r)
-	if !ok {
-		return nil, nil
-	}
-	return model, run
 }
