@@ -75,6 +75,8 @@ type AuditRow struct {
 	ToolCallID     string
 	Reason         string
 	Detail         string
+	// Changes are, for an approval with edited arguments, what the edit changed, old → new.
+	Changes []ArgChange
 }
 
 // AuditFilters are the audit page's filters, as the query carries them.

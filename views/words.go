@@ -318,3 +318,30 @@ func jsonSubmitted(f *FormState) bool {
 	_, sent := f.Values["args"]
 	return sent && f.Values[ArgsFormField] == ""
 }
+
+// shownPlan is the plan PlanView shows for c, and whether it stands for an edit: the dry run's
+// own while the call has the model's arguments; once an approver proposed or approved others,
+// the arguments that run (or would), since the dry run described the model's.
+func shownPlan(c agent.CallView) (*tools.Plan, bool) {
+	if c.Plan == nil || len(argChanges(c.ModelArgs, c.Args)) == 0 {
+		return c.Plan, false
+	}
+	summary := "Ran " + c.Name + " with the edited arguments:"
+	switch {
+	case c.Status == agent.CallAwaiting && c.PendingKind == tools.PendingApproval:
+		summary = "Would run " + c.Name + " with the proposed arguments:"
+	case !strings.Contains(c.Decision, "approve"):
+		summary = c.Name + " with the edited arguments:"
+	case c.Status == agent.CallRunning || c.Status == agent.CallAwaiting:
+		summary = "Runs " + c.Name + " with the edited arguments:"
+	}
+	var v any
+	if decodeNumbers(c.Args, &v) != nil {
+		return &tools.Plan{Summary: summary, Details: map[string]any{"value": string(c.Args)}}, true
+	}
+	details, ok := v.(map[string]any)
+	if !ok {
+		details = map[string]any{"value": v}
+	}
+	return &tools.Plan{Summary: summary, Details: details}, true
+}

@@ -239,7 +239,8 @@ func errEditDenied(g callGate) *fault.Error {
 }
 
 // editDetail adds to an audit record's detail that the arguments were edited, from which to
-// which (their canonical hashes).
+// which (their canonical hashes), and what changed, old → new (argChangesOf), so the trail
+// itself says what was approved.
 func editDetail(detail json.RawMessage, from, to json.RawMessage) json.RawMessage {
 	m := map[string]any{}
 	if len(detail) > 0 {
@@ -248,6 +249,7 @@ func editDetail(detail json.RawMessage, from, to json.RawMessage) json.RawMessag
 	m["edited"] = true
 	m["model_args_hash"] = canonicalHash(from)
 	m["args_hash"] = canonicalHash(to)
+	m["changes"] = argChangesOf(from, to)
 	return mustJSON(m)
 }
 

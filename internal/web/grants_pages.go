@@ -129,8 +129,12 @@ func (s *Server) auditPage(c echo.Context) error {
 		if len(r.Detail) > 0 {
 			detail = string(r.Detail)
 		}
-		page.Rows = append(page.Rows, views.AuditRow{Seq: r.Seq, At: r.At.UTC().Format("2006-01-02 15:04:05 UTC"), Actor: actor, ActorID: r.ActorID,
-			Action: r.Action, Tool: r.Tool, ConversationID: r.ConversationID, ToolCallID: r.ToolCallID, Reason: r.Reason, Detail: detail})
+		row := views.AuditRow{Seq: r.Seq, At: r.At.UTC().Format("2006-01-02 15:04:05 UTC"), Actor: actor, ActorID: r.ActorID,
+			Action: r.Action, Tool: r.Tool, ConversationID: r.ConversationID, ToolCallID: r.ToolCallID, Reason: r.Reason, Detail: detail}
+		for _, ch := range agent.AuditChanges(r) {
+			row.Changes = append(row.Changes, views.ArgChange{Field: ch.Field, From: ch.From, To: ch.To})
+		}
+		page.Rows = append(page.Rows, row)
 	}
 	return s.render(c, http.StatusOK, views.AuditTrailPage(s.layoutData(c, "Audit trail"), page))
 }
