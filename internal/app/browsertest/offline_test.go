@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
@@ -101,6 +103,45 @@ func TestBrowserOfflineSend(t *testing.T) {
 		if got := eval[string](ann, `document.querySelector(`+q(composerBox)+`).value`); got != "" {
 			t.Errorf("a sent message came back as a draft: %q", got)
 		}
+	})
+
+	t.Run("a send the server fails (5xx) stays in the page with the server's words", func(t *testing.T) {
+		tb := ann.another()
+		tb.newConversation("Server failing")
+		page := eval[string](tb, `location.href`)
+		// Every post of a message is answered 503 by the browser itself until Fetch.disable.
+		if err := chromedp.Listen(tb.ctx, func(ev any) {
+			e, ok := ev.(*fetch.EventRequestPaused)
+			if !ok {
+				return
+			}
+			go func() {
+				_, _ = chromedp.Call(tb.ctx, fetch.FulfillRequest, fetch.FulfillRequestParams{RequestID: e.RequestID, ResponseCode: 503,
+					ResponseHeaders: []*fetch.HeaderEntry{{Name: "Content-Type", Value: "application/json"}},
+					Body:            []byte(`{"error":{"kind":"unavailable","message":"the database is not answering"}}`)})
+			}()
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := chromedp.Call(tb.ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*/messages"}}}); err != nil {
+			t.Fatal(err)
+		}
+		const text = "sent while the database is away"
+		tb.pressEnter(text)
+		tb.until(`(() => { const n = document.querySelector('[data-parley="send-failed"]'); return n !== null && n.innerText.includes("the database is not answering"); })()`)
+		if got := eval[string](tb, `location.href`); got != page {
+			t.Errorf("the page left for %q", got)
+		}
+		if got := eval[string](tb, `document.querySelector(`+q(composerBox)+`).value`); got != text {
+			t.Errorf("the composer holds %q after the failed send", got)
+		}
+		if _, err := chromedp.Call(tb.ctx, fetch.Disable, cdp.Empty{}); err != nil {
+			t.Fatal(err)
+		}
+		tb.do(chromedp.Click(chromedp.CSS(`[data-parley="send-failed"] [data-parley="retry-send"]`)))
+		tb.until(`Array.from(document.querySelectorAll('[data-parley="message"][data-role="user"]')).some(m => m.innerText.includes(` + q(text) + `))`)
+		tb.until(`document.querySelector('[data-parley="send-failed"]') === null`)
+		tb.until(statusIs("idle"))
 	})
 
 	t.Run("a draft survives a reload, in its own conversation only", func(t *testing.T) {
