@@ -473,7 +473,11 @@
   // ---- forms --------------------------------------------------------------------------------
 
   // Enhanced forms post over fetch with the same fields (the CSRF token is one of them) and apply
-  // the JSON answer; anything unexpected falls back to the plain POST the form was built for.
+  // the JSON answer. A send that did not arrive (no network, the server down or failing: 5xx)
+  // stays in the page, its text kept, as "Not sent — Retry": posting the form natively then
+  // would leave the app for the browser's error page. Only an answer that is not the app's JSON
+  // (the sign-in page after a session expired) falls back to the plain POST the form was built
+  // for, which also serves every page without this script.
   //
   // A form's named controls shadow its own properties: the "action" buttons hide the action
   // attribute, and a question form's inputs ("f." + a property name the model chose) could hide
@@ -481,6 +485,8 @@
   const attr = (el, name) => Element.prototype.getAttribute.call(el, name);
   const setAttr = (el, name, v) => Element.prototype.setAttribute.call(el, name, v);
   const within = (el, sel) => Element.prototype.querySelectorAll.call(el, sel);
+  const previousGetter = Object.getOwnPropertyDescriptor(Element.prototype, "previousElementSibling").get;
+  const previous = (el) => previousGetter.call(el);
 
   function enhanced(form) {
     const kind = attr(form, "data-parley-form");
@@ -521,6 +527,52 @@
     n.textContent = text;
   }
 
+  // SendFailed is a send that did not reach the app, or that the app failed (5xx): nothing was
+  // done, and the person may send it again.
+  class SendFailed extends Error {}
+
+  const retries = new WeakMap(); // the "Not sent" notice → {form, submitter}
+
+  // notSent shows, just before the form, that the send failed, with a Retry button; the
+  // composer keeps its text. It is an alert: the person pressed Enter and nothing visible left.
+  function notSent(form, submitter, why) {
+    let n = previous(form);
+    if (!n || n.getAttribute("data-parley") !== "send-failed") {
+      n = document.createElement("div");
+      n.className = "notice send-failed";
+      n.setAttribute("data-parley", "send-failed");
+      n.setAttribute("role", "alert");
+      const text = document.createElement("span");
+      text.setAttribute("data-parley", "send-failed-text");
+      const b = document.createElement("button");
+      b.type = "button";
+      b.setAttribute("data-parley", "retry-send");
+      b.textContent = "Retry";
+      n.append(text, " ", b);
+      Element.prototype.before.call(form, n);
+    }
+    retries.set(n, { form: form, submitter: submitter });
+    n.querySelector('[data-parley="send-failed-text"]').textContent = "Not sent — " + why;
+  }
+
+  function clearNotSent(form) {
+    const prev = previous(form);
+    if (prev && prev.getAttribute("data-parley") === "send-failed") prev.remove();
+  }
+
+  document.addEventListener("click", function (ev) {
+    const b = ev.target instanceof Element ? ev.target.closest('[data-parley="retry-send"]') : null;
+    if (!b) return;
+    const n = b.closest('[data-parley="send-failed"]');
+    const r = n ? retries.get(n) : null;
+    if (!r || !document.body.contains(r.form)) {
+      if (n) n.remove();
+      return;
+    }
+    if (r.submitter && r.submitter.form === r.form) HTMLFormElement.prototype.requestSubmit.call(r.form, r.submitter);
+    else HTMLFormElement.prototype.requestSubmit.call(r.form);
+  });
+
   function nativeSubmit(form, submitter) {
     setAttr(form, "data-parley-native", "1");
     setButtons(form, false);
@@ -546,13 +598,33 @@
       credentials: "same-origin",
       headers: { Accept: "application/json", "X-Parley-Fetch": "1", "X-CSRF-Token": csrf },
     })
-      .then(function (resp) {
-        const type = resp.headers.get("Content-Type") || "";
-        if (type.indexOf("application/json") !== 0) throw new Error("unexpected answer");
-        return resp.json();
-      })
+      .then(
+        function (resp) {
+          const type = resp.headers.get("Content-Type") || "";
+          const json = type.indexOf("application/json") === 0;
+          if (resp.status >= 500) {
+            const fallback = "the server could not do it (" + resp.status + ").";
+            if (!json) throw new SendFailed(fallback);
+            return resp.json().then(
+              function (ans) {
+                const msg = ans && ans.error && ans.error.message;
+                throw new SendFailed(msg ? sentence(msg) : fallback);
+              },
+              function () {
+                throw new SendFailed(fallback);
+              }
+            );
+          }
+          if (!json) throw new Error("unexpected answer");
+          return resp.json();
+        },
+        function () {
+          throw new SendFailed("the server could not be reached.");
+        }
+      )
       .then(function (ans) {
         setButtons(form, false);
+        clearNotSent(form);
         // While the socket is live it is the one source of a card's state: a fetch answer may
         // arrive after a newer socket update, so only an invalid answer (the card with its
         // errors, which the socket never sends) replaces the card.
@@ -565,7 +637,9 @@
         const box = composer ? within(form, 'textarea[name="text"]')[0] : null;
         if (ans.ok && box && box.value === body.get("text")) {
           box.value = "";
+          grow(box);
         }
+        if (ans.ok && box) saveDraft(box);
         // Without the socket nothing replaces the card: the focus goes to it now.
         if (focusAfter && (document.activeElement === null || document.activeElement === document.body)) focusItem(focusAfter);
         const notice = ans.notice || (!ans.ok && ans.error && ans.error.message) || "";
@@ -574,10 +648,20 @@
           else if (document.body.contains(form)) showNotice(form, notice);
         }
       })
-      .catch(function () {
+      .catch(function (err) {
+        if (err instanceof SendFailed) {
+          setButtons(form, false);
+          if (document.body.contains(form)) notSent(form, submitter, err.message);
+          return;
+        }
         nativeSubmit(form, submitter);
       });
   });
+
+  function sentence(s) {
+    s = String(s).trim();
+    return /[.!?]$/.test(s) ? s : s + ".";
+  }
 
   // A composer submits on Enter (Shift+Enter for a new line).
   document.addEventListener("keydown", function (ev) {
@@ -589,6 +673,85 @@
       HTMLFormElement.prototype.requestSubmit.call(form);
     }
   });
+
+  // ---- the composer's draft and height -------------------------------------------------------
+
+  // A composer's text is kept in this browser per conversation (localStorage
+  // "parley.draft.<conversation id>") as it is typed, put back when the page loads, and removed
+  // once it was sent. Storage may be refused (private mode, quota): the composer works without.
+  const draftPrefix = "parley.draft.";
+
+  function draftKey(box) {
+    const conv = box.closest("[data-conversation-id]");
+    const id = conv ? conv.getAttribute("data-conversation-id") : "";
+    return id ? draftPrefix + id : "";
+  }
+
+  function saveDraft(box) {
+    const key = draftKey(box);
+    if (!key) return;
+    try {
+      if (box.value.trim() === "") localStorage.removeItem(key);
+      else localStorage.setItem(key, box.value);
+    } catch {
+      // storage refused: the draft lives in the page only
+    }
+  }
+
+  function restoreDraft(box) {
+    const key = draftKey(box);
+    if (!key || box.value !== "") return;
+    try {
+      const text = localStorage.getItem(key);
+      if (text) box.value = text;
+    } catch {
+      // storage refused: nothing to restore
+    }
+  }
+
+  // Signing out forgets every draft, so the next person at this browser does not read them.
+  function forgetDrafts() {
+    try {
+      for (let i = localStorage.length - 1; i >= 0; i--) {
+        const k = localStorage.key(i);
+        if (k && k.indexOf(draftPrefix) === 0) localStorage.removeItem(k);
+      }
+    } catch {
+      // storage refused: nothing was kept
+    }
+  }
+
+  document.addEventListener("submit", function (ev) {
+    const form = ev.target;
+    if (form instanceof HTMLFormElement && attr(form, "action") === "/logout") forgetDrafts();
+  });
+
+  // The composer grows with its text up to its CSS max-height (then scrolls). CSS does it where
+  // the browser knows field-sizing; elsewhere the height follows the scroll height.
+  const cssGrows = Boolean(window.CSS && CSS.supports && CSS.supports("field-sizing", "content"));
+  function grow(box) {
+    if (cssGrows) return;
+    box.style.height = "auto";
+    box.style.height = box.scrollHeight + 2 + "px";
+  }
+
+  function composerBox(t) {
+    return t instanceof HTMLTextAreaElement && t.form && attr(t.form, "data-parley") === "composer" ? t : null;
+  }
+
+  document.addEventListener("input", function (ev) {
+    const box = composerBox(ev.target);
+    if (!box) return;
+    saveDraft(box);
+    grow(box);
+  });
+
+  function composers() {
+    document.querySelectorAll('form[data-parley="composer"] textarea[name="text"]').forEach(function (box) {
+      restoreDraft(box);
+      grow(box);
+    });
+  }
 
   // ---- the approval card's plan, refreshed as its arguments are edited ----------------------
 
@@ -815,6 +978,7 @@
     localTimes(document.body);
     countdowns(document.body);
     codeCopyButtons(document.body);
+    composers();
     const root = document.querySelector("[data-ws]");
     if (root) {
       toLatest(); // a conversation opens at its newest message
