@@ -64,6 +64,11 @@ func TestPanicsAndInternalErrors(t *testing.T) {
 	if res.StatusCode != 404 {
 		t.Fatalf("unknown API path: %d", res.StatusCode)
 	}
+	// A known path with a method it does not take: 405 with what it takes.
+	res = e.script(u).api("PUT", "/api/v1/conversations", "")
+	if eb := decodeEnvelope(t, res); res.StatusCode != 405 || eb.Error.Kind != fault.KindMethodNotAllowed || res.Header.Get("Allow") != "GET, POST" {
+		t.Fatalf("PUT /api/v1/conversations: %d %+v Allow %q", res.StatusCode, eb.Error, res.Header.Get("Allow"))
+	}
 	res = e.browser(u).do("GET", "/no/such/page", "", nil)
 	if body := readBody(res); res.StatusCode != 404 || !strings.Contains(body, `data-parley="error"`) {
 		t.Fatalf("unknown page: %d %s", res.StatusCode, body)

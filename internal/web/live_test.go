@@ -204,8 +204,8 @@ func TestLiveConnectionCaps(t *testing.T) {
 		t.Fatalf("a third socket: %v %v, want 429", err, res)
 	}
 	s := e.script(ann)
-	if res := s.api("GET", "/api/v1/conversations/"+conv.ID+"/events", ""); res.StatusCode != 429 {
-		t.Fatalf("an event stream past the cap = %d", res.StatusCode)
+	if res := s.api("GET", "/api/v1/conversations/"+conv.ID+"/events", ""); res.StatusCode != 429 || res.Header.Get("Retry-After") == "" {
+		t.Fatalf("an event stream past the cap = %d, Retry-After %q", res.StatusCode, res.Header.Get("Retry-After"))
 	}
 	_ = open[0].Close(websocket.StatusNormalClosure, "")
 	waitFor(t, func() bool {

@@ -108,6 +108,10 @@ func (s *Server) allowSearch(c echo.Context, q string) error {
 	return nil
 }
 
+// connRetryAfter is the wait a caller at its connection cap is told (Retry-After): a live
+// connection ends when its page or stream closes, which the server cannot foresee.
+const connRetryAfter = 5
+
 // conns counts the live connections (sockets, event streams) of this process, per user and in
 // all, against MaxConnsPerUser and MaxConns. The mutex guards only the counts.
 type conns struct {
@@ -125,7 +129,7 @@ func (s *Server) openConn(userID string) (release func(), err error) {
 	switch {
 	case k.perUser[userID] >= s.cfg.MaxConnsPerUser:
 		return nil, fault.New(fault.KindRateLimited, fmt.Sprintf("you have %d live connections open (sockets and event streams), the most one person may: close one first", s.cfg.MaxConnsPerUser),
-			map[string]any{"limit": s.cfg.MaxConnsPerUser})
+			map[string]any{"limit": s.cfg.MaxConnsPerUser, "retry_after_seconds": connRetryAfter})
 	case k.total >= s.cfg.MaxConns:
 		return nil, fault.New(fault.KindServiceUnavailable, "the server holds as many live connections as it may: try again later", nil)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -107,8 +108,30 @@ func (s *Server) routes() *echo.Echo {
 	api.DELETE("/grants/:grant", s.apiRevokeGrant)
 	api.GET("/admin/grants", s.apiAllGrants)
 	api.GET("/audit", s.apiAudit)
-	api.Any("/*", func(echo.Context) error { return errUnknownAction })
+	api.Any("/*", func(c echo.Context) error { return unknownAction(e, c) })
 	return e
+}
+
+// unknownAction answers a request under /api/v1 that no route took: 405 with Allow when the
+// path exists with other methods, else 404.
+func unknownAction(e *echo.Echo, c echo.Context) error {
+	path := c.Request().URL.Path
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPatch, http.MethodPut, http.MethodDelete} {
+		if m == c.Request().Method {
+			continue
+		}
+		probe := e.NewContext(nil, nil)
+		e.Router().Find(m, path, probe)
+		if probe.Path() != "" && probe.Path() != "/api/v1/*" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) == 0 {
+		return errUnknownAction
+	}
+	c.Response().Header().Set("Allow", strings.Join(allow, ", "))
+	return fault.New(fault.KindMethodNotAllowed, "this endpoint does not take "+c.Request().Method+"; it takes "+strings.Join(allow, ", "), nil)
 }
 
 // home sends a signed-in user to their conversations and anyone else to the sign-in form.
