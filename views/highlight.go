@@ -56,14 +56,15 @@ func (codeBlocks) RegisterFuncs(reg renderer.NodeRendererFuncRegisterer) {
 	})
 }
 
-// highlightBlock is one code block as HTML: <pre class="code"><code class="language-x">…</code></pre>.
+// highlightBlock is one code block as HTML: <pre class="code" data-lang="x"><code
+// class="language-x">…</code></pre>; the stylesheet shows data-lang as the block's label.
 func highlightBlock(lang, code string) string {
 	var out strings.Builder
-	out.WriteString(`<pre class="code"><code`)
-	if lang != "" {
-		out.WriteString(` class="language-` + lang + `"`)
+	if lang == "" {
+		out.WriteString(`<pre class="code"><code>`)
+	} else {
+		out.WriteString(`<pre class="code" data-lang="` + lang + `"><code class="language-` + lang + `">`)
 	}
-	out.WriteString(`>`)
 	if body, ok := highlighted(lang, code); ok {
 		out.WriteString(body)
 	} else {

@@ -47,6 +47,7 @@ func newSanitizer() *bluemonday.Policy {
 	p.AllowAttrs("class").Matching(regexp.MustCompile(`^language-[a-zA-Z0-9_+-]+$`)).OnElements("code")
 	// Highlighted code (highlight.go): the block's class and chroma's token classes, nothing else.
 	p.AllowAttrs("class").Matching(regexp.MustCompile(`^code$`)).OnElements("pre")
+	p.AllowAttrs("data-lang").Matching(langName).OnElements("pre")
 	p.AllowElements("span")
 	p.AllowAttrs("class").Matching(chromaClass).OnElements("span")
 	p.AllowAttrs("align").Matching(regexp.MustCompile(`^(left|right|center)$`)).OnElements("th", "td")

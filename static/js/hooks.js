@@ -375,18 +375,23 @@
 
   Live.prototype.handle = function (f) {
     switch (f.type) {
-      case "html":
+      case "html": {
+        const place = f.target === "inbox" ? inboxPlace() : null;
         if (f.target === "inbox") keepBulkChecks(f);
         applyHTML(f);
         if (f.target === "inbox") {
           const list = document.getElementById("inbox");
-          if (list) inboxChanged(list);
+          if (list) {
+            keepInboxPlace(list, place);
+            inboxChanged(list);
+          }
         }
         localTimes(document.body);
         countdowns(document.body);
         codeCopyButtons(document.body);
         followed();
         break;
+      }
       case "client_exec":
         this.clientExec(f);
         break;
@@ -864,6 +869,71 @@
     showPending(total);
   }
 
+  // The inbox keeps its place. The socket replaces the whole list, newest first; when the
+  // reviewer reads below the list's top, approvals that arrive are held (data-held, not shown)
+  // behind an "N new" button instead of pushing down what they read, and the entry they read is
+  // put back where it was on the screen. Held entries stay held across later frames until the
+  // button shows them.
+  const heldInbox = new Set(); // ids of entries held back
+  let inboxSeen = null; // ids of the entries the list showed, after the first frame
+
+  function inboxEntries(list) {
+    return Array.prototype.filter.call(list.children, function (el) {
+      return el.classList.contains("inbox-item") && el.id;
+    });
+  }
+
+  // inboxPlace is where the reviewer is, before a frame: the entries listed, and the first one
+  // on screen with its top, when the list's top is above the screen.
+  function inboxPlace() {
+    const list = document.getElementById("inbox");
+    if (!list) return null;
+    const items = inboxEntries(list);
+    if (inboxSeen === null) inboxSeen = new Set(items.map(function (el) { return el.id; }));
+    if (list.getBoundingClientRect().top >= 0) return { reading: false };
+    const anchor = items.find(function (el) {
+      return !el.hasAttribute("data-held") && el.getBoundingClientRect().bottom > 0;
+    });
+    return { reading: true, anchor: anchor ? anchor.id : "", top: anchor ? anchor.getBoundingClientRect().top : 0 };
+  }
+
+  function keepInboxPlace(list, place) {
+    const items = inboxEntries(list);
+    const present = new Set(items.map(function (el) { return el.id; }));
+    heldInbox.forEach(function (id) {
+      if (!present.has(id)) heldInbox.delete(id);
+    });
+    items.forEach(function (el) {
+      if (place && place.reading && inboxSeen && !inboxSeen.has(el.id)) heldInbox.add(el.id);
+      if (heldInbox.has(el.id)) el.setAttribute("data-held", "");
+    });
+    inboxSeen = present;
+    showInboxNew();
+    if (place && place.reading && place.anchor) {
+      const a = document.getElementById(place.anchor);
+      if (a) window.scrollBy(0, a.getBoundingClientRect().top - place.top);
+    }
+  }
+
+  function showInboxNew() {
+    const b = document.querySelector('[data-parley="inbox-new"]');
+    if (!b) return;
+    b.hidden = heldInbox.size === 0;
+    b.textContent = heldInbox.size + " new ↑";
+  }
+
+  document.addEventListener("click", function (ev) {
+    if (!(ev.target instanceof Element) || !ev.target.closest('[data-parley="inbox-new"]')) return;
+    heldInbox.clear();
+    const list = document.getElementById("inbox");
+    if (!list) return;
+    within(list, "[data-held]").forEach(function (el) {
+      el.removeAttribute("data-held");
+    });
+    showInboxNew();
+    list.scrollIntoView({ block: "start" });
+  });
+
   // Checked bulk boxes survive the socket replacing the list (by value: conversation and call).
   function keepBulkChecks(f) {
     const checked = new Set();
@@ -980,8 +1050,10 @@
     codeCopyButtons(document.body);
     composers();
     const root = document.querySelector("[data-ws]");
+    if (root && document.querySelector('[data-parley="timeline"]')) {
+      toLatest(); // a conversation opens at its newest message (the inbox at its top)
+    }
     if (root) {
-      toLatest(); // a conversation opens at its newest message
       parley.live = new Live(root);
     }
     // The inbox page's own socket carries the list, and with it the count.

@@ -3,10 +3,12 @@ package browsertest
 import (
 	"encoding/json"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -182,4 +184,67 @@ func TestBrowserGovernance(t *testing.T) {
 			t.Fatalf("the notification says %v", note)
 		}
 	})
+}
+
+// TestBrowserInboxKeepsPlace: on a phone (390×844) the inbox opens at its top, and an approval
+// that arrives while the reviewer reads further down waits behind "1 new" instead of moving the
+// entry they read; the button shows it. axe finds nothing serious on it, light or dark.
+func TestBrowserInboxKeepsPlace(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	defer srv.Close()
+	h := newHarness(t, withEnv(map[string]string{"PARLEY_TOOLS": reviewedEcho(t, srv.URL+"/echo"), "PARLEY_TEST_TOOLS": "false"}))
+	defer h.checkConsole()
+	ann, rita := h.browserFor("ann"), h.browserFor("rita")
+	ask := func(title, text string) string {
+		ann.newConversation(title)
+		ann.say(text)
+		ann.newestCallID("echo", "approval")
+		return eval[string](ann, `location.pathname.split("/")[2]`)
+	}
+	for i, word := range []string{"one", "two", "three"} {
+		ask("Ask "+strconv.Itoa(i+1), "echo "+word)
+	}
+	phone(t, rita)
+	rita.do(chromedp.Navigate(h.url + "/inbox"))
+	rita.until(`document.documentElement.dataset.parleySocket === "open" && document.querySelectorAll('[data-parley="inbox-entry"]').length === 3`)
+	if y := eval[float64](rita, `window.scrollY`); y != 0 {
+		t.Errorf("the inbox opened scrolled to %.0f, want its top", y)
+	}
+	for _, scheme := range []string{"light", "dark"} {
+		colorScheme(t, rita, scheme)
+		rita.checkA11y(t, "inbox at 390 px, "+scheme)
+		rita.shot("inbox-390-" + scheme)
+	}
+	colorScheme(t, rita, "")
+
+	// Read the second entry, at the top of the screen; a new approval arrives.
+	second := `document.querySelectorAll('[data-parley="inbox-entry"]')[1]`
+	reading := eval[string](rita, `(() => { const e = `+second+`; e.scrollIntoView({block: "start"}); return e.dataset.conversationId; })()`)
+	rita.until(`window.scrollY > 0`)
+	top := func() float64 {
+		return eval[float64](rita, `document.querySelector('[data-parley="inbox-entry"][data-conversation-id=`+q(reading)+`]').getBoundingClientRect().top`)
+	}
+	before := top()
+	fresh := ask("Ask 4", "echo four")
+	rita.until(`document.querySelector('[data-parley="inbox"]').dataset.total === "4"`)
+	rita.until(`(() => { const b = document.querySelector('[data-parley="inbox-new"]'); return !b.hidden && b.textContent.startsWith("1 new"); })()`)
+	if after := top(); math.Abs(after-before) > 1 {
+		t.Errorf("the entry being read moved from %.0f to %.0f px when an approval arrived", before, after)
+	}
+	newEntry := `document.querySelector('[data-parley="inbox-entry"][data-conversation-id=` + q(fresh) + `]')`
+	if eval[bool](rita, newEntry+`.offsetParent !== null`) {
+		t.Errorf("the new approval was shown above the reader")
+	}
+	if !eval[bool](rita, `(() => { const r = document.querySelector('[data-parley="inbox-new"]').getBoundingClientRect(); return r.top >= 0 && r.bottom <= innerHeight; })()`) {
+		t.Errorf("the \"1 new\" button is off screen")
+	}
+	rita.shot("inbox-1-new")
+	rita.do(chromedp.Click(chromedp.CSS(`[data-parley="inbox-new"]`)))
+	rita.until(`document.querySelector('[data-parley="inbox-new"]').hidden`)
+	rita.until(`(() => { const e = ` + newEntry + `; if (e === null || e.offsetParent === null) return false; const r = e.getBoundingClientRect(); return r.top >= 0 && r.top < innerHeight; })()`)
+	rita.shot("inbox-new-shown")
 }

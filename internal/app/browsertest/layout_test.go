@@ -143,9 +143,12 @@ func TestBrowserChatLayout(t *testing.T) {
 		if w := eval[float64](ann, `document.documentElement.scrollWidth`); w > 390 {
 			t.Errorf("the page is %.0f px wide at 390 px", w)
 		}
-		if !eval[bool](ann, `(() => { const b = document.querySelector('form[action="/logout"] button'); const r = b.getBoundingClientRect(); return r.right <= 390 && r.width > 0; })()`) {
+		// Sign out is in the account menu, which opens on screen.
+		ann.do(chromedp.Click(chromedp.CSS(`[data-parley="account-menu"] > summary`)))
+		if !eval[bool](ann, `(() => { const b = document.querySelector('form[action="/logout"] button'); const r = b.getBoundingClientRect(); return r.right <= 390 && r.left >= 0 && r.width > 0; })()`) {
 			t.Errorf("Sign out is off-screen")
 		}
+		ann.do(chromedp.Click(chromedp.CSS(`[data-parley="account-menu"] > summary`)))
 		small := eval[[]string](ann, `Array.from(document.querySelectorAll('button')).filter(b => b.offsetParent !== null).filter(b => { const r = b.getBoundingClientRect(); return r.height < 44 || r.width < 44; }).map(b => b.textContent.trim())`)
 		if len(small) > 0 {
 			t.Errorf("buttons under 44 px: %q", small)

@@ -11,7 +11,8 @@ import (
 
 // TestBrowserCodeBlocks: a code block in the assistant's answer is highlighted by the server
 // (chroma's token classes, coloured by the stylesheet) and gets a copy button that puts the
-// code on the clipboard.
+// code on the clipboard; the block shows its language, and its token colours read at 4.5:1 or
+// better in light and dark.
 func TestBrowserCodeBlocks(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -95,4 +96,65 @@ func TestBrowserCodeBlocks(t *testing.T) {
 		t.Errorf("the clipboard holds %q, want the code %q", got, want)
 	}
 	ann.shot("code-block")
+
+	// The block says its language in a small label, and every token colour the stylesheet
+	// has (not only the tokens of this answer) reads at 4.5:1 or better on the code's
+	// background, light and dark.
+	for _, scheme := range []string{"light", "dark"} {
+		colorScheme(t, ann, scheme)
+		if label := eval[string](ann, `(() => { const p = document.querySelector('pre.code[data-lang]'); const s = getComputedStyle(p, "::before");
+			return s.display !== "none" && s.visibility !== "hidden" ? s.content : ""; })()`); label != `"go"` {
+			t.Errorf("%s: the code block's label is %s, want \"go\"", scheme, label)
+		}
+		for _, low := range eval[[]string](ann, codeContrast) {
+			t.Errorf("%s: a code token under 4.5:1: %s", scheme, low)
+		}
+		ann.shot("code-block-" + scheme)
+	}
+	colorScheme(t, ann, "")
 }
+
+// codeContrast lists the code token classes (each "pre.code .x" rule of the stylesheets, and
+// every token span on the page) whose colour is under 4.5:1 against what they are drawn on;
+// whitespace tokens (.w) show no glyph and are left out.
+const codeContrast = `(() => {
+	const lum = (c) => {
+		const m = c.match(/rgba?\(([\d.]+),\s*([\d.]+),\s*([\d.]+)(?:,\s*([\d.]+))?/);
+		if (!m) return null;
+		const ch = [m[1], m[2], m[3]].map(Number).map(v => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); });
+		return {l: 0.2126 * ch[0] + 0.7152 * ch[1] + 0.0722 * ch[2], a: m[4] === undefined ? 1 : Number(m[4])};
+	};
+	const background = (el) => {
+		for (let e = el; e; e = e.parentElement) {
+			const b = lum(getComputedStyle(e).backgroundColor);
+			if (b && b.a > 0) return b.l;
+		}
+		return 1;
+	};
+	const ratio = (el) => {
+		const f = lum(getComputedStyle(el).color).l, b = background(el);
+		return (Math.max(f, b) + 0.05) / (Math.min(f, b) + 0.05);
+	};
+	const pre = document.querySelector('[data-parley="message"] pre.code');
+	const classes = new Set();
+	const walk = (rules) => { for (const r of rules) {
+		if (r.cssRules) walk(r.cssRules);
+		for (const sel of (r.selectorText || "").split(",")) { const m = sel.trim().match(/^pre\.code \.([a-z0-9]+)$/); if (m) classes.add(m[1]); }
+	} };
+	for (const sh of document.styleSheets) walk(sh.cssRules);
+	const probe = document.createElement("code");
+	for (const c of classes) { const s = document.createElement("span"); s.className = c; s.textContent = "x"; probe.appendChild(s); }
+	pre.appendChild(probe);
+	const low = [];
+	try {
+		for (const s of pre.querySelectorAll("span[class]")) {
+			if (s.className === "w" || s.textContent.trim() === "") continue;
+			const r = ratio(s);
+			if (r < 4.5) low.push("." + s.className + " " + JSON.stringify(s.textContent) + " " + r.toFixed(2) + ":1 (" + getComputedStyle(s).color + ")");
+		}
+		if (classes.size < 40) low.push("only " + classes.size + " token rules found in the stylesheets");
+	} finally {
+		probe.remove();
+	}
+	return low;
+})()`
