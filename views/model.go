@@ -211,6 +211,9 @@ type InboxPage struct {
 	Now time.Time
 	// Bulk is the outcome of the bulk decision just made (nil: none was).
 	Bulk *BulkSummary
+	// ReviewedTools names the tools whose calls may wait for a reviewer (agent.ReviewedTools):
+	// an empty inbox says what will arrive there.
+	ReviewedTools []string
 }
 
 // Item is one entry of a conversation's timeline: a message or a tool call, in log order.

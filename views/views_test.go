@@ -446,6 +446,18 @@ func TestInboxListsEachApproval(t *testing.T) {
 	if _, n := doc.One(`[data-parley="inbox"] [data-parley="inbox-empty"]`); n != 1 {
 		t.Errorf("empty inbox not said")
 	}
+	if _, n := doc.One(`[data-parley="inbox-try"]`); n != 0 {
+		t.Errorf("an inbox without the demo's deploy tool says how to try it")
+	}
+	_, doc = render(t, InboxBody(InboxPage{Viewer: reviewer(), ReviewedTools: []string{"deploy", "transfer_funds"}}))
+	explain, _ := doc.One(`[data-parley="inbox-empty"] [data-parley="inbox-explain"]`)
+	if txt := viewstest.Text(explain); !strings.Contains(txt, "need a reviewer") || !strings.Contains(txt, "deploy, transfer_funds") {
+		t.Errorf("empty inbox does not say what arrives there: %q", txt)
+	}
+	try, _ := doc.One(`[data-parley="inbox-try"]`)
+	if txt := viewstest.Text(try); !strings.Contains(txt, "deploy the website") {
+		t.Errorf("empty inbox does not say how to try it: %q", txt)
+	}
 }
 
 func TestConversationPageFrame(t *testing.T) {

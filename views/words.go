@@ -345,3 +345,17 @@ func shownPlan(c agent.CallView) (*tools.Plan, bool) {
 	}
 	return &tools.Plan{Summary: summary, Details: details}, true
 }
+
+// DemoReviewedTool is the demo's reviewer-gated tool: when it is offered, an empty inbox says
+// how to make it ask.
+const DemoReviewedTool = "deploy"
+
+// inboxExplain says, on an empty inbox, what will arrive there: calls that need a reviewer
+// (naming the tools that ask for one) and the viewer's own calls that wait for them.
+func inboxExplain(reviewed []string) string {
+	s := "Calls that need a reviewer arrive here, live, from anyone's conversations"
+	if len(reviewed) > 0 {
+		s += " (here: " + strings.Join(reviewed, ", ") + ")"
+	}
+	return s + ", with your own calls that wait for you. Approve or deny them here: the person who asked sees your decision at once."
+}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sort"
@@ -128,6 +129,25 @@ func (m *Manager) Resolve(ctx context.Context, convID, toolCallID string, r Reso
 		out = *resp.resolved
 	}
 	return out, err
+}
+
+// ReviewedTools names, sorted, the registered tools some of whose calls wait for a reviewer:
+// declared with approvers "reviewer", or with a rule that asks a reviewer. An empty inbox names
+// them, so a reviewer knows what will arrive there.
+func (m *Manager) ReviewedTools() []string {
+	var names []string
+	for _, t := range m.cfg.Tools.All() {
+		reviewed := t.Gated() && t.Approvers() == tools.ByReviewer
+		for _, r := range t.Rules() {
+			who := cmp.Or(r.Approvers, t.Approvers())
+			reviewed = reviewed || r.Action == tools.RuleAsk && who == tools.ByReviewer
+		}
+		if reviewed {
+			names = append(names, t.Name())
+		}
+	}
+	sort.Strings(names)
+	return names
 }
 
 // PendingApprovals lists the approvals in by's inbox, newest first: those that wait for by's

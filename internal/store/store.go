@@ -56,6 +56,9 @@ type User struct {
 	Role         Role
 	PasswordHash []byte
 	CreatedAt    time.Time
+	// Disabled is set by an admin: the user cannot sign in, and their sessions and tokens are
+	// refused.
+	Disabled bool
 }
 
 // Session is a signed-in browser. Only a hash of the cookie's token is stored.
@@ -294,6 +297,9 @@ type Store interface {
 	ListUsers(ctx context.Context) ([]User, error)
 	CountUsers(ctx context.Context) (int, error)
 	SetUserRole(ctx context.Context, id string, role Role) error
+	// SetUserDisabled disables or enables an account (ErrNotFound when missing). Disabling the
+	// last enabled admin is refused with ErrConflict: the system always keeps one.
+	SetUserDisabled(ctx context.Context, id string, disabled bool) error
 	CreateSession(ctx context.Context, s Session) error
 	SessionByHash(ctx context.Context, hash []byte) (Session, error) // ErrNotFound when missing or expired
 	DeleteSession(ctx context.Context, hash []byte) error

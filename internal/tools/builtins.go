@@ -36,14 +36,15 @@ type BuiltinDeps struct {
 	Outbox Outbox
 	// CountDownStep is the pause between count_down's steps; 0 is one second.
 	CountDownStep time.Duration
-	// TestTools adds the tools that exist to exercise the app (echo, failing, count_down): the
-	// demo model uses them; a real model is not offered them unless the operator asks.
+	// TestTools adds the tools that exist to exercise the app (echo, failing, count_down,
+	// deploy): the demo model uses them; a real model is not offered them unless the operator
+	// asks.
 	TestTools bool
 }
 
 // Builtins returns the built-in tools: get_current_time, ask_user, geolocation, send_email
-// (when deps.Outbox is set) and web_search, and with deps.TestTools echo, failing and
-// count_down.
+// (when deps.Outbox is set) and web_search, and with deps.TestTools echo, failing,
+// count_down and deploy.
 func Builtins(deps BuiltinDeps) []*Tool {
 	clk := deps.Clock
 	if clk == nil {
@@ -58,7 +59,7 @@ func Builtins(deps BuiltinDeps) []*Tool {
 		ts = append(ts, SendEmail(deps.Outbox))
 	}
 	if deps.TestTools {
-		ts = append(ts, CountDown(clk, deps.CountDownStep))
+		ts = append(ts, CountDown(clk, deps.CountDownStep), Deploy())
 	}
 	return append(ts, WebSearch())
 }
@@ -354,6 +355,52 @@ func CountDown(clk clock.Clock, step time.Duration) *Tool {
 			return map[string]any{"counted_from": from, "done": true}, nil
 		},
 	})
+}
+
+// Deploy is the demo's reviewer-gated server tool deploy: it pretends to deploy a service to
+// staging or production. It exists so the demo shows a reviewer at work: its calls wait for a
+// reviewer (or an admin) who is not the conversation's owner, the same governance a tools file
+// declares with "approvers": "reviewer". It has no effect beyond its result.
+func Deploy() *Tool {
+	return mustNew(Spec{
+		Name:        "deploy",
+		Description: "Deploy a service to staging or production. A reviewer, not the user, approves each deployment.",
+		Parameters: json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "service": {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,39}$", "description": "The service's name"},
+    "environment": {"type": "string", "enum": ["staging", "production"], "description": "Where to deploy it"}
+  },
+  "required": ["service", "environment"],
+  "additionalProperties": false
+}`),
+		Executor:  Server,
+		Approval:  RequiresApproval,
+		Approvers: ByReviewer,
+		Func: func(ctx context.Context, call Call, args map[string]any) (any, error) {
+			service, env := deployFrom(args)
+			if call.DryRun {
+				return deployPlan(service, env), nil
+			}
+			return map[string]any{"service": service, "environment": env, "status": "deployed"}, nil
+		},
+		DryRun: func(ctx context.Context, call Call, args map[string]any) (Plan, error) {
+			return deployPlan(deployFrom(args)), nil
+		},
+	})
+}
+
+func deployFrom(args map[string]any) (service, env string) {
+	service, _ = args["service"].(string)
+	env, _ = args["environment"].(string)
+	return service, env
+}
+
+func deployPlan(service, env string) Plan {
+	return Plan{
+		Summary: fmt.Sprintf("Would deploy %s to %s", service, env),
+		Details: map[string]any{"service": service, "environment": env},
+	}
 }
 
 // WebSearchNative is Anthropic's hosted web search tool definition.

@@ -69,6 +69,7 @@ func TestBuiltinDeclarations(t *testing.T) {
 		{"geolocation", Client, false, false, PendingClientExec},
 		{"send_email", Server, true, false, PendingApproval},
 		{"count_down", Server, false, true, ""},
+		{"deploy", Server, true, false, PendingApproval},
 		{"web_search", Provider, false, false, ""},
 	}
 	for _, c := range cases {
@@ -86,6 +87,9 @@ func TestBuiltinDeclarations(t *testing.T) {
 	}
 	if ts["send_email"].Approvers() != ByOwner {
 		t.Error("send_email approvers")
+	}
+	if ts["deploy"].Approvers() != ByReviewer {
+		t.Error("deploy approvers: the demo's reviewer-gated tool must wait for a reviewer")
 	}
 	if len(ts) != len(cases) {
 		t.Errorf("%d built-ins, want %d", len(ts), len(cases))

@@ -60,7 +60,7 @@ func TestRegistryLookupAndOrder(t *testing.T) {
 	for _, tool := range r.All() {
 		names = append(names, tool.Name())
 	}
-	want := "get_current_time,echo,failing,ask_user,geolocation,send_email,count_down,web_search"
+	want := "get_current_time,echo,failing,ask_user,geolocation,send_email,count_down,deploy,web_search"
 	if strings.Join(names, ",") != want {
 		t.Errorf("order %v", names)
 	}

@@ -114,6 +114,9 @@ func (s *Server) tokenUser(ctx context.Context, hash []byte) (store.User, store.
 			if err != nil {
 				return nil, fmt.Errorf("load user of token %s: %w", t.ID, err)
 			}
+			if u.Disabled {
+				return nil, errAccountDisabled
+			}
 			// Its use is recorded once per cache miss, and the store writes it at most once per
 			// store.TokenTouchEvery: the tokens page shows when each token last worked.
 			if err := s.store.TouchAPIToken(lctx, t.ID); err != nil {
@@ -153,8 +156,9 @@ func tokenExpired(t store.APIToken, now time.Time) bool {
 }
 
 var (
-	errBadToken     = fault.New(fault.KindNotAuthenticated, "the API token is invalid or revoked", nil)
-	errTokenExpired = fault.New(fault.KindNotAuthenticated, "the API token has expired: create a new one on the tokens page", nil)
+	errBadToken        = fault.New(fault.KindNotAuthenticated, "the API token is invalid or revoked", nil)
+	errAccountDisabled = fault.New(fault.KindNotAuthenticated, "this account is disabled: ask an administrator", nil)
+	errTokenExpired    = fault.New(fault.KindNotAuthenticated, "the API token has expired: create a new one on the tokens page", nil)
 )
 
 // authenticate identifies the caller from a Bearer token or the session cookie. A request with
@@ -195,7 +199,7 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			return fmt.Errorf("look up session: %w", err)
 		}
 		u, err := s.store.UserByID(ctx, sess.UserID)
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, store.ErrNotFound) || (err == nil && u.Disabled) {
 			s.clearCookie(c, s.sessionCookie())
 			return next(c)
 		}

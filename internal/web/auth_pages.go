@@ -98,6 +98,11 @@ func (s *Server) login(c echo.Context) error {
 		f.Error = "Wrong name or password."
 		return s.renderLogin(c, http.StatusUnauthorized, f)
 	}
+	if u.Disabled { // said only to whoever knows the password
+		s.log.InfoContext(ctx, "sign-in refused: account disabled", "user_id", u.ID, "ip", c.RealIP())
+		f.Error = "This account is disabled. Ask an administrator to enable it."
+		return s.renderLogin(c, http.StatusForbidden, f)
+	}
 	if err := s.startSession(c, u); err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ func TestAuthorization(t *testing.T) {
 		other := e.user("other", store.RoleMember)
 		reviewer := e.user("reviewer", store.RoleReviewer)
 		admin := e.user("admin", store.RoleAdmin)
+		spare := e.user("spare", store.RoleMember) // the admin disables them and sets their password
 		email, text := emailArgs("bob@example.test"), map[string]any{"text": "hello"}
 		// conv: owner-approved calls; conv2: reviewer-gated ones; conv3: questions; conv4: idle.
 		// A spare call in each keeps its turn waiting whatever is decided.
@@ -94,6 +95,12 @@ func TestAuthorization(t *testing.T) {
 			{"admin page", "GET", "/admin/users", "", map[string]int{
 				"owner-cookie": 403, "reviewer": 401, "admin-cookie": 200, "anonymous": 303}},
 			{"set role", "POST", "/admin/users/" + other.ID + "/role", "role=reviewer", map[string]int{
+				"owner-cookie": 403, "reviewer": 401, "admin-cookie": 303, "anonymous": 403, "wrong-csrf": 403}},
+			{"create an account", "POST", "/admin/users", "name=newbie&role=member&password=newbie-password", map[string]int{
+				"owner-cookie": 403, "reviewer": 401, "admin-cookie": 303, "anonymous": 403, "wrong-csrf": 403}},
+			{"disable an account", "POST", "/admin/users/" + spare.ID + "/disabled", "disabled=true", map[string]int{
+				"owner-cookie": 403, "reviewer": 401, "admin-cookie": 303, "anonymous": 403, "wrong-csrf": 403}},
+			{"set another's password", "POST", "/admin/users/" + spare.ID + "/password", "password=a-new-password", map[string]int{
 				"owner-cookie": 403, "reviewer": 401, "admin-cookie": 303, "anonymous": 403, "wrong-csrf": 403}},
 			{"close sign-up", "POST", "/admin/signup", "open=true", map[string]int{
 				"owner-cookie": 403, "reviewer": 401, "admin-cookie": 303, "anonymous": 403}},

@@ -66,7 +66,8 @@ func (s *Server) inboxDataFor(c echo.Context, by agent.Principal, q inboxQuery) 
 	if err != nil {
 		return views.InboxPage{}, err
 	}
-	d := views.InboxPage{CSRF: s.csrfToken(c), Viewer: views.Viewer{Principal: by, Name: u.Name}, Names: map[string]string{u.ID: u.Name}, Filter: q.InboxFilter}
+	d := views.InboxPage{CSRF: s.csrfToken(c), Viewer: views.Viewer{Principal: by, Name: u.Name}, Names: map[string]string{u.ID: u.Name}, Filter: q.InboxFilter,
+		ReviewedTools: s.agent.ReviewedTools()}
 	fillInbox(&d, list, claims, names, s.agent.Now())
 	s.addNames(ctx, d.Names, inboxCalls(d))
 	return d, nil

@@ -142,7 +142,7 @@ func (s *Server) reauthorize(ctx context.Context, g grant, via string) (agent.Pr
 		return agent.Principal{}, errSignedOut
 	}
 	u, err := s.store.UserByID(ctx, userID)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) || (err == nil && u.Disabled) {
 		return agent.Principal{}, errSignedOut
 	}
 	if err != nil {

@@ -5,6 +5,7 @@
 //
 //	"mixed", "do everything"            → get_current_time + echo (server) and ask_user (human) in one answer
 //	"ask me …"                          → ask_user (human) with a small form
+//	"deploy the website"                → deploy (gated; a reviewer, not the owner, decides)
 //	"email bob@example.com about lunch" → send_email (gated) with to/subject/body from the words
 //	"where am I", "my location"         → geolocation (client)
 //	"survey", "form"                    → ask_user (human) with a small form
@@ -186,6 +187,7 @@ var (
 	echoRE       = regexp.MustCompile(`(?i)^\s*(?:echo|repeat)\b[:,]?\s*(.*)$`)
 	mixedRE      = regexp.MustCompile(`\bmixed\b|\bdo everything\b|\beverything at once\b`)
 	greetingRE   = regexp.MustCompile(`^\s*(hi|hello|hey|good (morning|afternoon|evening))\b`)
+	deployRE     = regexp.MustCompile(`\bdeploy\b(?:\s+(?:the\s+)?([a-z0-9][a-z0-9-]{0,39}))?`)
 	codeRE       = regexp.MustCompile(`\b(show|write|give)\b.*\bcode\b|\bcode (example|sample)\b`)
 )
 
@@ -213,6 +215,8 @@ func respond(b *builder, text string) {
 		mixed(b)
 	case askMeRE.MatchString(lower):
 		survey(b)
+	case deployRE.MatchString(lower):
+		deploy(b, lower)
 	case (emailRE.MatchString(text) || emailWordRE.MatchString(lower)) && !searchVerbRE.MatchString(lower):
 		email(b, text)
 	case locationRE.MatchString(lower):
@@ -375,6 +379,29 @@ func email(b *builder, text string) {
 	b.call("send_email", map[string]any{"to": to, "subject": subject, "body": body})
 }
 
+// deploy asks to deploy a service (the word after "deploy", else "website") to staging, or to
+// production when the words say so. The call waits for a reviewer: the text says who.
+func deploy(b *builder, lower string) {
+	if !b.has("deploy") {
+		b.missing("deploy")
+		return
+	}
+	service := "website"
+	if m := deployRE.FindStringSubmatch(lower); m[1] != "" && !stopWords[m[1]] && !notAService[m[1]] {
+		service = m[1]
+	}
+	env := "staging"
+	if strings.Contains(lower, "prod") {
+		env = "production"
+	}
+	b.text = fmt.Sprintf("I've asked to deploy %s to %s. A reviewer decides deployments, not you: "+
+		"it waits in the reviewers' **Inbox** until one of them approves or denies it.", service, env)
+	b.call("deploy", map[string]any{"service": service, "environment": env})
+}
+
+// notAService are words after "deploy" that name no service ("deploy it to production").
+var notAService = map[string]bool{"it": true, "this": true, "that": true, "now": true, "my": true, "our": true, "something": true}
+
 var stopWords = map[string]bool{"me": true, "a": true, "an": true, "the": true, "to": true, "about": true}
 
 func zoneIn(lower string) string {
@@ -404,6 +431,7 @@ func plain(text string, tools map[string]bool, defs []definition) string {
 	sb.WriteString(" Try one of these:\n\n")
 	lines := []struct{ tool, line string }{
 		{"send_email", "- *email bob@example.com about lunch*: an email that waits for your approval"},
+		{"deploy", "- *deploy the website*: a deployment that waits for a reviewer (the Inbox)"},
 		{"geolocation", "- *where am I?*: your browser reports your location"},
 		{"ask_user", "- *ask me a few questions*: a form for you to fill in"},
 		{"get_current_time", "- *what time is it in Tokyo?*: a server tool"},
@@ -499,6 +527,8 @@ func describe(name, content string) (string, bool) {
 		return fmt.Sprintf("you are at %s, %s (within about %s m).", num("latitude"), num("longitude"), num("accuracy")), true
 	case name == "send_email" && str("to") != "":
 		return fmt.Sprintf("the email to %s (%q) is %s.", str("to"), str("subject"), orDefault(str("status"), "sent")), true
+	case name == "deploy" && str("service") != "":
+		return fmt.Sprintf("%s is %s to %s.", str("service"), orDefault(str("status"), "deployed"), str("environment")), true
 	case name == "count_down" && str("counted_from") != "":
 		return fmt.Sprintf("counted down from %s.", num("counted_from")), true
 	case name == "echo" && r != nil:

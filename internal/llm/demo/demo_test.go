@@ -69,6 +69,9 @@ func TestPhrasesDriveTools(t *testing.T) {
 		{"email bob@example.com about lunch", []string{"send_email"}, map[string]any{"to": "bob@example.com", "subject": "Lunch"}},
 		{"Please email alice about the quarterly report.", []string{"send_email"}, map[string]any{"to": "alice@example.com", "subject": "The quarterly report"}},
 		{"send a mail to jo.smith@corp.example.org regarding Friday", []string{"send_email"}, map[string]any{"to": "jo.smith@corp.example.org", "subject": "Friday"}},
+		{"deploy the website", []string{"deploy"}, map[string]any{"service": "website", "environment": "staging"}},
+		{"Deploy billing-api to production", []string{"deploy"}, map[string]any{"service": "billing-api", "environment": "production"}},
+		{"deploy it to prod", []string{"deploy"}, map[string]any{"service": "website", "environment": "production"}},
 		{"Where am I?", []string{"geolocation"}, map[string]any{}},
 		{"what's my precise location", []string{"geolocation"}, map[string]any{"high_accuracy": true}},
 		{"ask me a few questions", []string{"ask_user"}, nil},
@@ -138,6 +141,10 @@ func TestGatedAndHumanCallsAreWhatTheRegistrySays(t *testing.T) {
 	email := Answer(request(r, user("email bob@example.com about lunch"))).ToolCalls[0]
 	if tool, _ := r.Get(email.Name); !tool.Gated() {
 		t.Error("the email call must be the gated tool")
+	}
+	deploy := Answer(request(r, user("deploy the website"))).ToolCalls[0]
+	if tool, _ := r.Get(deploy.Name); !tool.Gated() || tool.Approvers() != tools.ByReviewer {
+		t.Error("the deploy call must be the reviewer-gated tool")
 	}
 	args := checkCall(t, r, email)
 	if body, _ := args["body"].(string); !strings.Contains(body, "Hi Bob") || !strings.Contains(body, "lunch") {

@@ -209,6 +209,24 @@ func testUsers(t *testing.T, open Opener) {
 	if n := must(s.CountUsers(ctx))(t); n != 2 {
 		t.Fatalf("CountUsers = %d, want 2", n)
 	}
+
+	if err := s.SetUserDisabled(ctx, a.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := must(s.UserByName(ctx, "ana"))(t); !got.Disabled {
+		t.Fatalf("disabled user reads %+v", got)
+	}
+	wantErr(t, s.SetUserDisabled(ctx, "given-id", true), store.ErrConflict, "SetUserDisabled of the last enabled admin")
+	if got := must(s.UserByID(ctx, "given-id"))(t); got.Disabled {
+		t.Fatal("the refused disable of the last admin was written")
+	}
+	wantErr(t, s.SetUserDisabled(ctx, "nope", true), store.ErrNotFound, "SetUserDisabled of a missing user")
+	if err := s.SetUserDisabled(ctx, a.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	if us := must(s.ListUsers(ctx))(t); us[0].Disabled || us[1].Disabled {
+		t.Fatalf("enabled again: %+v", us)
+	}
 }
 
 func testSessions(t *testing.T, open Opener) {

@@ -191,10 +191,13 @@ func limitOrAll(n int) int {
 
 const userCols = `id, name, role, password_hash, created_at`
 
+// userReadCols are userCols and what an account gets after it is created (disabled).
+const userReadCols = userCols + `, disabled`
+
 func scanUser(r Rows) (store.User, error) {
 	var u store.User
 	var role string
-	err := r.Scan(&u.ID, &u.Name, &role, &u.PasswordHash, &u.CreatedAt)
+	err := r.Scan(&u.ID, &u.Name, &role, &u.PasswordHash, &u.CreatedAt, &u.Disabled)
 	u.Role = store.Role(role)
 	return u, err
 }
@@ -262,7 +265,7 @@ func (c *Core) UserByName(ctx context.Context, name string) (store.User, error) 
 }
 
 func (c *Core) oneUser(ctx context.Context, where, arg string) (store.User, error) {
-	us, err := queryAll(ctx, c.DB, `SELECT `+userCols+` FROM users `+where, []any{arg}, scanUser)
+	us, err := queryAll(ctx, c.DB, `SELECT `+userReadCols+` FROM users `+where, []any{arg}, scanUser)
 	if err != nil {
 		return store.User{}, fmt.Errorf("user %q: %w", arg, err)
 	}
@@ -274,7 +277,7 @@ func (c *Core) oneUser(ctx context.Context, where, arg string) (store.User, erro
 
 // ListUsers implements store.Store: oldest first.
 func (c *Core) ListUsers(ctx context.Context) ([]store.User, error) {
-	us, err := queryAll(ctx, c.DB, `SELECT `+userCols+` FROM users ORDER BY created_at, name`, nil, scanUser)
+	us, err := queryAll(ctx, c.DB, `SELECT `+userReadCols+` FROM users ORDER BY created_at, name`, nil, scanUser)
 	if err != nil {
 		return nil, fmt.Errorf("list users: %w", err)
 	}
@@ -298,6 +301,37 @@ func (c *Core) SetUserRole(ctx context.Context, id string, role store.Role) erro
 	}
 	if n == 0 {
 		return fmt.Errorf("set role of user %q: %w", id, store.ErrNotFound)
+	}
+	return nil
+}
+
+// SetUserDisabled implements store.Store. The check that an enabled admin remains and the
+// write are one transaction; two admins disabling each other at the same moment on
+// PostgreSQL could both pass it (read committed), which the web layer's refusal to disable
+// oneself leaves as the only way to lose the last admin.
+func (c *Core) SetUserDisabled(ctx context.Context, id string, disabled bool) error {
+	err := c.inTx(ctx, func(tx Tx) error {
+		n, err := tx.Exec(ctx, `UPDATE users SET disabled = $1 WHERE id = $2`, disabled, id)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return store.ErrNotFound
+		}
+		if !disabled {
+			return nil
+		}
+		var admins int64
+		if err := queryRow(ctx, tx, `SELECT count(*) FROM users WHERE role = $1 AND NOT disabled`, []any{string(store.RoleAdmin)}, &admins); err != nil {
+			return err
+		}
+		if admins == 0 {
+			return store.ErrConflict
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("set user %q disabled=%v: %w", id, disabled, err)
 	}
 	return nil
 }
