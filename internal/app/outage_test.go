@@ -155,6 +155,7 @@ func honest(o outcome) bool {
 // says not ready; after the heal b serves again — reads, approvals, new messages — within a few
 // seconds, by itself.
 func TestCutOffProcessRecovers(t *testing.T) {
+	t.Parallel() // mostly waiting out cuts: beside the other outage test
 	hooks := newReceiver(false)
 	hookSrv := testServer(t, hooks, nil)
 	modelSrv := testServer(t, &gatedModel{}, nil)
@@ -343,6 +344,7 @@ func (l *load) run(stop <-chan struct{}, workers int) *sync.WaitGroup {
 // database is away; once /readyz is ready again a message is taken; every message that was
 // acknowledged (202) is in its conversation at the end.
 func TestDatabaseOutage(t *testing.T) {
+	t.Parallel() // mostly waiting out outages: beside the other outage test
 	pg := pgtest.Private(t)
 	modelSrv := testServer(t, textModel{}, nil)
 	hookSrv := testServer(t, newReceiver(false), nil)

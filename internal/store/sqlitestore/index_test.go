@@ -253,6 +253,7 @@ END`,
 		`ALTER TABLE audit DROP COLUMN key_id`,
 		`CREATE INDEX audit_unchained ON audit (id) WHERE chain_seq IS NULL`,
 		`DROP TABLE signin_attempts`, // migration 021
+		`ALTER TABLE users DROP COLUMN disabled`, // migration 023
 		`PRAGMA user_version = 7`,
 	} {
 		if _, err := s.DB.Exec(ctx, q); err != nil {
