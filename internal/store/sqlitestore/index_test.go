@@ -252,7 +252,7 @@ END`,
 		`DROP INDEX audit_unkeyed`,
 		`ALTER TABLE audit DROP COLUMN key_id`,
 		`CREATE INDEX audit_unchained ON audit (id) WHERE chain_seq IS NULL`,
-		`DROP TABLE signin_attempts`, // migration 021
+		`DROP TABLE signin_attempts`,             // migration 021
 		`ALTER TABLE users DROP COLUMN disabled`, // migration 023
 		`PRAGMA user_version = 7`,
 	} {

@@ -159,7 +159,7 @@ func TestUpgradeFromVersion1(t *testing.T) {
 			to_addr TEXT NOT NULL, subject TEXT NOT NULL, body TEXT NOT NULL, created_at INTEGER NOT NULL)`,
 		`CREATE INDEX outbox_conversation ON outbox (conversation_id, id)`,
 		fmt.Sprintf(`INSERT INTO outbox (conversation_id, tool_call_id, to_addr, subject, body, created_at) VALUES ('%s', 'call_0', 'a@example.test', 's', 'b', 0)`, ana.ID),
-		`DROP TABLE signin_attempts`, // migration 021
+		`DROP TABLE signin_attempts`,             // migration 021
 		`ALTER TABLE users DROP COLUMN disabled`, // migration 023
 		`PRAGMA user_version = 1`,
 	} {
