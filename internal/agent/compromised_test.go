@@ -662,7 +662,9 @@ func TestCompromisedModel(t *testing.T) {
 		},
 		{
 			name:  "a page that always asks to be read again",
-			pages: map[string]string{"read_page": strings.Repeat(inject("read_page", `{}`)+" ", 20)},
+			// Four injections a page, past a cap of three calls an answer: the per-answer cap and
+			// the iteration cap both bound it (small, so the refused calls the log records stay few).
+			pages: map[string]string{"read_page": strings.Repeat(inject("read_page", `{}`)+" ", 4)},
 			run: func(t *testing.T, c *compromised) {
 				c.begin(inject("read_page", `{}`))
 				// Polled, not followed: the runaway turn's events outrun a subscriber's buffer.
@@ -679,7 +681,7 @@ func TestCompromisedModel(t *testing.T) {
 					}
 				}
 			},
-			mod:   func(c *Config) { c.MaxIterations = 4 },
+			mod:   func(c *Config) { c.MaxIterations, c.MaxCallsPerAnswer = 4, 3 },
 			bound: 4,
 		},
 	}
