@@ -338,6 +338,20 @@ func TestResolveQuestionFromCard(t *testing.T) {
 		} else if v, _ := viewstest.Attr(in, "value"); v != "3" {
 			t.Errorf("age not kept: %q", v)
 		}
+		// The conversation shows the answer in words, the JSON folded (issue 27, item 10).
+		doc = viewstest.MustParse(readBody(b.do("GET", "/conversations/"+conv.ID, "", nil)))
+		if intro, n := doc.One(`[data-tool-call-id="q1"] [data-parley="answer"] [data-parley="decision"]`); n != 1 || viewstest.Text(intro) != "You answered:" {
+			t.Errorf("the answered question does not say \"You answered:\"")
+		}
+		if rows := doc.All(`[data-tool-call-id="q1"] [data-parley="answer-rows"] dd`); len(rows) != 2 || viewstest.Text(rows[0]) != "Ann" || viewstest.Text(rows[1]) != "41" {
+			t.Errorf("the answer's values: %d rows", len(rows))
+		}
+		if dt := doc.All(`[data-tool-call-id="q1"] [data-parley="answer-rows"] dt`); len(dt) == 0 || viewstest.Text(dt[0]) != "Name" {
+			t.Errorf("the answer's first field is not shown by its title")
+		}
+		if n := len(doc.All(`[data-tool-call-id="q1"] details[data-parley="json"] pre`)); n != 1 {
+			t.Errorf("the answer's JSON: %d toggles", n)
+		}
 		e.model.Push(llmtest.Reply("Fine."))
 		b.postForm(path("q2"), url.Values{"action": {"decline"}}, b.csrf)
 		if q2 := e.call(conv.ID, "q2"); q2.Decision != "decline" || q2.Status != store.CallErrored || !strings.Contains(string(q2.Result), "declined") {
