@@ -462,6 +462,17 @@ func httpResponseWords(raw json.RawMessage) (httpWords, bool) {
 	return w, true
 }
 
+// openQuestion reports whether a question waits in v for its answer: a message sent now would
+// close it unanswered (the turn moves on), so the composer warns.
+func openQuestion(v agent.View) bool {
+	for _, c := range v.Calls {
+		if c.Awaiting() && c.PendingKind == tools.PendingElicitation {
+			return true
+		}
+	}
+	return false
+}
+
 // answered reports whether c is a question its person answered: AnswerView then says so, in
 // place of the decision line.
 func answered(c agent.CallView) bool {

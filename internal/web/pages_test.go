@@ -682,3 +682,34 @@ func TestSameJSONComparesValues(t *testing.T) {
 		e.awaitStatus(conv.ID, store.StatusIdle)
 	})
 }
+
+// TestComposerWarnsThatAMessageClosesTheQuestion: while a question waits for its owner, the
+// status line beside the composer says that sending a message closes it unanswered (issue 27,
+// item 10); a reader, who has no composer, is not told, and once answered the note is gone.
+func TestComposerWarnsThatAMessageClosesTheQuestion(t *testing.T) {
+	e := newTestEnv(t, openSQLite, Config{})
+	ann, rita := e.user("ann", store.RoleMember), e.user("rita", store.RoleReviewer)
+	conv := e.conversation(ann)
+	e.pending(conv, ann, llmtest.Call("q1", "ask_user", questionArgs("Who are you?", questionSchema)))
+	b := e.browser(ann)
+	page := "/conversations/" + conv.ID
+	warnings := func(c *client) int {
+		t.Helper()
+		doc := viewstest.MustParse(readBody(c.do("GET", page, "", nil)))
+		return len(doc.All(`[data-parley="dock"] [data-parley="status"] [data-parley="composer-warning"]`))
+	}
+	if n := warnings(b); n != 1 {
+		t.Fatalf("an open question: %d warnings beside the composer, want 1", n)
+	}
+	if n := warnings(e.browser(rita)); n != 0 {
+		t.Errorf("a reader without a composer is warned %d times", n)
+	}
+	e.model.Push(llmtest.Reply("Hello Ann."))
+	if res := b.postForm(page+"/calls/q1/resolve", url.Values{"action": {"accept"}, "f.name": {"Ann"}}, b.csrf); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("answer = %d", res.StatusCode)
+	}
+	e.awaitStatus(conv.ID, store.StatusIdle)
+	if n := warnings(b); n != 0 {
+		t.Errorf("the question was answered: %d warnings remain", n)
+	}
+}
