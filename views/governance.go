@@ -66,7 +66,7 @@ func (g GrantRow) revokeURL() string {
 // AuditRow is one audit record as the admin page lists it.
 type AuditRow struct {
 	Seq            int64
-	At             string
+	At             time.Time
 	Actor          string // the actor's name, else their id
 	ActorID        string
 	Action         string
@@ -95,6 +95,8 @@ type AuditPage struct {
 	// (older) page starts before, 0 when there is none.
 	Before, Next int64
 	Notice       string
+	// Now is the time the records' times are shown against.
+	Now time.Time
 }
 
 // auditURL is the audit page with the filters f, starting before the place before.
@@ -133,31 +135,6 @@ func shortDuration(d time.Duration) string {
 		return strconv.Itoa(int(d/time.Hour)) + " h"
 	}
 	return strconv.Itoa(int(d/(24*time.Hour))) + " d"
-}
-
-// inboxAge is how long an entry has waited, in words.
-func inboxAge(now time.Time, e InboxEntry) string {
-	if e.Call.CreatedAt.IsZero() {
-		return ""
-	}
-	return "waiting " + shortDuration(now.Sub(e.Call.CreatedAt))
-}
-
-// inboxDeadline is the time left to decide an entry against its deadline (the approval's
-// timeout or expiry), in words; "" when it has none.
-func inboxDeadline(now time.Time, e InboxEntry) string {
-	if e.Call.ExpiresAt == nil {
-		return ""
-	}
-	left := e.Call.ExpiresAt.Sub(now)
-	if left <= 0 {
-		return "past its deadline"
-	}
-	s := shortDuration(left) + " left to decide"
-	if e.Call.Escalated {
-		s += " (escalated)"
-	}
-	return s
 }
 
 // inboxUrgency is "due-soon" when less than a fifth of an entry's time to decide remains (or

@@ -134,6 +134,8 @@ type ConversationsPage struct {
 	Notice        string
 	// Query is the search the list answers ("" lists every conversation).
 	Query string
+	// Now is the time the list's times are shown against.
+	Now time.Time
 }
 
 // InboxEntry is one pending approval in a reviewer's inbox: the call in its conversation, with
@@ -364,7 +366,7 @@ func statusText(s string) string {
 	case agent.CallExpired:
 		return "expired"
 	case agent.CallCancelled:
-		return "stopped"
+		return "cancelled"
 	}
 	return s
 }
@@ -492,19 +494,21 @@ func statusWords(p Page, v agent.View) string {
 	return ""
 }
 
-// decisionWords are how a finished call was decided or ended, as a sentence's start.
+// decisionWords are how a finished call was decided or ended, as a sentence's start: the one
+// vocabulary of outcomes (approved, edited and approved, denied, expired, cancelled) that the
+// cards, the inbox and the audit page share (actionText).
 var decisionWords = map[string]string{
 	"approve":        "Approved",
-	"approve_edited": "Approved with changes",
-	"deny":           "Declined",
+	"approve_edited": "Edited and approved",
+	"deny":           "Denied",
 	"accept":         "Answered",
 	"decline":        "Declined to answer",
 	"cancel":         "Question cancelled",
 	"client_result":  "Ran in the browser",
 	"client_error":   "The browser could not run it",
-	"expire":         "Nobody answered in time",
+	"expire":         "Expired",
 	"no_client":      "No browser was open to run it",
-	"stopped":        "Stopped",
+	"stopped":        "Cancelled: the turn was stopped",
 	"moved_on":       "Left unanswered: the conversation moved on",
 }
 
@@ -526,6 +530,15 @@ func decisionText(p Page, c agent.CallView) string {
 		who = n
 	}
 	return words + " by " + who
+}
+
+// actionText is an audit record's action in words: a decision as the cards say it (decisionWords),
+// anything else with its underscores as spaces.
+func actionText(action string) string {
+	if w, ok := decisionWords[action]; ok {
+		return w
+	}
+	return strings.ReplaceAll(action, "_", " ")
 }
 
 // providerResults pulls titled links out of a provider's search result block, whatever its

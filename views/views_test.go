@@ -540,9 +540,9 @@ func TestDecisionNamesWhoDecidedNeverTheirID(t *testing.T) {
 		by    string
 		want  string
 	}{
-		{map[string]string{"u9": "bob"}, "u9", "Approved with changes by bob"},
-		{nil, "u9", "Approved with changes by another user"},
-		{nil, "system", "Approved with changes"},
+		{map[string]string{"u9": "bob"}, "u9", "Edited and approved by bob"},
+		{nil, "u9", "Edited and approved by another user"},
+		{nil, "system", "Edited and approved"},
 	}
 	for _, tc := range tests {
 		c.DecidedBy = tc.by

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"sort"
 	"strings"
 	"unicode/utf8"
@@ -358,4 +359,141 @@ func inboxExplain(reviewed []string) string {
 		s += " (here: " + strings.Join(reviewed, ", ") + ")"
 	}
 	return s + ", with your own calls that wait for you. Approve or deny them here: the person who asked sees your decision at once."
+}
+
+// answerWords is a question's accepted answer as its card shows it ("You answered: …"): each
+// answered field by its title, in the form's order, enum values by their labels; fields the
+// form does not know follow by name. ok is false when the result is not an accepted answer.
+func answerWords(c agent.CallView, result json.RawMessage) ([]kv, bool) {
+	var ans struct {
+		Action  string          `json:"action"`
+		Content json.RawMessage `json:"content"`
+	}
+	if c.Prompt == nil || c.Prompt.URL != "" || json.Unmarshal(result, &ans) != nil || ans.Action != "accept" {
+		return nil, false
+	}
+	var decoded any
+	if decodeNumbers(ans.Content, &decoded) != nil {
+		decoded = nil
+	}
+	content, _ := decoded.(map[string]any)
+	fs, err := ParseFormSchema(c.Prompt.Schema)
+	if err != nil {
+		fs = FormSchema{}
+	}
+	var rows []kv
+	seen := map[string]bool{}
+	for _, f := range fs.OrderLike(c.Args).Fields {
+		v, ok := content[f.Name]
+		if !ok {
+			continue
+		}
+		seen[f.Name] = true
+		rows = append(rows, kv{f.Label, answerText(f, v)})
+	}
+	for _, k := range objectKeys(ans.Content) {
+		if !seen[k] {
+			text, _ := inlineText(content[k])
+			if text == "" {
+				text = clip(valueText(content[k]), maxValueText)
+			}
+			rows = append(rows, kv{humanKey(k), text})
+		}
+	}
+	return rows, true
+}
+
+// answerText is one answered field in words: an enum value by its label, the rest as text.
+func answerText(f Field, v any) string {
+	if s, ok := v.(string); ok {
+		for i, e := range f.Enum {
+			if e == s {
+				return clip(f.OptionLabel(i), maxValueText)
+			}
+		}
+	}
+	if text, ok := inlineText(v); ok {
+		return text
+	}
+	return clip(valueText(v), maxValueText)
+}
+
+// httpWords is an HTTP tool's response as its card shows it: the status line ("200 OK") and
+// the body, pretty-printed when it is JSON, to fold beneath. It reads both shapes the HTTP
+// adapter answers: {"http_response": {...}} (a tools-file action) and the bare response.
+type httpWords struct {
+	Status    string // "200 OK"
+	Body      string // "" when the response had none, or it was not kept
+	Truncated bool
+}
+
+// httpResponseWords reads a result as an HTTP response; ok is false for any other shape.
+func httpResponseWords(raw json.RawMessage) (httpWords, bool) {
+	var v map[string]json.RawMessage
+	if json.Unmarshal(raw, &v) != nil {
+		return httpWords{}, false
+	}
+	if inner, ok := v["http_response"]; ok && len(v) == 1 {
+		v = nil
+		if json.Unmarshal(inner, &v) != nil {
+			return httpWords{}, false
+		}
+	}
+	var status int
+	if json.Unmarshal(v["status"], &status) != nil || status < 100 || status > 599 {
+		return httpWords{}, false
+	}
+	if h, ok := v["headers"]; !ok || !bytes.HasPrefix(bytes.TrimSpace(h), []byte("{")) {
+		return httpWords{}, false // a "status" alone is some other tool's result
+	}
+	w := httpWords{Status: strings.TrimSpace(fmt.Sprintf("%d %s", status, http.StatusText(status)))}
+	_ = json.Unmarshal(v["body_truncated"], &w.Truncated)
+	if body, ok := v["body"]; ok {
+		var s string
+		if json.Unmarshal(body, &s) == nil {
+			if t := strings.TrimSpace(s); (strings.HasPrefix(t, "{") || strings.HasPrefix(t, "[")) && json.Valid([]byte(t)) {
+				s = prettyJSON(json.RawMessage(t)) // JSON sent without a JSON content type
+			}
+			w.Body = clip(s, maxPlainText)
+		} else if b := bytes.TrimSpace(body); len(b) > 0 && string(b) != "null" {
+			w.Body = clip(prettyJSON(b), maxPlainText)
+		}
+	}
+	return w, true
+}
+
+// openQuestion reports whether a question waits in v for its answer: a message sent now would
+// close it unanswered (the turn moves on), so the composer warns.
+func openQuestion(v agent.View) bool {
+	for _, c := range v.Calls {
+		if c.Awaiting() && c.PendingKind == tools.PendingElicitation {
+			return true
+		}
+	}
+	return false
+}
+
+// answered reports whether c is a question its person answered: AnswerView then says so, in
+// place of the decision line.
+func answered(c agent.CallView) bool {
+	if c.Decision != "accept" {
+		return false
+	}
+	env, ok := parseEnvelope(c.Result)
+	if !ok {
+		return false
+	}
+	_, ok = answerWords(c, env.Result)
+	return ok
+}
+
+// answeredBy starts an answer's card: "You answered:" to the one who answered, else their name.
+func answeredBy(p Page, c agent.CallView) string {
+	switch {
+	case c.DecidedBy != "" && c.DecidedBy == p.Viewer.Principal.UserID:
+		return "You answered:"
+	case p.Names[c.DecidedBy] != "":
+		return p.Names[c.DecidedBy] + " answered:"
+	}
+	return "Answered:"
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/net/html"
+
 	"parley/internal/agent"
 	"parley/internal/tools"
 	"parley/views/viewstest"
@@ -146,4 +148,116 @@ func TestApprovalCardArgumentFields(t *testing.T) {
 	if el, _ := doc.One(`[data-parley="call-status"]`); el == nil || viewstest.Text(el) != "done" {
 		t.Errorf("finished badge %v", el)
 	}
+}
+
+// TestAnswerAndHTTPResultInWords: a question's answer reads "You answered:" (or the answerer's
+// name to anyone else) with each field's title and the value given, an enum by its label; an
+// HTTP tool's result reads "200 OK" with its body folded; in both the JSON is only behind a
+// toggle (issue 27, item 10).
+func TestAnswerAndHTTPResultInWords(t *testing.T) {
+	schema := `{"type":"object","properties":{"name":{"type":"string","title":"Your name"},"size":{"type":"string","title":"Size","enum":["s","l"],"enumNames":["Small","Large"]},"age":{"type":"integer"}}}`
+	q := agent.CallView{ID: "q", Name: "ask_user", Executor: tools.Human, Status: "resolved", PendingKind: tools.PendingElicitation,
+		Decision: "accept", DecidedBy: "u1", Prompt: &tools.Prompt{Message: "Who?", Schema: json.RawMessage(schema)},
+		Result: json.RawMessage(`{"ok":true,"result":{"action":"accept","content":{"age":41,"name":"Ann","size":"l"}}}`)}
+	for _, tc := range []struct {
+		viewer Viewer
+		says   string
+	}{{owner(), "You answered:"}, {reviewer(), "ann answered:"}} {
+		p := page(tc.viewer)
+		p.Names = map[string]string{"u1": "ann"}
+		_, doc := render(t, ToolCallCard(p, q))
+		assertInert(t, doc)
+		if d, n := doc.One(`[data-parley="answer"] [data-parley="decision"]`); n != 1 || viewstest.Text(d) != tc.says {
+			t.Errorf("%s sees the answer introduced as %q, want %q", tc.viewer.Name, textOf(d), tc.says)
+		}
+		if n := len(doc.All(`[data-parley="decision"]`)); n != 1 {
+			t.Errorf("%d decision lines, want one", n)
+		}
+		want := []kv{{"Your name", "Ann"}, {"Size", "Large"}, {"age", "41"}}
+		if got := dlRows(doc, `[data-parley="answer-rows"]`); !equalRows(got, want) {
+			t.Errorf("answer rows = %v, want %v", got, want)
+		}
+		assertJSONFolded(t, doc, `[data-parley="answer"]`)
+	}
+
+	for _, tc := range []struct{ name, result string }{
+		{"a tools-file action", `{"http_response":{"status":200,"headers":{"content-type":"application/json"},"trailers":{},"body":{"id":7,"state":"open"},"body_truncated":false}}`},
+		{"the bare response", `{"status":200,"headers":{},"body":"{\"id\":7,\"state\":\"open\"}","body_truncated":false}`},
+	} {
+		c := agent.CallView{ID: "h", Name: "create_issue", Executor: tools.Server, Status: "resolved",
+			Result: json.RawMessage(`{"ok":true,"result":` + tc.result + `}`)}
+		_, doc := render(t, ToolCallCard(page(owner()), c))
+		if s, n := doc.One(`[data-parley="result"][data-kind="http"] [data-parley="http-status"]`); n != 1 || viewstest.Text(s) != "200 OK" {
+			t.Errorf("%s: status line %q, want 200 OK", tc.name, textOf(s))
+		}
+		body, n := doc.One(`details[data-parley="http-body"]`)
+		if n != 1 {
+			t.Fatalf("%s: no folded body", tc.name)
+		}
+		if _, open := viewstest.Attr(body, "open"); open || !strings.Contains(viewstest.Text(body), `"state": "open"`) {
+			t.Errorf("%s: the body is open or not pretty-printed: %q", tc.name, viewstest.Text(body))
+		}
+		assertJSONFolded(t, doc, `[data-parley="result"]`)
+	}
+	// A "status" that is not an HTTP response keeps the ordinary rows.
+	c := agent.CallView{ID: "d", Name: "deploy", Executor: tools.Server, Status: "resolved",
+		Result: json.RawMessage(`{"ok":true,"result":{"service":"web","status":"deployed"}}`)}
+	if _, doc := render(t, ToolCallCard(page(owner()), c)); len(doc.All(`[data-parley="result-rows"]`)) != 1 || len(doc.All(`[data-kind="http"]`)) != 0 {
+		t.Error("a deploy result read as an HTTP response")
+	}
+}
+
+// assertJSONFolded fails unless the only JSON inside sel is in a closed <details>.
+func assertJSONFolded(t *testing.T, doc *viewstest.Doc, sel string) {
+	t.Helper()
+	toggle, n := doc.One(sel + ` details[data-parley="json"]`)
+	if n != 1 {
+		t.Fatalf("no JSON toggle in %s", sel)
+	}
+	if _, open := viewstest.Attr(toggle, "open"); open {
+		t.Errorf("the JSON toggle in %s is open", sel)
+	}
+	for _, pre := range doc.All(sel + ` pre`) {
+		if strings.Contains(viewstest.Text(pre), `"ok"`) || strings.Contains(viewstest.Text(pre), `"action"`) {
+			if !inside(pre, toggle) {
+				t.Errorf("JSON outside the toggle: %q", viewstest.Text(pre))
+			}
+		}
+	}
+}
+
+func inside(n, ancestor *html.Node) bool {
+	for ; n != nil; n = n.Parent {
+		if n == ancestor {
+			return true
+		}
+	}
+	return false
+}
+
+func textOf(n *html.Node) string {
+	if n == nil {
+		return "<none>"
+	}
+	return viewstest.Text(n)
+}
+
+// dlRows reads the <dt>/<dd> pairs of the first <dl> matching sel.
+func dlRows(doc *viewstest.Doc, sel string) []kv {
+	dl, n := doc.One(sel)
+	if n == 0 {
+		return nil
+	}
+	var out []kv
+	for c := dl.FirstChild; c != nil; c = c.NextSibling {
+		switch c.Data {
+		case "dt":
+			out = append(out, kv{K: strings.TrimSpace(viewstest.Text(c))})
+		case "dd":
+			if len(out) > 0 {
+				out[len(out)-1].V = strings.TrimSpace(viewstest.Text(c))
+			}
+		}
+	}
+	return out
 }

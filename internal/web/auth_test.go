@@ -11,6 +11,7 @@ import (
 
 	"parley/internal/llm/llmtest"
 	"parley/internal/store"
+	"parley/views/viewstest"
 )
 
 // TestSignup: sign-up is closed on an empty store and by default; the first admin comes from the
@@ -443,5 +444,33 @@ func TestConcurrentFirstSignups(t *testing.T) {
 	}
 	if got[http.StatusSeeOther] != 1 || got[http.StatusNotFound] != n-1 || len(users) != 1 || users[0].Role != store.RoleAdmin {
 		t.Fatalf("answers %v, users %+v", got, users)
+	}
+}
+
+// TestSignupLinkFollowsTheSetting: a stranger's pages offer "Sign up" only while an admin keeps
+// sign-up open (issue 27, item 10): closed by default, shown once opened, gone once closed.
+func TestSignupLinkFollowsTheSetting(t *testing.T) {
+	e := newTestEnv(t, openSQLite, Config{})
+	e.user("ada", store.RoleAdmin)
+	links := func() int {
+		t.Helper()
+		res := e.anon().do("GET", "/login", "", nil)
+		doc := viewstest.MustParse(readBody(res))
+		return len(doc.All(`a[href="/signup"]`))
+	}
+	if n := links(); n != 0 {
+		t.Fatalf("sign-up closed: the sign-in page has %d links to /signup, want none", n)
+	}
+	if err := e.st.SetSetting(t.Context(), signupKey, signupOpenValue); err != nil {
+		t.Fatal(err)
+	}
+	if n := links(); n != 2 {
+		t.Fatalf("sign-up open: the sign-in page has %d links to /signup, want 2 (header and form)", n)
+	}
+	if err := e.st.SetSetting(t.Context(), signupKey, "closed"); err != nil {
+		t.Fatal(err)
+	}
+	if n := links(); n != 0 {
+		t.Fatalf("sign-up closed again: %d links to /signup, want none", n)
 	}
 }

@@ -107,7 +107,7 @@ func (s *Server) auditPage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	page := views.AuditPage{Filters: f, Before: before}
+	page := views.AuditPage{Filters: f, Before: before, Now: s.now()}
 	if len(recs) > auditPageSize {
 		recs = recs[:auditPageSize]
 		page.Next = recs[len(recs)-1].Seq
@@ -129,7 +129,7 @@ func (s *Server) auditPage(c echo.Context) error {
 		if len(r.Detail) > 0 {
 			detail = string(r.Detail)
 		}
-		row := views.AuditRow{Seq: r.Seq, At: r.At.UTC().Format("2006-01-02 15:04:05 UTC"), Actor: actor, ActorID: r.ActorID,
+		row := views.AuditRow{Seq: r.Seq, At: r.At, Actor: actor, ActorID: r.ActorID,
 			Action: r.Action, Tool: r.Tool, ConversationID: r.ConversationID, ToolCallID: r.ToolCallID, Reason: r.Reason, Detail: detail}
 		for _, ch := range agent.AuditChanges(r) {
 			row.Changes = append(row.Changes, views.ArgChange{Field: ch.Field, From: ch.From, To: ch.To})

@@ -69,7 +69,7 @@ func TestInboxFilters(t *testing.T) {
 			}
 		}
 		body := readBody(rb.do("GET", "/inbox", "", nil))
-		for _, want := range []string{"waiting 6 min", "left to decide", `data-parley="inbox-context"`, "Read the conversation (read-only)"} {
+		for _, want := range []string{"asked <time", "6 min ago</time>", "decide <time", `data-parley="inbox-context"`, "Read the conversation (read-only)"} {
 			if !strings.Contains(body, want) {
 				t.Errorf("the inbox does not show %q", want)
 			}

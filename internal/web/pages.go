@@ -39,7 +39,7 @@ func (s *Server) conversationsPage(c echo.Context) error {
 		return err
 	}
 	return s.renderPage(c, status, "Conversations", views.ConversationsBody(views.ConversationsPage{
-		CSRF: s.csrfToken(c), Conversations: list, Demo: s.cfg.DemoModel, Notice: notice, Query: q,
+		CSRF: s.csrfToken(c), Conversations: list, Demo: s.cfg.DemoModel, Notice: notice, Query: q, Now: s.now(),
 	}))
 }
 

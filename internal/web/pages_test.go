@@ -338,6 +338,20 @@ func TestResolveQuestionFromCard(t *testing.T) {
 		} else if v, _ := viewstest.Attr(in, "value"); v != "3" {
 			t.Errorf("age not kept: %q", v)
 		}
+		// The conversation shows the answer in words, the JSON folded (issue 27, item 10).
+		doc = viewstest.MustParse(readBody(b.do("GET", "/conversations/"+conv.ID, "", nil)))
+		if intro, n := doc.One(`[data-tool-call-id="q1"] [data-parley="answer"] [data-parley="decision"]`); n != 1 || viewstest.Text(intro) != "You answered:" {
+			t.Errorf("the answered question does not say \"You answered:\"")
+		}
+		if rows := doc.All(`[data-tool-call-id="q1"] [data-parley="answer-rows"] dd`); len(rows) != 2 || viewstest.Text(rows[0]) != "Ann" || viewstest.Text(rows[1]) != "41" {
+			t.Errorf("the answer's values: %d rows", len(rows))
+		}
+		if dt := doc.All(`[data-tool-call-id="q1"] [data-parley="answer-rows"] dt`); len(dt) == 0 || viewstest.Text(dt[0]) != "Name" {
+			t.Errorf("the answer's first field is not shown by its title")
+		}
+		if n := len(doc.All(`[data-tool-call-id="q1"] details[data-parley="json"] pre`)); n != 1 {
+			t.Errorf("the answer's JSON: %d toggles", n)
+		}
 		e.model.Push(llmtest.Reply("Fine."))
 		b.postForm(path("q2"), url.Values{"action": {"decline"}}, b.csrf)
 		if q2 := e.call(conv.ID, "q2"); q2.Decision != "decline" || q2.Status != store.CallErrored || !strings.Contains(string(q2.Result), "declined") {
@@ -667,4 +681,35 @@ func TestSameJSONComparesValues(t *testing.T) {
 		}
 		e.awaitStatus(conv.ID, store.StatusIdle)
 	})
+}
+
+// TestComposerWarnsThatAMessageClosesTheQuestion: while a question waits for its owner, the
+// status line beside the composer says that sending a message closes it unanswered (issue 27,
+// item 10); a reader, who has no composer, is not told, and once answered the note is gone.
+func TestComposerWarnsThatAMessageClosesTheQuestion(t *testing.T) {
+	e := newTestEnv(t, openSQLite, Config{})
+	ann, rita := e.user("ann", store.RoleMember), e.user("rita", store.RoleReviewer)
+	conv := e.conversation(ann)
+	e.pending(conv, ann, llmtest.Call("q1", "ask_user", questionArgs("Who are you?", questionSchema)))
+	b := e.browser(ann)
+	page := "/conversations/" + conv.ID
+	warnings := func(c *client) int {
+		t.Helper()
+		doc := viewstest.MustParse(readBody(c.do("GET", page, "", nil)))
+		return len(doc.All(`[data-parley="dock"] [data-parley="status"] [data-parley="composer-warning"]`))
+	}
+	if n := warnings(b); n != 1 {
+		t.Fatalf("an open question: %d warnings beside the composer, want 1", n)
+	}
+	if n := warnings(e.browser(rita)); n != 0 {
+		t.Errorf("a reader without a composer is warned %d times", n)
+	}
+	e.model.Push(llmtest.Reply("Hello Ann."))
+	if res := b.postForm(page+"/calls/q1/resolve", url.Values{"action": {"accept"}, "f.name": {"Ann"}}, b.csrf); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("answer = %d", res.StatusCode)
+	}
+	e.awaitStatus(conv.ID, store.StatusIdle)
+	if n := warnings(b); n != 0 {
+		t.Errorf("the question was answered: %d warnings remain", n)
+	}
 }

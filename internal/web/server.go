@@ -167,6 +167,13 @@ func (s *Server) layoutData(c echo.Context, title string) views.LayoutData {
 		if d.User.IsReviewer() {
 			d.Pending = s.pendingCount(c)
 		}
+	} else {
+		open, err := s.signupOpen(c)
+		if err != nil {
+			// The page still renders; the header just does not offer sign-up.
+			s.log.DebugContext(c.Request().Context(), "sign-up setting for the layout", "err", err)
+		}
+		d.SignupOpen = open
 	}
 	return d
 }

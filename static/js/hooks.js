@@ -216,44 +216,51 @@
 
   // ---- local times ---------------------------------------------------------------------------
 
-  // The server writes times in UTC; the page shows them in the browser's zone.
+  // Every time on a page is a <time data-parley="time"> (views.When): its text relative to now
+  // ("3 min ago", "in 12 min"), its title the exact time. The server writes the title in UTC
+  // (and, where its HTML must stay the same from one render to the next, the text too); here
+  // the title becomes the viewer's own zone and the text follows this device's clock, in the
+  // server's units (views.relativeTime).
+  function shortDuration(ms) {
+    const s = Math.floor(Math.max(ms, 0) / 1000);
+    if (s < 60) return s + " s";
+    if (s < 3600) return Math.floor(s / 60) + " min";
+    if (s < 48 * 3600) return Math.floor(s / 3600) + " h";
+    return Math.floor(s / 86400) + " d";
+  }
+
+  function relativeTime(ms) {
+    if (ms >= 1000) return "in " + shortDuration(ms);
+    if (ms > -10000) return "just now";
+    return shortDuration(-ms) + " ago";
+  }
+
   function localTimes(scope) {
+    const now = Date.now();
     within(scope, 'time[data-parley="time"][datetime]').forEach(function (el) {
       const d = new Date(attr(el, "datetime"));
       if (isNaN(d.getTime())) return;
-      const today = new Date().toDateString() === d.toDateString();
-      el.textContent = today
-        ? d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })
-        : d.toLocaleString([], { dateStyle: "medium", timeStyle: "short" });
-      setAttr(el, "title", d.toString());
-    });
-  }
-
-  // countdowns shows, beside a card's deadline, how long is left ("in 4 min 05 s"), from this
-  // device's clock; tickCountdowns runs every second while the page shows one.
-  function countdownText(ms) {
-    if (ms <= 0) return " (time is up)";
-    const s = Math.floor(ms / 1000);
-    const h = Math.floor(s / 3600);
-    const m = Math.floor((s % 3600) / 60);
-    const sec = s % 60;
-    if (h > 0) return " (in " + h + " h " + String(m).padStart(2, "0") + " min)";
-    if (m > 0) return " (in " + m + " min " + String(sec).padStart(2, "0") + " s)";
-    return " (in " + sec + " s)";
-  }
-
-  function countdowns(scope) {
-    const now = Date.now();
-    within(scope, '[data-parley="countdown"][data-deadline]').forEach(function (el) {
-      const d = new Date(attr(el, "data-deadline")).getTime();
-      if (isNaN(d)) return;
-      const text = countdownText(d - now);
+      const text = relativeTime(d.getTime() - now);
       if (el.textContent !== text) el.textContent = text;
+      if (!el.hasAttribute("data-local")) {
+        setAttr(el, "title", d.toLocaleString([], { dateStyle: "full", timeStyle: "short" }));
+        setAttr(el, "data-local", "");
+      }
     });
   }
 
+  // Relative texts follow the clock: every second while a time is less than an hour away
+  // (a deadline counts down), else every 30 seconds.
+  let lastSweep = 0;
   setInterval(function () {
-    if (document.querySelector('[data-parley="countdown"]')) countdowns(document.body);
+    const now = Date.now();
+    const near = Array.prototype.some.call(document.querySelectorAll('time[data-parley="time"][datetime]'), function (el) {
+      return Math.abs(new Date(attr(el, "datetime")).getTime() - now) < 3600 * 1000;
+    });
+    if (near || now - lastSweep >= 30000) {
+      lastSweep = now;
+      localTimes(document.body);
+    }
   }, 1000);
 
   // ---- following the conversation -----------------------------------------------------------
@@ -387,7 +394,6 @@
           }
         }
         localTimes(document.body);
-        countdowns(document.body);
         codeCopyButtons(document.body);
         followed();
         break;
@@ -1046,7 +1052,6 @@
 
   function start() {
     localTimes(document.body);
-    countdowns(document.body);
     codeCopyButtons(document.body);
     composers();
     const root = document.querySelector("[data-ws]");
