@@ -559,7 +559,8 @@ func TestBrowser(t *testing.T) {
 		ann.say("ask me a few questions")
 		id := ann.newestCallID("ask_user", "elicitation")
 		form := callSel(id) + ` form[data-parley="elicitation"]`
-		ann.until(`/^ \(in /.test(document.querySelector(` + q(callSel(id)+` [data-parley="deadline"] [data-parley="countdown"]`) + `).textContent)`)
+		// The deadline, relative ("in 9 min") once the page's script has read it.
+		ann.until(`/^in /.test(document.querySelector(` + q(callSel(id)+` [data-parley="deadline"] time`) + `).textContent)`)
 		ann.do(chromedp.Click(chromedp.CSS(form + ` button[name="action"][value="accept"]`)))
 		ann.until(`document.querySelector(` + q(form+` [data-field="name"] [data-parley="field-error"]`) + `) !== null`)
 		ann.shot("question-invalid")
