@@ -359,3 +359,17 @@ func inboxExplain(reviewed []string) string {
 	}
 	return s + ", with your own calls that wait for you. Approve or deny them here: the person who asked sees your decision at once."
 }
+
+// argsErrored reports whether the server refused the card's arguments: the card then opens its
+// Edit disclosure, where the errors stand beside the fields.
+func argsErrored(f *FormState) bool {
+	if f == nil {
+		return false
+	}
+	for name := range f.Errors {
+		if name == "args" || strings.HasPrefix(name, ArgFieldPrefix) {
+			return true
+		}
+	}
+	return false
+}
