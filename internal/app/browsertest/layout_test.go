@@ -96,6 +96,7 @@ func TestBrowserChatLayout(t *testing.T) {
 			t.Errorf("the announcements are not a polite live region")
 		}
 		// The arguments are edited in the form built from the schema, and the edit is what ran.
+		ann.do(chromedp.Click(chromedp.CSS(callSel(id) + ` details[data-parley="edit"] > summary`)))
 		subject := callSel(id) + ` [data-parley="args-form"] input[name="arg.subject"]`
 		eval[bool](ann, `(document.querySelector(`+q(subject)+`).value = "", true)`)
 		ann.do(chromedp.SendKeys(chromedp.CSS(subject), "Lunch on Friday"))
