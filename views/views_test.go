@@ -320,6 +320,23 @@ func TestApprovalCardAtAGlance(t *testing.T) {
 		t.Errorf("the arguments are not inside Edit")
 	}
 
+	// One deadline: on the card in the conversation, in the entry's head in the inbox.
+	at := time.Date(2026, 11, 27, 9, 20, 0, 0, time.UTC)
+	dc := c
+	dc.ExpiresAt = &at
+	for _, inbox := range []bool{false, true} {
+		p := page(owner())
+		p.Inbox = inbox
+		_, doc := render(t, ApprovalCard(p, dc))
+		want := 1
+		if inbox {
+			want = 0
+		}
+		if got := len(doc.All(`[data-parley="deadline"]`)); got != want {
+			t.Errorf("inbox %v: the card says its deadline %d times, want %d", inbox, got, want)
+		}
+	}
+
 	// An error opens the disclosure it belongs to.
 	for field, sel := range map[string]string{"args": `details[data-parley="edit"][open]`, "reason": `details[data-parley="deny"][open]`} {
 		p := page(owner())
