@@ -22,7 +22,8 @@ func desktop(t *testing.T, tb *tab) {
 // TestBrowserApprovalCardAtAGlance: the approval card reads in one glance at 1280 and 390 px —
 // a short summary, then Approve and Deny as its first controls, the rest folded (Edit with the
 // arguments, Deny's reason beside its own submit, "Always allow" last) — so the closed card is
-// short; a denial typed in the reason and sent with Enter denies; axe finds nothing serious.
+// short; a denial typed in the reason and sent with Enter denies; axe finds nothing serious;
+// without JavaScript the disclosures open and both forms post.
 func TestBrowserApprovalCardAtAGlance(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -77,4 +78,34 @@ func TestBrowserApprovalCardAtAGlance(t *testing.T) {
 			ann.until(`document.querySelector(` + q(callSel(id)) + `).innerText.includes("Reason: not this week")`)
 		})
 	}
+
+	// Without JavaScript the disclosures still open and each form posts: an edited subject is
+	// approved, and a reason sent with Enter denies.
+	t.Run("without JavaScript", func(t *testing.T) {
+		ann.newConversation("Card without JavaScript")
+		ann.say("email bob@example.com about lunch")
+		edited := ann.newestCallID("send_email", "approval")
+		page := eval[string](ann, `location.href`)
+		nojs := ann.another()
+		if _, err := chromedp.Call(nojs.ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true}); err != nil {
+			t.Fatal(err)
+		}
+		card := callSel(edited) + ` [data-parley="approval"]`
+		subject := card + ` [data-parley="args-form"] input[name="arg.subject"]`
+		nojs.do(chromedp.Navigate(page),
+			chromedp.Click(chromedp.CSS(card+` details[data-parley="edit"] > summary`)),
+			chromedp.SetValue(chromedp.CSS(subject), "Lunch without scripts"),
+			chromedp.Click(chromedp.CSS(card+` button[name="decision"][value="approve"]`)))
+		nojs.until(`(() => { const c = document.querySelector(` + q(callSel(edited)) + `); return c !== null && c.dataset.status !== "awaiting" && c.innerText.includes("Lunch without scripts"); })()`)
+
+		ann.newConversation("Deny without JavaScript")
+		ann.say("email bob@example.com about lunch")
+		denied := ann.newestCallID("send_email", "approval")
+		page = eval[string](ann, `location.href`)
+		card = callSel(denied) + ` [data-parley="approval"]`
+		nojs.do(chromedp.Navigate(page),
+			chromedp.Click(chromedp.CSS(card+` details[data-parley="deny"] > summary`)),
+			chromedp.SendKeys(chromedp.CSS(card+` input[name="reason"]`), "no scripts, no lunch\r"))
+		nojs.until(`(() => { const c = document.querySelector(` + q(callSel(denied)) + `); return c !== null && c.dataset.status === "denied" && c.innerText.includes("Reason: no scripts, no lunch"); })()`)
+	})
 }
