@@ -279,6 +279,75 @@ func TestApprovalCardShowsErrorsBesideFields(t *testing.T) {
 	}
 }
 
+// TestApprovalCardAtAGlance: Approve and Deny come first; Edit, Deny's reason and "always
+// allow" are closed disclosures (no JavaScript needed) until the server sends back an error
+// that belongs in one of them; the reason and the Deny button belong to Deny's own form.
+func TestApprovalCardAtAGlance(t *testing.T) {
+	c := agent.CallView{ID: "a", Name: "send_email", Executor: tools.Server, Approval: tools.RequiresApproval, Status: "awaiting", PendingKind: tools.PendingApproval,
+		Args: json.RawMessage(`{"to":"bob@example.com"}`), Plan: &tools.Plan{Summary: "s"}}
+	_, doc := render(t, ToolCallCard(page(owner()), c))
+	// The decide row holds Approve first, then the disclosures with Deny's first.
+	if b := doc.All(`[data-parley="decide"] button`); len(b) == 0 || viewstest.Text(b[0]) != "Approve" {
+		t.Fatalf("the card's first control is not Approve")
+	}
+	if d := doc.All(`[data-parley="decide"] details`); len(d) == 0 {
+		t.Fatalf("the card has no disclosures")
+	} else if v, _ := viewstest.Attr(d[0], "data-parley"); v != "deny" {
+		t.Fatalf("the card's second control is %q, not Deny", v)
+	}
+	deny, n := doc.One(`form[data-parley="deny-form"]`)
+	if n != 1 {
+		t.Fatalf("deny forms = %d, want 1", n)
+	}
+	denyID, _ := viewstest.Attr(deny, "id")
+	for _, sel := range []string{`details[data-parley="deny"] input[name="reason"]`, `details[data-parley="deny"] button[name="decision"][value="deny"]`} {
+		el, n := doc.One(sel)
+		if n != 1 {
+			t.Fatalf("%s: %d, want 1", sel, n)
+		}
+		if f, _ := viewstest.Attr(el, "form"); f != denyID {
+			t.Errorf("%s belongs to form %q, want Deny's %q", sel, f, denyID)
+		}
+	}
+	for _, sel := range []string{`details[data-parley="deny"]`, `details[data-parley="edit"]`} {
+		if d, n := doc.One(sel); n != 1 {
+			t.Errorf("%s: %d, want 1", sel, n)
+		} else if _, open := viewstest.Attr(d, "open"); open {
+			t.Errorf("%s is open on a fresh card", sel)
+		}
+	}
+	if _, n := doc.One(`details[data-parley="edit"] [name="args"]`); n != 1 {
+		t.Errorf("the arguments are not inside Edit")
+	}
+
+	// One deadline: on the card in the conversation, in the entry's head in the inbox.
+	at := time.Date(2026, 11, 27, 9, 20, 0, 0, time.UTC)
+	dc := c
+	dc.ExpiresAt = &at
+	for _, inbox := range []bool{false, true} {
+		p := page(owner())
+		p.Inbox = inbox
+		_, doc := render(t, ApprovalCard(p, dc))
+		want := 1
+		if inbox {
+			want = 0
+		}
+		if got := len(doc.All(`[data-parley="deadline"]`)); got != want {
+			t.Errorf("inbox %v: the card says its deadline %d times, want %d", inbox, got, want)
+		}
+	}
+
+	// An error opens the disclosure it belongs to.
+	for field, sel := range map[string]string{"args": `details[data-parley="edit"][open]`, "reason": `details[data-parley="deny"][open]`} {
+		p := page(owner())
+		p.Form = &FormState{ToolCallID: "a", Errors: map[string]string{field: "bad"}}
+		_, doc := render(t, ToolCallCard(p, c))
+		if _, n := doc.One(sel); n != 1 {
+			t.Errorf("an error of %s does not open %s", field, sel)
+		}
+	}
+}
+
 const formSchema = `{"type":"object","title":"About you","description":"We need a few details.","properties":{
  "name":{"type":"string","title":"Your name","description":"As on your passport"},
  "email":{"type":"string","format":"email"},
@@ -439,8 +508,9 @@ func TestInboxListsEachApproval(t *testing.T) {
 	if txt := viewstest.Text(entries[1]); !strings.Contains(txt, "Older <b>") || !strings.Contains(txt, "ann") {
 		t.Errorf("entry lacks title or requester: %q", txt)
 	}
-	if _, n := doc.One(`[data-parley="inbox-entry"][data-tool-call-id="n1"] form[action="/conversations/c1/calls/n1/resolve"] input[name="return"][value="/inbox"]`); n != 1 {
-		t.Errorf("inbox decision does not post to the conversation's resolve with return=/inbox")
+	// Both of the card's forms (approve, deny) post there and come back to the inbox.
+	if _, n := doc.One(`[data-parley="inbox-entry"][data-tool-call-id="n1"] form[action="/conversations/c1/calls/n1/resolve"] input[name="return"][value="/inbox"]`); n != 2 {
+		t.Errorf("inbox decision does not post to the conversation's resolve with return=/inbox (%d forms, want approve and deny)", n)
 	}
 	_, doc = render(t, InboxBody(InboxPage{Viewer: reviewer()}))
 	if _, n := doc.One(`[data-parley="inbox"] [data-parley="inbox-empty"]`); n != 1 {

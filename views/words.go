@@ -473,6 +473,20 @@ func openQuestion(v agent.View) bool {
 	return false
 }
 
+// argsErrored reports whether the server refused the card's arguments: the card then opens its
+// Edit disclosure, where the errors stand beside the fields.
+func argsErrored(f *FormState) bool {
+	if f == nil {
+		return false
+	}
+	for name := range f.Errors {
+		if name == "args" || strings.HasPrefix(name, ArgFieldPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
 // answered reports whether c is a question its person answered: AnswerView then says so, in
 // place of the decision line.
 func answered(c agent.CallView) bool {

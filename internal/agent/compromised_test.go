@@ -661,7 +661,7 @@ func TestCompromisedModel(t *testing.T) {
 			},
 		},
 		{
-			name:  "a page that always asks to be read again",
+			name: "a page that always asks to be read again",
 			// Four injections a page, past a cap of three calls an answer: the per-answer cap and
 			// the iteration cap both bound it (small, so the refused calls the log records stay few).
 			pages: map[string]string{"read_page": strings.Repeat(inject("read_page", `{}`)+" ", 4)},

@@ -69,7 +69,7 @@ func transferTool(t testing.TB, ran *ranArgs) *tools.Tool {
 func cardForm(t *testing.T, page, call string) (form url.Values, shown map[string]string) {
 	t.Helper()
 	doc := viewstest.MustParse(page)
-	f, n := doc.One(`[data-tool-call-id="` + call + `"] form[data-parley-form="resolve"]`)
+	f, n := doc.One(`[data-tool-call-id="` + call + `"] form[data-parley="approval-form"]`)
 	if n != 1 {
 		t.Fatalf("%d approval forms for %s in the page", n, call)
 	}

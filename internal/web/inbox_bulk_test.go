@@ -267,12 +267,12 @@ func TestInboxDecisionKeepsFilters(t *testing.T) {
 		rb := e.browser(rita)
 		const filtered = "/inbox?age=5m&requester=ann&tool=publish"
 
-		// The card's form carries the way back with the filters.
+		// The card's forms (approve, deny) carry the way back with the filters.
 		body := readBody(rb.do("GET", "/inbox?tool=publish&requester=ann&age=5m", "", nil))
 		doc := viewstest.MustParse(body)
 		rets := doc.All(`[data-parley="inbox-entry"] form[data-parley-form="resolve"] input[name="return"]`)
-		if len(rets) != 2 {
-			t.Fatalf("%d decision forms carry a way back, want 2; lists %v", len(rets), inboxCallIDs(t, body))
+		if len(rets) != 4 {
+			t.Fatalf("%d decision forms carry a way back, want 4 (2 cards × approve, deny); lists %v", len(rets), inboxCallIDs(t, body))
 		}
 		for _, r := range rets {
 			if v := attrOf(r, "value"); v != filtered {

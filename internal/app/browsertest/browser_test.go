@@ -547,7 +547,8 @@ func TestBrowser(t *testing.T) {
 		ann.newConversation("Dinner")
 		ann.say("email carol@example.com about dinner")
 		id := ann.newestCallID("send_email", "approval")
-		ann.do(chromedp.SendKeys(chromedp.CSS(callSel(id)+` [name="reason"]`), "not this week"),
+		ann.do(chromedp.Click(chromedp.CSS(callSel(id)+` details[data-parley="deny"] > summary`)),
+			chromedp.SendKeys(chromedp.CSS(callSel(id)+` [name="reason"]`), "not this week"),
 			chromedp.Click(chromedp.CSS(callSel(id)+` button[name="decision"][value="deny"]`)))
 		ann.until(callStatusIs(id, "denied"))
 		ann.until(`document.querySelector(` + q(callSel(id)) + `).innerText.includes("not this week")`)

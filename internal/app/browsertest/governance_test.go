@@ -18,7 +18,8 @@ func rememberApproval(t *testing.T, h *harness, ann *tab) {
 	id := ann.newestCallID("send_email", "approval")
 	remember := callSel(id) + ` [data-parley="remember"]`
 	ann.until(`document.querySelector(` + q(remember+` button[value="remember"]`) + `) !== null`)
-	ann.do(chromedp.Click(chromedp.CSS(remember+` input[name="remember_scope"][value="conversation"]`)),
+	ann.do(chromedp.Click(chromedp.CSS(callSel(id)+` details[data-parley="always"] > summary`)),
+		chromedp.Click(chromedp.CSS(remember+` input[name="remember_scope"][value="conversation"]`)),
 		chromedp.Click(chromedp.CSS(remember+` input[name="remember_args"][value="any"]`)),
 		chromedp.SetValue(chromedp.CSS(remember+` select[name="remember_for"]`), "3600"))
 	ann.shot("remember-card")

@@ -113,7 +113,8 @@ func TestBrowserGovernance(t *testing.T) {
 		if !eval[bool](rita, `(() => { const ids = Array.from(document.querySelectorAll("[id]")).map(e => e.id); return new Set(ids).size === ids.length; })()`) {
 			t.Fatalf("the inbox repeats an element id")
 		}
-		rita.do(chromedp.Click(chromedp.CSS(entry(a1) + ` label[for^="reason-"]`)))
+		rita.do(chromedp.Click(chromedp.CSS(entry(a1)+` details[data-parley="deny"] > summary`)),
+			chromedp.Click(chromedp.CSS(entry(a1)+` label[for^="reason-"]`)))
 		rita.until(`(() => { const e = document.activeElement && document.activeElement.closest('[data-parley="inbox-entry"]'); return e !== null && e.dataset.conversationId === ` + q(a1) + ` && document.activeElement.name === "reason"; })()`)
 	})
 
