@@ -20,8 +20,8 @@ type GrantRow struct {
 	ConversationID string
 	Args           string // exact or any (agent.GrantArgsExact, GrantArgsAny)
 	ArgsHash       string // the canonical hash of the arguments an exact grant covers
-	Created        string
-	Expires        string
+	Created        time.Time
+	Expires        time.Time
 	// Owner is whose grant it is (their name, else their id), on the admins' page; "" on the
 	// viewer's own.
 	Owner   string

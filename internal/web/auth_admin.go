@@ -30,14 +30,14 @@ func (s *Server) renderUsers(c echo.Context, status int, f views.AdminUsersForm)
 	me := currentUser(c)
 	rows := make([]views.UserRow, len(users))
 	for i, u := range users {
-		rows[i] = views.UserRow{ID: u.ID, Name: u.Name, Role: string(u.Role), CreatedAt: u.CreatedAt.UTC().Format(dateFormat),
+		rows[i] = views.UserRow{ID: u.ID, Name: u.Name, Role: string(u.Role), CreatedAt: u.CreatedAt,
 			Self: u.ID == me.ID, Disabled: u.Disabled}
 	}
 	open, err := s.signupOpen(c)
 	if err != nil {
 		return err
 	}
-	return s.render(c, status, views.AdminUsersPage(s.layoutData(c, "Users"), rows, open, f))
+	return s.render(c, status, views.AdminUsersPage(s.layoutData(c, "Users"), s.now(), rows, open, f))
 }
 
 // usersNotice is what the users page says after the action named by ?notice=.

@@ -61,7 +61,7 @@ func (s *Server) adminInvitations(c echo.Context) error {
 	rows := make([]views.InvitationRow, len(list))
 	for i, inv := range list {
 		r := views.InvitationRow{ID: inv.ID, Role: string(inv.Role), CreatedBy: name(inv.CreatedBy),
-			CreatedAt: inv.CreatedAt.UTC().Format(dateFormat), ExpiresAt: inv.ExpiresAt.UTC().Format(dateFormat)}
+			CreatedAt: inv.CreatedAt, ExpiresAt: inv.ExpiresAt}
 		switch {
 		case inv.UsedAt != nil:
 			r.State = "used by " + name(inv.UsedBy)
@@ -74,7 +74,7 @@ func (s *Server) adminInvitations(c echo.Context) error {
 		}
 		rows[i] = r
 	}
-	return s.render(c, http.StatusOK, views.AdminInvitationsPage(s.layoutData(c, "Invitations"), rows, link, role))
+	return s.render(c, http.StatusOK, views.AdminInvitationsPage(s.layoutData(c, "Invitations"), now, rows, link, role))
 }
 
 // createInvitation: POST /admin/invitations (role, expires_days) → a new link, shown once

@@ -14,8 +14,6 @@ import (
 	"parley/views"
 )
 
-const dateFormat = "2006-01-02 15:04 UTC"
-
 // newTokenCookie carries a just-created token from the POST to the page it redirects to, once:
 // the secret never goes in a URL, and a reload shows the list without making another token.
 const newTokenCookie = "parley_new_token"
@@ -42,24 +40,16 @@ func (s *Server) renderTokens(c echo.Context, status int, created, createdName s
 	if err != nil {
 		return fmt.Errorf("list tokens: %w", err)
 	}
+	now := s.now()
 	rows := make([]views.TokenRow, 0, len(list))
 	for _, t := range list {
 		if t.RevokedAt != nil {
 			continue
 		}
-		row := views.TokenRow{ID: t.ID, Name: t.Name, Scope: t.Scope, CreatedAt: t.CreatedAt.UTC().Format(dateFormat), Expires: "never", LastUsed: "never"}
-		if t.ExpiresAt != nil {
-			row.Expires = t.ExpiresAt.UTC().Format(dateFormat)
-			if tokenExpired(t, s.now()) {
-				row.Expired, row.Expires = true, "expired "+row.Expires
-			}
-		}
-		if t.LastUsedAt != nil {
-			row.LastUsed = t.LastUsedAt.UTC().Format(dateFormat)
-		}
-		rows = append(rows, row)
+		rows = append(rows, views.TokenRow{ID: t.ID, Name: t.Name, Scope: t.Scope, CreatedAt: t.CreatedAt,
+			Expires: t.ExpiresAt, Expired: tokenExpired(t, now), LastUsed: t.LastUsedAt})
 	}
-	return s.render(c, status, views.TokensPage(s.layoutData(c, "API tokens"), rows, created, createdName))
+	return s.render(c, status, views.TokensPage(s.layoutData(c, "API tokens"), now, rows, created, createdName))
 }
 
 // createToken makes a token and shows it once; only its hash is stored. The form gives a name,

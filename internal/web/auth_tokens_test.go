@@ -49,8 +49,10 @@ func TestResolveScopedToken(t *testing.T) {
 		if n != 1 {
 			t.Fatal("the tokens page does not list the resolve token with its scope")
 		}
-		if exp := viewstest.Text(viewstest.In(row, `[data-parley="token-expires"]`)[0]); !strings.Contains(exp, e.clk.Now().Add(7*24*time.Hour).UTC().Format("2006-01-02")) {
-			t.Errorf("the token's expiry shows %q, want in 7 days", exp)
+		if exp := viewstest.In(row, `[data-parley="token-expires"] time`); len(exp) != 1 {
+			t.Error("the token's expiry shows no time")
+		} else if at, _ := viewstest.Attr(exp[0], "datetime"); !strings.HasPrefix(at, e.clk.Now().Add(7*24*time.Hour).UTC().Format("2006-01-02T15:04")) {
+			t.Errorf("the token's expiry is %q, want in 7 days", at)
 		}
 
 		// Outside its scope: 403 permission_denied, with a message that says what it may do.

@@ -26,13 +26,13 @@ func (s *Server) grantsPage(c echo.Context) error {
 	for i, g := range list {
 		rows[i] = grantRow(g)
 	}
-	return s.render(c, http.StatusOK, views.GrantsPage(s.layoutData(c, "Remembered approvals"), rows, noticeFor(c.QueryParam("notice"))))
+	return s.render(c, http.StatusOK, views.GrantsPage(s.layoutData(c, "Remembered approvals"), s.now(), rows, noticeFor(c.QueryParam("notice"))))
 }
 
 // grantRow is a grant as the grants pages show it.
 func grantRow(g agent.Grant) views.GrantRow {
 	return views.GrantRow{ID: g.ID, Tool: g.Tool, Scope: g.Scope, ConversationID: g.ConversationID, Args: g.Args, ArgsHash: g.ArgsHash,
-		Created: g.CreatedAt.UTC().Format(dateFormat), Expires: g.ExpiresAt.UTC().Format(dateFormat)}
+		Created: g.CreatedAt, Expires: g.ExpiresAt}
 }
 
 // revokeGrantPage: POST /grants/{id}/revoke → the grant ends now (audited by the agent); back
@@ -66,7 +66,7 @@ func (s *Server) adminGrantsPage(c echo.Context) error {
 		}
 		rows[i].Owner, rows[i].OwnerID = name, g.UserID
 	}
-	return s.render(c, http.StatusOK, views.AdminGrantsPage(s.layoutData(c, "All remembered approvals"), rows, noticeFor(c.QueryParam("notice"))))
+	return s.render(c, http.StatusOK, views.AdminGrantsPage(s.layoutData(c, "All remembered approvals"), s.now(), rows, noticeFor(c.QueryParam("notice"))))
 }
 
 // adminRevokeGrantPage: POST /admin/grants/{id}/revoke (admins) → anyone's grant ends now
