@@ -317,6 +317,9 @@ func (m *Manager) forward(ctx context.Context, owner, convID string, req *reques
 			// It stopped beating or left: its conversations are taken over, this one too.
 			metrics.ClusterForwards.WithLabelValues("moved").Inc()
 			return response{}, true, nil
+		case fault.KindOf(err) == fault.KindServiceUnavailable:
+			// Not sent (this process is re-joining the cluster): nothing took effect.
+			return response{}, false, err
 		}
 		metrics.ClusterForwards.WithLabelValues("failed").Inc()
 		m.cfg.Logger.Warn("forwarded request unanswered", "conversation_id", convID, "node", owner, "err", err)

@@ -252,6 +252,12 @@ func (n *Node) Serve(in agent.Inbound) { n.in.Store(&in) }
 
 func (n *Node) channel() string { return nodeChannel(n.id) }
 
+// host names the process in its row: host name and pid.
+func (n *Node) host() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s:%d", host, os.Getpid())
+}
+
 func nodeChannel(id string) string { return "parley_n_" + id }
 
 func (n *Node) interval() string { return fmt.Sprintf("%d milliseconds", n.ttl.Milliseconds()) }
@@ -276,8 +282,7 @@ func (n *Node) Start(ctx context.Context) error {
 }
 
 func (n *Node) start(ctx context.Context) error {
-	host, _ := os.Hostname()
-	if _, err := n.pool.Exec(ctx, `INSERT INTO cluster_nodes (id, host) VALUES ($1, $2)`, n.id, fmt.Sprintf("%s:%d", host, os.Getpid())); err != nil {
+	if _, err := n.pool.Exec(ctx, `INSERT INTO cluster_nodes (id, host) VALUES ($1, $2)`, n.id, n.host()); err != nil {
 		return fmt.Errorf("cluster: register node: %w", err)
 	}
 	// One listening session, on the node's own channel (requests and replies) and the broadcast

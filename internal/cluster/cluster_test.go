@@ -1267,3 +1267,35 @@ func TestApproveAnsweredOkOnceWhenOwnerDiesBeforeReplying(t *testing.T) {
 		t.Errorf("conversation stuck in %s 8 s after the takeover, its owner b alive", v.Status)
 	}
 }
+
+// TestSweptNodeRejoins: after a long partition the others sweep a node's row (and its
+// ownerships with it). The node must come back by itself once it reaches the database: its
+// listener's session brings the row back, the next beat sees it alive, and it re-joins
+// (Ready), rather than being deemed dead beat after beat.
+func TestSweptNodeRejoins(t *testing.T) {
+	w := newWorld(t)
+	a := w.start(procOptions{})
+	if err := a.node.Ready(); err != nil {
+		t.Fatalf("a fresh node is not ready: %v", err)
+	}
+	if _, err := a.st.Pool().Exec(context.Background(), `DELETE FROM cluster_nodes WHERE id = $1`, a.node.Self()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * testTTL)
+	for !strings.Contains(a.log.String(), "re-joining") {
+		if time.Now().After(deadline) {
+			t.Fatal("the node did not notice its row was gone")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for a.node.Ready() != nil || !strings.Contains(a.log.String(), "cluster: re-joined") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the swept node did not re-join within %v: %v", 10*testTTL, a.node.Ready())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var n int
+	if err := a.st.Pool().QueryRow(context.Background(), `SELECT count(*) FROM cluster_nodes WHERE id = $1`, a.node.Self()).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("the node's row after the re-join: %d %v", n, err)
+	}
+}

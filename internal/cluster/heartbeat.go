@@ -37,7 +37,12 @@ func (n *Node) heartbeat() {
 			return
 		case <-t.C():
 		case <-n.kick:
-			t.Stop()
+			if !t.Stop() {
+				select { // a tick that came with the kick: this beat is it
+				case <-t.C():
+				default:
+				}
+			}
 		}
 		t.Reset(beat)
 		began := n.clock.Now()

@@ -37,7 +37,11 @@ func (n *Node) listenConn(ctx context.Context) (*pgx.Conn, error) {
 		_ = conn.Close(ctx)
 		return nil, fmt.Errorf("cluster: listening session: %w", err)
 	}
-	if _, err := n.pool.Exec(ctx, `UPDATE cluster_nodes SET backend_pid = $2 WHERE id = $1`, n.id, pid); err != nil {
+	// An upsert: after a long partition the others swept this node's row (and its ownerships
+	// with it); the row comes back with the session, so the next beat sees the node alive and
+	// it re-joins, instead of being deemed dead beat after beat.
+	if _, err := n.pool.Exec(ctx, `INSERT INTO cluster_nodes (id, host, backend_pid) VALUES ($1, $3, $2)
+		ON CONFLICT (id) DO UPDATE SET backend_pid = EXCLUDED.backend_pid`, n.id, pid, n.host()); err != nil {
 		_ = conn.Close(ctx)
 		return nil, fmt.Errorf("cluster: record the listening session: %w", err)
 	}

@@ -101,6 +101,9 @@ func (s *Server) requestLog(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// errorRenderTimeout bounds the rendering of an error answer (deadline).
+const errorRenderTimeout = 500 * time.Millisecond
+
 // deadline bounds every request but the live ones (sockets, event streams) by RequestTimeout:
 // whatever the database does, the caller hears back in time — a request that runs out of time
 // is answered 503 unavailable with Retry-After (classify).
@@ -113,10 +116,20 @@ func (s *Server) deadline(next echo.HandlerFunc) echo.HandlerFunc {
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 		defer cancel()
 		c.SetRequest(r.WithContext(ctx))
-		// The error handler runs after this returns: it renders on the request's own context,
-		// not on the canceled one.
-		defer c.SetRequest(r)
-		return next(c)
+		err := next(c)
+		if err == nil {
+			c.SetRequest(r)
+			return nil
+		}
+		// The error is answered here, on a short deadline of its own: an error page's layout
+		// reads the store too (the pending count, whether sign-up is open), and the request's
+		// deadline may be what ended it.
+		ectx, ecancel := context.WithTimeout(context.WithoutCancel(r.Context()), errorRenderTimeout)
+		defer ecancel()
+		c.SetRequest(r.WithContext(ectx))
+		c.Error(err)
+		c.SetRequest(r)
+		return nil
 	}
 }
 

@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"time"
 
@@ -38,8 +37,11 @@ func (h *connHealth) shouldPing(_ context.Context, p pgxpool.ShouldPingParams) b
 	return p.IdleDuration > idlePing || time.Since(time.Unix(0, h.lastLost.Load())) < suspectFor
 }
 
-func (h *connHealth) saw(err error) {
-	if err != nil && !errors.Is(err, context.Canceled) && fault.Unavailable(err) {
+// saw records a statement that lost its connection: it failed, not because its own context
+// ended (a slow query past its deadline says nothing of the other connections), and pgx closed
+// the connection (a reset, an administrator's shutdown, a crash).
+func (h *connHealth) saw(ctx context.Context, conn *pgx.Conn, err error) {
+	if err != nil && ctx.Err() == nil && conn != nil && conn.IsClosed() && fault.Unavailable(err) {
 		h.lastLost.Store(time.Now().UnixNano())
 	}
 }
@@ -50,8 +52,8 @@ func (h *connHealth) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tra
 }
 
 // TraceQueryEnd implements pgx.QueryTracer.
-func (h *connHealth) TraceQueryEnd(_ context.Context, _ *pgx.Conn, d pgx.TraceQueryEndData) {
-	h.saw(d.Err)
+func (h *connHealth) TraceQueryEnd(ctx context.Context, conn *pgx.Conn, d pgx.TraceQueryEndData) {
+	h.saw(ctx, conn, d.Err)
 }
 
 // TraceBatchStart implements pgx.BatchTracer.
@@ -60,11 +62,11 @@ func (h *connHealth) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tra
 }
 
 // TraceBatchQuery implements pgx.BatchTracer.
-func (h *connHealth) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
-	h.saw(d.Err)
+func (h *connHealth) TraceBatchQuery(ctx context.Context, conn *pgx.Conn, d pgx.TraceBatchQueryData) {
+	h.saw(ctx, conn, d.Err)
 }
 
 // TraceBatchEnd implements pgx.BatchTracer.
-func (h *connHealth) TraceBatchEnd(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchEndData) {
-	h.saw(d.Err)
+func (h *connHealth) TraceBatchEnd(ctx context.Context, conn *pgx.Conn, d pgx.TraceBatchEndData) {
+	h.saw(ctx, conn, d.Err)
 }
