@@ -3,9 +3,7 @@ package views
 import (
 	"bytes"
 	"encoding/json"
-	"maps"
 	"net/url"
-	"slices"
 	"strconv"
 	"time"
 
@@ -216,56 +214,14 @@ func newestOf(d InboxPage) InboxEntry {
 	return d.Entries[0]
 }
 
-// ArgChange is one argument an approver's edit changed: its name (empty when the arguments are
-// not an object) and its value before and after, as short JSON ("" when absent).
-type ArgChange struct {
-	Field, From, To string
-}
+// ArgChange is one argument an approver's edit changed (agent.ArgChanges).
+type ArgChange = agent.ArgChange
 
-// maxChangeValue bounds a value shown in a change, in runes: the card says what changed, the
-// arguments themselves are one click away.
-const maxChangeValue = 160
+// maxChangeValue bounds a value shown in a change, in runes.
+const maxChangeValue = agent.MaxChangeRunes
 
-// argChanges lists what an edit changed between the model's arguments and those that run, by
-// top-level field in name order; nil when they mean the same JSON (whatever their spacing or key
-// order).
-func argChanges(model, run json.RawMessage) []ArgChange {
-	if len(model) == 0 || len(run) == 0 {
-		return nil
-	}
-	var a, b any
-	if decodeNumbers(model, &a) != nil || decodeNumbers(run, &b) != nil {
-		if bytes.Equal(model, run) {
-			return nil
-		}
-		return []ArgChange{{From: shortValue(a, model), To: shortValue(b, run)}}
-	}
-	ma, okA := a.(map[string]any)
-	mb, okB := b.(map[string]any)
-	if !okA || !okB {
-		if sameJSON(a, b) {
-			return nil
-		}
-		return []ArgChange{{From: shortValue(a, nil), To: shortValue(b, nil)}}
-	}
-	var out []ArgChange
-	for _, k := range slices.Sorted(maps.Keys(unionKeys(ma, mb))) {
-		va, inA := ma[k]
-		vb, inB := mb[k]
-		if inA && inB && sameJSON(va, vb) {
-			continue
-		}
-		ch := ArgChange{Field: k}
-		if inA {
-			ch.From = shortValue(va, nil)
-		}
-		if inB {
-			ch.To = shortValue(vb, nil)
-		}
-		out = append(out, ch)
-	}
-	return out
-}
+// argChanges lists what an edit changed between the model's arguments and those that run.
+func argChanges(model, run json.RawMessage) []ArgChange { return agent.ArgChanges(model, run) }
 
 // editedText introduces a call's changed arguments: who proposed or approved them in place of
 // the model's.
@@ -279,40 +235,9 @@ func editedText(p Page, c agent.CallView) string {
 	return "The arguments were edited:"
 }
 
+// decodeNumbers decodes raw keeping numbers as written.
 func decodeNumbers(raw json.RawMessage, v *any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	return dec.Decode(v)
-}
-
-func unionKeys(a, b map[string]any) map[string]bool {
-	keys := make(map[string]bool, len(a)+len(b))
-	for k := range a {
-		keys[k] = true
-	}
-	for k := range b {
-		keys[k] = true
-	}
-	return keys
-}
-
-// sameJSON compares two decoded values as JSON text (maps encode with sorted keys).
-func sameJSON(a, b any) bool {
-	ja, errA := json.Marshal(a)
-	jb, errB := json.Marshal(b)
-	return errA == nil && errB == nil && bytes.Equal(ja, jb)
-}
-
-// shortValue is v as compact JSON (raw when v did not decode), cut to maxChangeValue runes.
-func shortValue(v any, raw json.RawMessage) string {
-	s := string(raw)
-	if v != nil || raw == nil {
-		if b, err := json.Marshal(v); err == nil {
-			s = unescapeHTMLChars(string(b))
-		}
-	}
-	if r := []rune(s); len(r) > maxChangeValue {
-		s = string(r[:maxChangeValue-1]) + "…"
-	}
-	return s
 }

@@ -1,14 +1,15 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"maps"
 	"slices"
+	"strings"
 
 	"parley/internal/fault"
 	"parley/internal/store"
-	"parley/internal/tools"
 )
 
 // MayReadAudit reports whether by may read the audit trail: admins (and the system).
@@ -52,53 +53,88 @@ func (m *Manager) Audit(ctx context.Context, by Principal, f store.AuditFilter) 
 
 // ArgChange is one argument an approver's edit changed: its top-level field ("" when the
 // arguments are not an object), and its value before and after as compact JSON, each bounded
-// to maxChangeRunes ("" when the field was not set, or was removed).
+// to MaxChangeRunes ("" when the field was not set, or was removed).
 type ArgChange struct {
 	Field string `json:"field"`
 	From  string `json:"from,omitempty"`
 	To    string `json:"to,omitempty"`
 }
 
-// maxChangeRunes bounds each value an audit record keeps of an edit: the record says what
+// MaxChangeRunes bounds each value an audit record keeps of an edit: the record says what
 // changed; the arguments in full stay with the conversation (and go with it).
-const maxChangeRunes = 160
+const MaxChangeRunes = 160
 
-// argChangesOf lists what an edit changed from the model's arguments to those approved, field
-// by field in name order.
-func argChangesOf(from, to json.RawMessage) []ArgChange {
-	a, errA := tools.DecodeJSON(nonEmpty(from))
-	b, errB := tools.DecodeJSON(nonEmpty(to))
-	ma, okA := a.(map[string]any)
-	mb, okB := b.(map[string]any)
-	if errA != nil || errB != nil || !okA || !okB {
+// ArgChanges lists what an edit changed between the model's arguments and those that run, by
+// top-level field in name order (one change without a field when either is not an object); nil
+// when they mean the same JSON, whatever their spacing or key order. The card, the requester's
+// view and the audit record all say it this way.
+func ArgChanges(from, to json.RawMessage) []ArgChange {
+	if len(from) == 0 || len(to) == 0 {
+		return nil
+	}
+	var a, b any
+	if decodeNumbers(from, &a) != nil || decodeNumbers(to, &b) != nil {
+		if bytes.Equal(from, to) {
+			return nil
+		}
 		return []ArgChange{{From: changeValue(a, from), To: changeValue(b, to)}}
 	}
-	var out []ArgChange
-	for _, k := range slices.Sorted(maps.Keys(ma)) {
-		if vb, ok := mb[k]; !ok || canonicalHash(mustJSON(ma[k])) != canonicalHash(mustJSON(vb)) {
-			ch := ArgChange{Field: k, From: changeValue(ma[k], nil)}
-			if ok {
-				ch.To = changeValue(vb, nil)
-			}
-			out = append(out, ch)
+	ma, okA := a.(map[string]any)
+	mb, okB := b.(map[string]any)
+	if !okA || !okB {
+		if sameJSON(a, b) {
+			return nil
 		}
+		return []ArgChange{{From: changeValue(a, nil), To: changeValue(b, nil)}}
 	}
-	for _, k := range slices.Sorted(maps.Keys(mb)) {
-		if _, ok := ma[k]; !ok {
-			out = append(out, ArgChange{Field: k, To: changeValue(mb[k], nil)})
+	keys := maps.Clone(ma)
+	maps.Copy(keys, mb)
+	var out []ArgChange
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		va, inA := ma[k]
+		vb, inB := mb[k]
+		if inA && inB && sameJSON(va, vb) {
+			continue
 		}
+		ch := ArgChange{Field: k}
+		if inA {
+			ch.From = changeValue(va, nil)
+		}
+		if inB {
+			ch.To = changeValue(vb, nil)
+		}
+		out = append(out, ch)
 	}
 	return out
 }
 
-// changeValue is v as compact JSON (raw when it does not decode), bounded to maxChangeRunes.
+func decodeNumbers(raw json.RawMessage, v *any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	return dec.Decode(v)
+}
+
+// sameJSON compares two decoded values as JSON text (maps encode with sorted keys).
+func sameJSON(a, b any) bool {
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && bytes.Equal(ja, jb)
+}
+
+// changeValue is v as compact JSON, <, > and & as themselves (raw when v did not decode),
+// bounded to MaxChangeRunes.
 func changeValue(v any, raw json.RawMessage) string {
 	s := string(raw)
-	if b, err := json.Marshal(v); err == nil && (raw == nil || v != nil) {
-		s = string(b)
+	if v != nil || raw == nil {
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		if enc.Encode(v) == nil {
+			s = strings.TrimSuffix(b.String(), "\n")
+		}
 	}
-	if r := []rune(s); len(r) > maxChangeRunes {
-		s = string(r[:maxChangeRunes-1]) + "…"
+	if r := []rune(s); len(r) > MaxChangeRunes {
+		s = string(r[:MaxChangeRunes-1]) + "…"
 	}
 	return s
 }

@@ -249,7 +249,7 @@ func editDetail(detail json.RawMessage, from, to json.RawMessage) json.RawMessag
 	m["edited"] = true
 	m["model_args_hash"] = canonicalHash(from)
 	m["args_hash"] = canonicalHash(to)
-	m["changes"] = argChangesOf(from, to)
+	m["changes"] = ArgChanges(from, to)
 	return mustJSON(m)
 }
 
