@@ -129,12 +129,9 @@ func (s *Server) auditPage(c echo.Context) error {
 		if len(r.Detail) > 0 {
 			detail = string(r.Detail)
 		}
-		row := views.AuditRow{Seq: r.Seq, At: r.At, Actor: actor, ActorID: r.ActorID,
-			Action: r.Action, Tool: r.Tool, ConversationID: r.ConversationID, ToolCallID: r.ToolCallID, Reason: r.Reason, Detail: detail}
-		for _, ch := range agent.AuditChanges(r) {
-			row.Changes = append(row.Changes, views.ArgChange{Field: ch.Field, From: ch.From, To: ch.To})
-		}
-		page.Rows = append(page.Rows, row)
+		page.Rows = append(page.Rows, views.AuditRow{Seq: r.Seq, At: r.At, Actor: actor, ActorID: r.ActorID,
+			Action: r.Action, Tool: r.Tool, ConversationID: r.ConversationID, ToolCallID: r.ToolCallID, Reason: r.Reason, Detail: detail,
+			Changes: agent.AuditChanges(r)})
 	}
 	return s.render(c, http.StatusOK, views.AuditTrailPage(s.layoutData(c, "Audit trail"), page))
 }
